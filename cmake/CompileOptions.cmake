@@ -1,0 +1,13 @@
+# One INTERFACE target carries the language standard and the warnings; nothing is set
+# globally. Every target of the project links xmc_options.
+add_library(xmc_options INTERFACE)
+target_compile_features(xmc_options INTERFACE cxx_std_20)
+set(CMAKE_CXX_EXTENSIONS OFF)
+target_compile_options(xmc_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+                            -Wcast-align -Woverloaded-virtual -Wno-unknown-pragmas>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${XMC_WERROR}>>:-Werror>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${XMC_WERROR}>>:-Werror=all-warnings>)
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()

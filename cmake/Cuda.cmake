@@ -1,0 +1,32 @@
+# Resolves XMC_CUDA into XMC_WITH_CUDA and enables the CUDA language when on.
+# Default architectures: 80 (A100) and 90 (H100/H200), overridable with
+# -DCMAKE_CUDA_ARCHITECTURES=... (tools/gpu_check.sh passes "native").
+set(XMC_WITH_CUDA OFF)
+string(TOUPPER "${XMC_CUDA}" _xmc_cuda)
+if(_xmc_cuda STREQUAL "AUTO")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(XMC_WITH_CUDA ON)
+  else()
+    message(STATUS "xmctrain: nvcc not found, building without CUDA")
+  endif()
+elseif(_xmc_cuda STREQUAL "ON")
+  set(XMC_WITH_CUDA ON)
+elseif(NOT _xmc_cuda STREQUAL "OFF")
+  message(FATAL_ERROR "XMC_CUDA must be AUTO, ON or OFF (got '${XMC_CUDA}')")
+endif()
+
+if(XMC_WITH_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures")
+  endif()
+  enable_language(CUDA)
+  # CMake 3.25 does not yet know nvcc's C++20 flag; nvcc >= 12 accepts -std=c++20.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "xmctrain: CUDA on, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()

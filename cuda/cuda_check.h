@@ -1,0 +1,28 @@
+#pragma once
+// Every CUDA runtime and cuBLAS call is checked; failures throw xmc::Error with the file
+// and line of the call. Kept free of fmt so that .cu files compile under nvcc's front end.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace xmc::cuda_detail {
+[[noreturn]] void throw_cuda_error(const char* file, int line, const char* call,
+                                   cudaError_t err);
+// Argument checks inside .cu code: throws xmc::Error "file:line: what (value)".
+[[noreturn]] void throw_check(const char* file, int line, const char* what, int64_t value);
+}  // namespace xmc::cuda_detail
+
+#define XMC_CUDA_CHECK(call)                                                         \
+  do {                                                                               \
+    cudaError_t err_ = (call);                                                       \
+    if (err_ != cudaSuccess)                                                         \
+      ::xmc::cuda_detail::throw_cuda_error(__FILE__, __LINE__, #call, err_);          \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here.
+#define XMC_CUDA_CHECK_LAUNCH() XMC_CUDA_CHECK(cudaGetLastError())
+
+#define XMC_CUDA_REQUIRE(cond, value)                                                \
+  do {                                                                               \
+    if (!(cond)) ::xmc::cuda_detail::throw_check(__FILE__, __LINE__, #cond, (value)); \
+  } while (0)

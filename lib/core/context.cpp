@@ -1,0 +1,35 @@
+#include "core/context.h"
+
+#include <omp.h>
+
+#include "core/error.h"
+#include "core/gpu.h"
+
+namespace xmc {
+
+std::string_view to_string(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+Device resolve_device(std::string_view requested) {
+  if (requested == "cpu") return Device::cpu;
+  if (requested == "cuda" || requested == "auto") {
+    if (!gpu::built_with_cuda()) {
+      if (requested == "auto") return Device::cpu;
+      throw InputError(
+          "device 'cuda' requested, but xmctrain was built without CUDA support "
+          "(rebuild with -DXMC_CUDA=ON)");
+    }
+    if (gpu::query_devices().empty()) {
+      if (requested == "auto") return Device::cpu;
+      throw InputError("device 'cuda' requested, but no CUDA GPU is visible on this machine");
+    }
+    return Device::cuda;
+  }
+  throw_input("unknown device '{}': expected cpu, cuda or auto", requested);
+}
+
+Context::Context(Device device, int threads) : device_(device), threads_(threads) {
+  if (threads_ <= 0) threads_ = omp_get_max_threads();
+  omp_set_num_threads(threads_);
+}
+
+}  // namespace xmc

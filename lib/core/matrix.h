@@ -1,0 +1,71 @@
+#pragma once
+// Non-owning row-major matrix views and the owning containers of the data layer.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace xmc {
+
+// Row-major view: element (r, c) at data[r * ld + c]; ld >= cols.
+template <class T>
+struct MatrixView {
+  T* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+
+  MatrixView() = default;
+  MatrixView(T* d, int64_t r, int64_t c) : data(d), rows(r), cols(c), ld(c) {}
+  MatrixView(T* d, int64_t r, int64_t c, int64_t l) : data(d), rows(r), cols(c), ld(l) {}
+  // A mutable view converts to a const view.
+  template <class U>
+    requires std::is_same_v<T, const U>
+  MatrixView(const MatrixView<U>& o) : data(o.data), rows(o.rows), cols(o.cols), ld(o.ld) {}
+
+  T& operator()(int64_t r, int64_t c) const { return data[r * ld + c]; }
+  T* row(int64_t r) const { return data + r * ld; }
+  // Rows [r0, r0 + n).
+  MatrixView rows_range(int64_t r0, int64_t n) const { return {data + r0 * ld, n, cols, ld}; }
+  bool empty() const { return rows == 0 || cols == 0; }
+};
+
+using Matrix = MatrixView<float>;
+using ConstMatrix = MatrixView<const float>;
+
+// Owning dense row-major matrix [rows×cols], float32.
+struct DenseMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;  // rows*cols
+
+  DenseMatrix() = default;
+  DenseMatrix(int64_t r, int64_t c) : rows(r), cols(c), values(static_cast<size_t>(r * c)) {}
+  Matrix view() { return {values.data(), rows, cols}; }
+  ConstMatrix view() const { return {values.data(), rows, cols}; }
+  size_t bytes() const { return values.size() * sizeof(float); }
+};
+
+// Compressed sparse rows. indices uint32 (column ids < cols), sorted within a row is not
+// required by the format but readers produce sorted, duplicate-free rows.
+// values may be empty for a pattern-only matrix (labels): every stored entry is 1.
+struct CsrMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<int64_t> indptr{0};  // rows + 1
+  std::vector<uint32_t> indices;   // nnz
+  std::vector<float> values;       // nnz, or empty (all ones)
+
+  int64_t nnz() const { return static_cast<int64_t>(indices.size()); }
+  bool has_values() const { return !values.empty(); }
+  int64_t row_nnz(int64_t r) const { return indptr[r + 1] - indptr[r]; }
+  const uint32_t* row_indices(int64_t r) const { return indices.data() + indptr[r]; }
+  const float* row_values(int64_t r) const {
+    return values.empty() ? nullptr : values.data() + indptr[r];
+  }
+  size_t bytes() const {
+    return indptr.size() * sizeof(int64_t) + indices.size() * sizeof(uint32_t) +
+           values.size() * sizeof(float);
+  }
+};
+
+}  // namespace xmc

@@ -1,0 +1,63 @@
+#pragma once
+// Deterministic RNG (xoshiro256**, seeded through splitmix64) with our own
+// distributions, so results do not depend on the standard library's implementation.
+// The state is four words: checkpoints save and restore it.
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace xmc {
+
+__extension__ using uint128_t = unsigned __int128;
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { seed_with(seed); }
+
+  void seed_with(uint64_t seed) {
+    for (auto& s : s_) {
+      seed += 0x9e3779b97f4a7c15ULL;
+      uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      s = z ^ (z >> 31);
+    }
+  }
+  // An independent stream derived from this seed and a stream id (e.g. a thread or epoch).
+  static Rng stream(uint64_t seed, uint64_t id) { return Rng(seed * 0x2545F4914F6CDD1DULL + id * 0x9E3779B97F4A7C15ULL + 1); }
+
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  float uniformf() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
+  // Uniform integer in [0, n), n > 0 (Lemire's multiply-shift, negligible bias for n << 2^64).
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<uint128_t>(next()) * n) >> 64);
+  }
+  // Standard normal (Box-Muller, no caching so the state stays four words).
+  double normal() {
+    double u1 = uniform();
+    double u2 = uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  std::array<uint64_t, 4> state() const { return s_; }
+  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::array<uint64_t, 4> s_{};
+};
+
+}  // namespace xmc

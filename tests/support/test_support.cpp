@@ -1,0 +1,80 @@
+#include "support/test_support.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+namespace xmc::test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = fs::temp_directory_path() /
+          ("xmctest-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::vector<std::string> TempDir::list() const {
+  std::vector<std::string> out;
+  for (auto& e : fs::recursive_directory_iterator(path_))
+    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), path_).string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write_file(const fs::path& p, const std::string& content) {
+  std::ofstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+  f << content;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string q;
+  q.reserve(s.size() + 2);
+  q.push_back('\'');
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+}  // namespace
+
+CliResult run_cli(const std::vector<std::string>& args) {
+  TempDir tmp;
+  std::string cmd = shell_quote(XMC_BINARY);
+  for (auto& a : args) cmd.append(" ").append(shell_quote(a));
+  cmd.append(" >").append(shell_quote((tmp / "out").string()));
+  cmd.append(" 2>").append(shell_quote((tmp / "err").string()));
+  int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(tmp / "out");
+  r.err = read_file(tmp / "err");
+  return r;
+}
+
+}  // namespace xmc::test
