@@ -1,0 +1,23 @@
+#pragma once
+// A named, shaped, non-owning reference to a parameter or state array. Components list
+// their state as TensorRefs; checkpoints write and read them by name (HDF5 datasets).
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace xmc {
+
+struct TensorRef {
+  std::string name;            // e.g. "encoder/0/weight", "output/dense/adam_m"
+  std::vector<int64_t> shape;  // row-major
+  std::variant<float*, uint32_t*, int64_t*> data;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    return n;
+  }
+};
+
+}  // namespace xmc

@@ -1,0 +1,43 @@
+#pragma once
+// Readers and writers of the extreme-classification data formats. Every reader throws
+// xmc::InputError naming the file, the line (and column or token) and what was expected.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/matrix.h"
+#include "data/dataset.h"
+
+namespace xmc::io {
+
+struct ReadOptions {
+  int index_base = 0;     // 0 or 1: indices in the text files start at this value
+  int threads = 0;        // parsing threads, 0 = all
+  bool use_cache = true;  // binary cache "<file>.xmccache" beside the source
+};
+
+// XC combined format: header "N D L", then N lines "l1,l2,... f:v f:v ..."; a row with
+// no labels starts with a space.
+Dataset read_xc_combined(const std::string& path, const ReadOptions& opt = {});
+// Same, parsing text already in memory; `name` is used in messages.
+Dataset parse_xc_combined(std::string_view text, const std::string& name,
+                          const ReadOptions& opt = {});
+
+// XC split/sparse format: header "N C", then N lines of "i:v" pairs (features, or
+// labels "l:1", or predictions "l:score"). values are kept.
+CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt = {});
+CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name,
+                          const ReadOptions& opt = {});
+
+// Dense features: .npy (float32 or float16, C order, 2-D) and HDF5 (named 2-D dataset).
+DenseMatrix read_npy(const std::string& path);
+DenseMatrix read_hdf5(const std::string& path, const std::string& dataset);
+
+// Writers (atomic: temporary name, then rename). index_base as in ReadOptions.
+void write_xc_combined(const std::string& path, const CsrMatrix& features,
+                       const CsrMatrix& labels, int index_base = 0);
+// Rows of "i:v" pairs in the stored order; pattern-only matrices write ":1".
+void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base = 0);
+void write_npy(const std::string& path, const DenseMatrix& m);
+
+}  // namespace xmc::io

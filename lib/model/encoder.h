@@ -1,0 +1,58 @@
+#pragma once
+// Encoder: an optional small MLP between the input features and the output layer.
+// Layers: sparse_linear (CSR input; only the touched weight rows are updated), linear,
+// each with activation none|relu and input dropout. An empty encoder on dense input is the
+// identity (h = x). Sparse input needs a sparse_linear first layer.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/matrix.h"
+#include "core/rng.h"
+#include "core/tensor_ref.h"
+#include "data/batch.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+struct EncoderLayerConfig {
+  std::string type = "linear";      // sparse_linear | linear
+  int64_t out = 0;                  // output width
+  std::string activation = "relu";  // none | relu
+  double dropout = 0.0;             // input dropout probability in [0, 1)
+};
+
+class Encoder {
+ public:
+  // input_dim = D; sparse_input: the batches carry sparse_x. Weights initialised with
+  // uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) from the seed; buffers go through the ledger
+  // (weights, optimizer, activations).
+  Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
+          bool sparse_input, const OptimizerConfig& optim, uint64_t seed);
+  ~Encoder();
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
+
+  int64_t input_dim() const;
+  int64_t output_dim() const;
+  bool empty() const;
+
+  // h [B×output_dim]. training: applies dropout (from rng) and keeps what backward needs.
+  // The returned view stays valid until the next forward.
+  ConstMatrix forward(const Batch& batch, bool training, Rng& rng);
+  // Given dL/dh [B×output_dim] for the last training forward: computes the parameter
+  // gradients and applies one optimizer step with learning rate lr (step is 1-based).
+  void backward_update(ConstMatrix dh, double lr, int64_t step);
+
+  // Parameters and optimizer state, for checkpoints ("encoder/<i>/weight", ".../bias",
+  // ".../opt1", ".../opt2").
+  std::vector<TensorRef> state();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xmc

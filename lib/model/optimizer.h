@@ -1,0 +1,38 @@
+#pragma once
+// Optimizers over flat parameter arrays. The state layout follows the parameters (one or
+// two float arrays of the same length), so a backend owns it and can update any subset:
+// a label chunk, the touched rows of a sparse layer, the structural non-zeros.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace xmc {
+
+enum class OptimizerType { sgd, adam, adamw };
+OptimizerType parse_optimizer(std::string_view name);
+std::string_view to_string(OptimizerType t);
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adam;
+  double lr = 1e-3;
+  double momentum = 0.0;       // sgd
+  double weight_decay = 0.0;   // sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;          // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// How many state arrays (each as long as the parameters) the optimizer needs:
+// sgd 0 (momentum 0) or 1; adam/adamw 2.
+int optimizer_state_arrays(const OptimizerConfig& cfg);
+
+// One update of params[i] -= ... for i in [0, n), with gradient grad[i].
+// state1/state2: the state arrays for the same slots (nullptr when not needed).
+// step: 1-based count of updates of these parameters (Adam's bias correction).
+// lr: the learning rate at this step (schedule applied by the caller).
+// Parallelises over i with OpenMP when n is large.
+void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
+                      const float* grad, float* state1, float* state2, int64_t n);
+
+}  // namespace xmc
