@@ -1,0 +1,134 @@
+#include "layers/dense_block.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/dense_ops.h"
+
+namespace xmc {
+
+DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t max_batch,
+                       int64_t chunk, LossType loss, const OptimizerConfig& optim, uint64_t seed)
+    : d_(d),
+      lo_(lo),
+      n_(n),
+      max_batch_(max_batch),
+      chunk_(std::min(chunk, n)),
+      loss_(loss),
+      optim_(optim) {
+  XMC_CHECK(d > 0 && n > 0 && max_batch > 0 && chunk > 0, "dense block d={} n={} B={} chunk={}",
+            d, n, max_batch, chunk);
+  auto& ledger = ctx.ledger();
+  const auto wn = static_cast<size_t>(n * d);
+  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
+  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
+  const int states = optimizer_state_arrays(optim);
+  if (states >= 1) {
+    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
+  }
+  if (states >= 2) {
+    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
+  }
+  z_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch * chunk_));
+  dw_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_ * d));
+  db_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_));
+
+  // Each row drawn from its own stream: the values do not depend on the thread count.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    Rng rng = Rng::stream(seed, static_cast<uint64_t>(lo + r));
+    float* row = w_.data() + r * d;
+    for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
+  }
+}
+
+StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh,
+                                 const LrState& lr) {
+  const int64_t batch = h.rows;
+  XMC_CHECK(batch <= max_batch_, "batch of {} rows exceeds the workspace for {}", batch,
+            max_batch_);
+  StepStats stats;
+  SoftmaxStats smax(loss_ == LossType::softmax ? batch : 0);
+  if (loss_ == LossType::softmax) {
+    // Pass 1: logsumexp over all labels of the block.
+    for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
+      const int64_t c = std::min(chunk_, n_ - c0);
+      Matrix z(z_.data(), batch, c);
+      kernels::gemm_nt(h, weights(c0, c), z);
+      kernels::add_row_vector(z, b_.data() + c0);
+      softmax_accumulate(z, smax);
+    }
+  }
+  for (int64_t i = 0; i < dh.rows; ++i) std::fill(dh.row(i), dh.row(i) + dh.cols, 0.0f);
+
+  for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
+    const int64_t c = std::min(chunk_, n_ - c0);
+    Matrix z(z_.data(), batch, c);
+    kernels::gemm_nt(h, weights(c0, c), z);
+    kernels::add_row_vector(z, b_.data() + c0);
+    // z becomes G = dL/dZ (already divided by the batch size).
+    if (loss_ == LossType::softmax) {
+      stats.loss += softmax_loss_grad(z, smax, targets, lo_ + c0, batch);
+    } else {
+      stats.loss += elementwise_loss_grad(loss_, z, targets, lo_ + c0, batch, &stats.zero_grads);
+    }
+    stats.grads += batch * c;
+    // dh += G·W_c with the weights before this step's update.
+    kernels::gemm_nn(z, weights(c0, c), dh, 1.0f, 1.0f);
+    // dW_c = Gᵀ·h, db_c = column sums of G; then update the chunk.
+    Matrix dw(dw_.data(), c, d_);
+    kernels::gemm_tn(z, h, dw);
+    kernels::column_sums(z, db_.data());
+    update_chunk(c0, c, lr);
+  }
+  stats.loss /= static_cast<double>(batch);
+  return stats;
+}
+
+void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
+  const int64_t off = row0 * d_;
+  auto state = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
+  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), state(w_s1_, off),
+                   state(w_s2_, off), rows * d_);
+  // No weight decay on the bias.
+  OptimizerConfig bias_cfg = optim_;
+  bias_cfg.weight_decay = 0.0;
+  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(), state(b_s1_, row0),
+                   state(b_s2_, row0), rows);
+}
+
+void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
+  const int64_t r0 = lo - lo_;
+  XMC_CHECK(r0 >= 0 && r0 + out.cols <= n_, "scores of labels [{}, {}) outside [{}, {})", lo,
+            lo + out.cols, lo_, lo_ + n_);
+  kernels::gemm_nt(h, weights(r0, out.cols), out);
+  kernels::add_row_vector(out, b_.data() + r0);
+}
+
+std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
+  std::vector<TensorRef> out = {{prefix + "weight", {n_, d_}, w_.data()},
+                                {prefix + "bias", {n_}, b_.data()}};
+  if (w_s1_.size()) {
+    out.push_back({prefix + "weight_opt1", {n_, d_}, w_s1_.data()});
+    out.push_back({prefix + "bias_opt1", {n_}, b_s1_.data()});
+  }
+  if (w_s2_.size()) {
+    out.push_back({prefix + "weight_opt2", {n_, d_}, w_s2_.data()});
+    out.push_back({prefix + "bias_opt2", {n_}, b_s2_.data()});
+  }
+  return out;
+}
+
+int64_t DenseBlock::analytic_bytes() const {
+  const int64_t params = n_ * d_ + n_;
+  const int64_t states = optimizer_state_arrays(optim_);
+  const int64_t workspace = max_batch_ * chunk_ + chunk_ * d_ + chunk_;
+  return 4 * (params * (1 + states) + workspace);
+}
+
+}  // namespace xmc

@@ -1,0 +1,22 @@
+#pragma once
+// What every backend's factory receives besides its own config.
+#include <cstdint>
+#include <vector>
+
+#include "core/context.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+struct LayerInit {
+  Context* ctx = nullptr;
+  int64_t input_dim = 0;            // d
+  int64_t num_labels = 0;           // L
+  int64_t batch_size = 0;           // largest batch train_step will see (workspace size)
+  OptimizerConfig optim;            // the output layer's optimizer
+  uint64_t seed = 0;
+  std::vector<int64_t> label_freq;  // training count per label [L]
+  int64_t total_steps = 0;          // planned steps of the run (rewiring schedules)
+};
+
+}  // namespace xmc

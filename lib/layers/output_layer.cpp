@@ -1,0 +1,66 @@
+#include "layers/output_layer.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/resources.h"
+
+namespace xmc {
+
+OutputLayer::OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi)
+    : input_dim_(input_dim), num_labels_(num_labels), lo_(lo), hi_(hi) {
+  XMC_CHECK(input_dim > 0 && num_labels > 0 && 0 <= lo && lo < hi && hi <= num_labels,
+            "output layer d={} L={} range [{}, {})", input_dim, num_labels, lo, hi);
+}
+
+StepStats OutputLayer::train_step(const Batch& batch, ConstMatrix h, Matrix dh,
+                                  const LrState& lr) {
+  XMC_CHECK(h.rows == batch.size() && h.cols == input_dim_,
+            "train_step: h is [{}×{}], expected [{}×{}]", h.rows, h.cols, batch.size(),
+            input_dim_);
+  XMC_CHECK(dh.rows == h.rows && dh.cols == h.cols, "train_step: dh is [{}×{}], expected [{}×{}]",
+            dh.rows, dh.cols, h.rows, h.cols);
+  XMC_CHECK(batch.labels.rows == h.rows && batch.labels.cols == num_labels_,
+            "train_step: labels are [{}×{}], expected [{}×{}]", batch.labels.rows,
+            batch.labels.cols, h.rows, num_labels_);
+  XMC_CHECK(lr.step >= 1, "train_step: step {} must be >= 1", lr.step);
+  Stopwatch sw;
+  StepStats s = train_step_impl(batch, h, dh, lr);
+  s.seconds = sw.seconds();
+  return s;
+}
+
+TopK OutputLayer::topk(ConstMatrix h, int k) const {
+  XMC_CHECK(h.cols == input_dim_, "topk: h has {} columns, expected {}", h.cols, input_dim_);
+  XMC_CHECK(k >= 1, "topk: k={} must be >= 1", k);
+  return topk_impl(h, k);
+}
+
+void OutputLayer::scores(ConstMatrix h, Matrix out) const {
+  XMC_CHECK(h.cols == input_dim_ && out.rows == h.rows && out.cols == hi_ - lo_,
+            "scores: h [{}×{}], out [{}×{}], expected out [{}×{}]", h.rows, h.cols, out.rows,
+            out.cols, h.rows, hi_ - lo_);
+  scores_impl(h, lo_, out);
+}
+
+TopK OutputLayer::stream_topk(int64_t rows, int k, int64_t chunk,
+                              const std::function<void(int64_t, Matrix)>& score_chunk) const {
+  TopKAccumulator acc(rows, k);
+  chunk = std::max<int64_t>(1, std::min(chunk, hi_ - lo_));
+  std::vector<float> buf(static_cast<size_t>(rows * chunk));
+  for (int64_t c0 = lo_; c0 < hi_; c0 += chunk) {
+    const int64_t c = std::min(chunk, hi_ - c0);
+    Matrix out(buf.data(), rows, c);
+    score_chunk(c0, out);
+    acc.add_chunk(out, c0);
+  }
+  return acc.result();
+}
+
+TopK OutputLayer::topk_impl(ConstMatrix h, int k) const {
+  return stream_topk(h.rows, k, chunk_labels(),
+                     [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+}
+
+}  // namespace xmc

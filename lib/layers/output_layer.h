@@ -1,0 +1,93 @@
+#pragma once
+// OutputLayer: one class per backend. Public non-virtual methods check shapes (throwing
+// with the actual values) and time; the backends implement the private virtual *_impl.
+// A layer works on the label range [lo, hi) of a model with L labels in total (one range
+// per process when sharded); labels are global ids.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/matrix.h"
+#include "core/tensor_ref.h"
+#include "data/batch.h"
+#include "eval/topk.h"
+
+namespace xmc {
+
+struct StepStats {
+  double loss = 0.0;        // summed over labels, averaged over the batch
+  int64_t zero_grads = 0;   // output-gradient entries that were exactly zero
+  int64_t grads = 0;        // output-gradient entries computed
+  double seconds = 0.0;     // wall time of train_step
+};
+
+// Learning rate for this step (schedule applied) and the 1-based count of updates.
+struct LrState {
+  double lr = 0.0;
+  int64_t step = 1;
+};
+
+// What a hook may look at: the trainer's progress.
+struct TrainerView {
+  int64_t step = 0;         // completed steps
+  int64_t total_steps = 0;  // planned steps of the whole run
+  int epoch = 0;            // 0-based current epoch
+  int epochs = 0;
+};
+
+class OutputLayer {
+ public:
+  virtual ~OutputLayer() = default;
+  OutputLayer(const OutputLayer&) = delete;
+  OutputLayer& operator=(const OutputLayer&) = delete;
+
+  // h [B×d] batch input; batch.labels are the positives (global ids).
+  // Computes the loss, updates own parameters, writes dL/dh [B×d] into dh (overwrites).
+  StepStats train_step(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
+  // Top-k labels (global ids) of each row of h [B×d], exact, streamed over label chunks.
+  TopK topk(ConstMatrix h, int k) const;
+  // Scores of every label in [lo, hi) for h [B×d] into out [B×(hi-lo)] (tests, small L).
+  void scores(ConstMatrix h, Matrix out) const;
+
+  void on_step(const TrainerView& t) { on_step_impl(t); }
+  void on_epoch(const TrainerView& t) { on_epoch_impl(t); }
+
+  // Parameters and optimizer state, for checkpoints (names begin with "output/").
+  std::vector<TensorRef> state() { return state_impl(); }
+  // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
+  // workspace (for the ledger cross-check).
+  int64_t analytic_bytes() const { return analytic_bytes_impl(); }
+
+  int64_t input_dim() const { return input_dim_; }
+  int64_t num_labels() const { return num_labels_; }
+  int64_t label_lo() const { return lo_; }
+  int64_t label_hi() const { return hi_; }
+
+ protected:
+  OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);
+  // Exact top-k of `rows` rows over labels [label_lo, label_hi) in chunks of `chunk`:
+  // score_chunk(lo, out [rows×c]) fills the scores of labels [lo, lo+c).
+  TopK stream_topk(int64_t rows, int k, int64_t chunk,
+                   const std::function<void(int64_t, Matrix)>& score_chunk) const;
+
+ private:
+  virtual StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                    const LrState& lr) = 0;
+  virtual void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const = 0;
+  // Default: streams scores_impl over chunks of chunk_labels() labels.
+  virtual TopK topk_impl(ConstMatrix h, int k) const;
+  virtual int64_t chunk_labels() const { return 8192; }
+  virtual void on_step_impl(const TrainerView&) {}
+  virtual void on_epoch_impl(const TrainerView&) {}
+  virtual std::vector<TensorRef> state_impl() = 0;
+  virtual int64_t analytic_bytes_impl() const = 0;
+
+  int64_t input_dim_;
+  int64_t num_labels_;
+  int64_t lo_;
+  int64_t hi_;
+};
+
+}  // namespace xmc

@@ -1,0 +1,34 @@
+#include "layers/registry.h"
+
+#include "layers/bottleneck.h"
+#include "layers/dense.h"
+
+namespace xmc {
+
+const std::vector<OutputBackend>& output_backends() {
+  static const std::vector<OutputBackend> table = {
+      make_backend<DenseLayer, DenseConfig>("dense", "Full one-vs-all layer W[L×d] + bias"),
+      make_backend<BottleneckLayer, BottleneckConfig>(
+          "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)"),
+  };
+  return table;
+}
+
+const std::vector<OutputTypeInfo>& output_types() {
+  static const std::vector<OutputTypeInfo> types = [] {
+    std::vector<OutputTypeInfo> out;
+    for (const auto& b : output_backends()) out.push_back(b.config);
+    return out;
+  }();
+  return types;
+}
+
+std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const OutputSpec& spec) {
+  for (const auto& b : output_backends())
+    if (b.config.name == spec.type) return b.create(init, spec);
+  // Same message as the config loader gives for an unknown type.
+  (void)find_output_type(output_types(), spec.type);
+  throw_error("output type '{}' is registered without a factory", spec.type);
+}
+
+}  // namespace xmc

@@ -1,0 +1,56 @@
+#pragma once
+// Checkpoints in HDF5. Every array is a dataset named by its path ("encoder/0/weight",
+// "output/weight", ...), readable with h5py; scalars and strings are datasets too
+// ("meta/epoch", "meta/config_yaml"). Written atomically: the writer works on
+// "<path>.tmp.<pid>" and renames on commit(); a writer destroyed without commit() removes
+// its temporary file, so a failed run leaves no half-written checkpoint.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor_ref.h"
+
+namespace xmc {
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string path);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void write(const TensorRef& t);
+  void write_string(const std::string& name, const std::string& value);
+  void write_i64(const std::string& name, const std::vector<int64_t>& values);
+  void write_u64(const std::string& name, const std::vector<uint64_t>& values);
+  void write_f64(const std::string& name, const std::vector<double>& values);
+  // Closes the file and renames it to the final path.
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int64_t file_ = -1;  // hid_t
+};
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(std::string path);  // InputError if missing or not a checkpoint
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  bool has(const std::string& name) const;
+  // Reads into t's memory; the stored shape and type must match (InputError otherwise).
+  void read(const TensorRef& t) const;
+  std::string read_string(const std::string& name) const;
+  std::vector<int64_t> read_i64(const std::string& name) const;
+  std::vector<uint64_t> read_u64(const std::string& name) const;
+  std::vector<double> read_f64(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int64_t file_ = -1;
+};
+
+}  // namespace xmc

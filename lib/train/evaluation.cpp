@@ -1,0 +1,41 @@
+#include "train/evaluation.h"
+
+#include <algorithm>
+
+#include "core/resources.h"
+#include "data/batcher.h"
+
+namespace xmc {
+
+TopK predict_dataset(Model& model, const Dataset& data, const EvalSettings& s) {
+  const int extra = s.filter ? s.filter->max_per_point() : 0;
+  const int kk = s.k + extra;
+  TopK all;
+  all.rows = data.num_points();
+  all.k = kk;
+  all.labels.resize(static_cast<size_t>(all.rows * kk));
+  all.scores.resize(static_cast<size_t>(all.rows * kk));
+  std::vector<int64_t> ids;
+  for (int64_t r0 = 0; r0 < data.num_points(); r0 += s.batch_size) {
+    const int64_t n = std::min(s.batch_size, data.num_points() - r0);
+    ids.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
+    Batch batch = gather_batch(data, ids);
+    TopK part = model.predict(batch, kk);
+    std::copy(part.labels.begin(), part.labels.end(), all.labels.begin() + r0 * kk);
+    std::copy(part.scores.begin(), part.scores.end(), all.scores.begin() + r0 * kk);
+  }
+  if (s.filter) apply_filter(all, *s.filter);
+  return all;
+}
+
+EvalResult evaluate_dataset(Model& model, const Dataset& data, const EvalSettings& s) {
+  Stopwatch sw;
+  TopK pred = predict_dataset(model, data, s);
+  EvalResult r;
+  r.metrics = compute_metrics(pred, data.labels, s.inv_prop, s.k);
+  r.seconds = sw.seconds();
+  return r;
+}
+
+}  // namespace xmc

@@ -1,0 +1,41 @@
+#include "train/inference.h"
+
+#include "config/config_loader.h"
+#include "core/error.h"
+#include "layers/registry.h"
+#include "train/checkpoint.h"
+
+namespace xmc {
+
+LoadedModel load_model(const std::string& checkpoint, const std::string& device, int threads) {
+  CheckpointReader r(checkpoint);
+  LoadedModel m;
+  m.config = parse_config(r.read_string("meta/config_yaml"), checkpoint + ":meta/config_yaml", {},
+                          output_types());
+  const Device dev = resolve_device(device.empty() ? m.config.device : device);
+  if (dev == Device::cuda)
+    throw_input("inference on CUDA is not implemented yet in this build; use --device cpu");
+  m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
+  m.model = std::make_unique<Model>(*m.ctx, m.config, ModelMeta::load(r), 0);
+  m.model->load_state(r);
+  return m;
+}
+
+CsrMatrix topk_to_csr(const TopK& topk, int64_t num_labels) {
+  CsrMatrix m;
+  m.rows = topk.rows;
+  m.cols = num_labels;
+  m.indptr.assign(1, 0);
+  for (int64_t r = 0; r < topk.rows; ++r) {
+    for (int j = 0; j < topk.k; ++j) {
+      const uint32_t l = topk.row_labels(r)[j];
+      if (l == TopK::kNoLabel) continue;
+      m.indices.push_back(l);
+      m.values.push_back(topk.row_scores(r)[j]);
+    }
+    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
+  }
+  return m;
+}
+
+}  // namespace xmc

@@ -1,0 +1,25 @@
+#pragma once
+// Inference from a checkpoint: rebuild the model from the stored config and state, then
+// evaluate or predict.
+#include <memory>
+#include <string>
+
+#include "config/experiment_config.h"
+#include "core/context.h"
+#include "train/model.h"
+
+namespace xmc {
+
+struct LoadedModel {
+  ExperimentConfig config;
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Model> model;
+};
+
+// device: cpu | cuda | auto ("" = the checkpoint config's device).
+LoadedModel load_model(const std::string& checkpoint, const std::string& device, int threads);
+
+// Top-k predictions as a CSR [N×L] of label:score pairs in descending score order.
+CsrMatrix topk_to_csr(const TopK& topk, int64_t num_labels);
+
+}  // namespace xmc

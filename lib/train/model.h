@@ -1,0 +1,62 @@
+#pragma once
+// Model: the encoder and the output layer built from an experiment config and the data's
+// shape, with checkpoint save/load of their state and of the metadata that eval and
+// predict need without the training data (input dim, labels, label frequencies).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/experiment_config.h"
+#include "core/context.h"
+#include "eval/topk.h"
+#include "layers/output_layer.h"
+#include "model/encoder.h"
+#include "model/optimizer.h"
+#include "train/checkpoint.h"
+
+namespace xmc {
+
+struct ModelMeta {
+  int64_t input_dim = 0;            // D
+  int64_t num_labels = 0;           // L
+  int64_t n_train = 0;              // training points (propensities)
+  bool sparse_input = false;
+  std::vector<int64_t> label_freq;  // [L] training counts
+
+  void save(CheckpointWriter& w) const;
+  static ModelMeta load(const CheckpointReader& r);
+};
+
+OptimizerConfig to_optimizer_config(const OptimSpec& spec);
+
+// Inverse propensities of the model's labels: A/B from `prop` (a = b = 0: the family's
+// defaults; family auto: guessed from the training data's path).
+std::vector<double> model_propensities(const DataConfig& data, const PropensityConfig& prop,
+                                       const ModelMeta& meta);
+
+class Model {
+ public:
+  // total_steps: planned optimizer steps (schedules, rewiring); 0 for inference only.
+  Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps);
+
+  Encoder& encoder() { return *encoder_; }
+  OutputLayer& output() { return *output_; }
+  const ModelMeta& meta() const { return meta_; }
+  // Bytes the output layer put into the ledger when it was built (weights, optimizer
+  // state, workspace), to compare with output().analytic_bytes().
+  int64_t output_ledger_bytes() const { return output_ledger_bytes_; }
+
+  // Top-k (global label ids) of a batch, without dropout.
+  TopK predict(const Batch& batch, int k);
+
+  void save_state(CheckpointWriter& w);
+  void load_state(const CheckpointReader& r);
+
+ private:
+  ModelMeta meta_;
+  std::unique_ptr<Encoder> encoder_;
+  std::unique_ptr<OutputLayer> output_;
+  int64_t output_ledger_bytes_ = 0;
+};
+
+}  // namespace xmc

@@ -1,0 +1,19 @@
+#pragma once
+// Files of the run directory: creation with an early writability check, atomic text
+// writes, metrics.jsonl maintenance.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace xmc {
+
+// Creates the directory if needed and checks it is writable (InputError otherwise).
+void prepare_run_directory(const std::filesystem::path& dir);
+// Writes to "<path>.tmp.<pid>", then renames (InputError when the path is unwritable).
+void write_text_atomic(const std::filesystem::path& path, const std::string& text);
+// Appends one line and flushes.
+void append_line(const std::filesystem::path& path, const std::string& line);
+// Keeps only the metrics lines of epochs <= last_epoch (resume after an interruption).
+void keep_metrics_lines(const std::filesystem::path& path, int64_t last_epoch);
+
+}  // namespace xmc

@@ -1,0 +1,274 @@
+// Gradient checks of the dense and bottleneck backends against finite differences of a
+// double-precision reference (forward + loss written out here), and chunking invariance.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "layers/bottleneck.h"
+#include "layers/dense.h"
+#include "layers/registry.h"
+
+using namespace xmc;
+
+namespace {
+
+// Batch of B points with given positives per row (sorted), L labels.
+Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
+  Batch b;
+  b.sparse = false;
+  b.labels.rows = static_cast<int64_t>(pos.size());
+  b.labels.cols = num_labels;
+  b.labels.indptr = {0};
+  for (size_t i = 0; i < pos.size(); ++i) {
+    b.ids.push_back(static_cast<int64_t>(i));
+    for (auto l : pos[i]) b.labels.indices.push_back(l);
+    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
+  }
+  return b;
+}
+
+bool is_pos(const Batch& b, int64_t i, int64_t l) {
+  for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p)
+    if (b.labels.indices[p] == l) return true;
+  return false;
+}
+
+// Loss in double of logits z [B×L]: sum over labels, mean over the batch.
+double ref_loss(const std::string& loss, const std::vector<double>& z, const Batch& b,
+                int64_t num_labels) {
+  const int64_t batch = b.size();
+  double total = 0.0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const double* zi = z.data() + i * num_labels;
+    if (loss == "softmax") {
+      const int64_t npos = b.labels.row_nnz(i);
+      if (npos == 0) continue;
+      double mx = -1e300;
+      for (int64_t l = 0; l < num_labels; ++l) mx = std::max(mx, zi[l]);
+      double s = 0.0;
+      for (int64_t l = 0; l < num_labels; ++l) s += std::exp(zi[l] - mx);
+      const double lse = mx + std::log(s);
+      for (int64_t l = 0; l < num_labels; ++l)
+        if (is_pos(b, i, l)) total += -(1.0 / static_cast<double>(npos)) * (zi[l] - lse);
+      continue;
+    }
+    for (int64_t l = 0; l < num_labels; ++l) {
+      const double y = is_pos(b, i, l) ? 1.0 : -1.0;
+      if (loss == "bce") {
+        total += std::log1p(std::exp(-y * zi[l]));
+      } else {
+        const double m = std::max(0.0, 1.0 - y * zi[l]);
+        total += m * m;
+      }
+    }
+  }
+  return total / static_cast<double>(batch);
+}
+
+struct Params {
+  std::vector<double> w, bias, p;  // p: bottleneck projection (empty for dense)
+};
+
+// Reference forward: z = (p ? h·Pᵀ : h)·Wᵀ + bias.
+std::vector<double> ref_logits(const Params& prm, const std::vector<double>& h, int64_t batch,
+                               int64_t d, int64_t dim, int64_t num_labels) {
+  std::vector<double> u = h;
+  int64_t width = d;
+  if (!prm.p.empty()) {
+    u.assign(static_cast<size_t>(batch * dim), 0.0);
+    for (int64_t i = 0; i < batch; ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        for (int64_t t = 0; t < d; ++t) u[i * dim + j] += h[i * d + t] * prm.p[j * d + t];
+    width = dim;
+  }
+  std::vector<double> z(static_cast<size_t>(batch * num_labels), 0.0);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t l = 0; l < num_labels; ++l) {
+      double s = prm.bias[l];
+      for (int64_t t = 0; t < width; ++t) s += u[i * width + t] * prm.w[l * width + t];
+      z[i * num_labels + l] = s;
+    }
+  return z;
+}
+
+std::vector<double> to_double(const TensorRef& t) {
+  const float* p = std::get<float*>(t.data);
+  return {p, p + t.numel()};
+}
+
+const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return t;
+  FAIL("no tensor " << name);
+  return ts.front();
+}
+
+// Central finite difference of f with respect to x[i].
+double fd(std::vector<double>& x, size_t i, const std::function<double()>& f) {
+  const double eps = 1e-6;
+  const double x0 = x[i];
+  x[i] = x0 + eps;
+  const double fp = f();
+  x[i] = x0 - eps;
+  const double fm = f();
+  x[i] = x0;
+  return (fp - fm) / (2 * eps);
+}
+
+void check_close(double analytic, double numeric, const std::string& what) {
+  INFO(what << ": analytic " << analytic << " numeric " << numeric);
+  CHECK(std::abs(analytic - numeric) <= 2e-4 + 2e-3 * std::abs(numeric));
+}
+
+// One SGD step with lr = 1 exposes the gradient as (old - new); dh comes back directly.
+void gradient_check(const std::string& backend, const std::string& loss, int64_t chunk) {
+  const int64_t batch = 4, d = 5, num_labels = 7, dim = 3;
+  Context ctx(Device::cpu, 2);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = d;
+  init.num_labels = num_labels;
+  init.batch_size = batch;
+  init.optim.type = OptimizerType::sgd;
+  init.optim.lr = 1.0;
+  init.seed = 3;
+  std::unique_ptr<OutputLayer> layer;
+  if (backend == "dense") {
+    DenseConfig c;
+    c.loss = loss;
+    c.chunk_size = chunk;
+    layer = std::make_unique<DenseLayer>(init, c);
+  } else {
+    BottleneckConfig c;
+    c.loss = loss;
+    c.chunk_size = chunk;
+    c.dim = dim;
+    layer = std::make_unique<BottleneckLayer>(init, c);
+  }
+  // Row 2 has no positives; row 3 has several.
+  Batch b = make_batch(num_labels, {{1}, {0, 6}, {}, {2, 3, 5}});
+  Rng rng(11);
+  std::vector<float> hf(static_cast<size_t>(batch * d));
+  for (auto& x : hf) x = static_cast<float>(rng.normal());
+  std::vector<double> h(hf.begin(), hf.end());
+
+  const std::string wname = backend == "dense" ? "output/weight" : "output/dense/weight";
+  const std::string bname = backend == "dense" ? "output/bias" : "output/dense/bias";
+  auto state = layer->state();
+  Params prm{to_double(find(state, wname)), to_double(find(state, bname)), {}};
+  if (backend == "bottleneck") prm.p = to_double(find(state, "output/projection"));
+
+  auto f = [&] {
+    return ref_loss(loss, ref_logits(prm, h, batch, d, dim, num_labels), b, num_labels);
+  };
+  const double ref = f();
+
+  std::vector<float> dhf(static_cast<size_t>(batch * d));
+  StepStats s = layer->train_step(b, ConstMatrix(hf.data(), batch, d),
+                                  Matrix(dhf.data(), batch, d), {1.0, 1});
+  CHECK(s.loss == Approx(ref).epsilon(1e-4));
+
+  auto after = layer->state();
+  auto w_new = to_double(find(after, wname));
+  auto b_new = to_double(find(after, bname));
+  for (size_t i = 0; i < prm.w.size(); ++i)
+    check_close(prm.w[i] - w_new[i], fd(prm.w, i, f), "dW[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < prm.bias.size(); ++i)
+    check_close(prm.bias[i] - b_new[i], fd(prm.bias, i, f), "db[" + std::to_string(i) + "]");
+  if (backend == "bottleneck") {
+    auto p_new = to_double(find(after, "output/projection"));
+    for (size_t i = 0; i < prm.p.size(); ++i)
+      check_close(prm.p[i] - p_new[i], fd(prm.p, i, f), "dP[" + std::to_string(i) + "]");
+  }
+  for (size_t i = 0; i < h.size(); ++i)
+    check_close(dhf[i], fd(h, i, f), "dh[" + std::to_string(i) + "]");
+}
+
+}  // namespace
+
+TEST_CASE("dense layer gradients match finite differences") {
+  for (std::string loss : {"bce", "squared_hinge", "softmax"}) {
+    for (int64_t chunk : {7, 3}) {  // one chunk, and chunks of 3 + 3 + 1 labels
+      DYNAMIC_SECTION(loss << " chunk " << chunk) { gradient_check("dense", loss, chunk); }
+    }
+  }
+}
+
+TEST_CASE("bottleneck layer gradients match finite differences") {
+  for (std::string loss : {"bce", "squared_hinge", "softmax"}) {
+    for (int64_t chunk : {7, 2}) {
+      DYNAMIC_SECTION(loss << " chunk " << chunk) { gradient_check("bottleneck", loss, chunk); }
+    }
+  }
+}
+
+TEST_CASE("dense top-k equals the top-k of the full score matrix") {
+  const int64_t batch = 6, d = 8, num_labels = 50;
+  Context ctx(Device::cpu, 2);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = d;
+  init.num_labels = num_labels;
+  init.batch_size = batch;
+  init.seed = 5;
+  DenseConfig c;
+  c.chunk_size = 7;
+  DenseLayer layer(init, c);
+  Rng rng(2);
+  std::vector<float> h(static_cast<size_t>(batch * d));
+  for (auto& x : h) x = static_cast<float>(rng.normal());
+  std::vector<float> all(static_cast<size_t>(batch * num_labels));
+  layer.scores(ConstMatrix(h.data(), batch, d), Matrix(all.data(), batch, num_labels));
+  TopK top = layer.topk(ConstMatrix(h.data(), batch, d), 5);
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<int> order(static_cast<size_t>(num_labels));
+    for (int l = 0; l < num_labels; ++l) order[l] = l;
+    std::sort(order.begin(), order.end(), [&](int a, int b2) {
+      return all[i * num_labels + a] > all[i * num_labels + b2];
+    });
+    for (int j = 0; j < 5; ++j) CHECK(top.row_labels(i)[j] == static_cast<uint32_t>(order[j]));
+  }
+}
+
+TEST_CASE("dense layer memory in the ledger equals the analytic size") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 64;
+  init.num_labels = 1000;
+  init.batch_size = 32;
+  init.optim.type = OptimizerType::adam;
+  DenseConfig c;
+  c.chunk_size = 256;
+  DenseLayer layer(init, c);
+  const int64_t expected = 4 * ((1000 * 64 + 1000) * 3 + 32 * 256 + 256 * 64 + 256);
+  CHECK(layer.analytic_bytes() == expected);
+  CHECK(ctx.ledger().total_current() == expected);
+  CHECK(ctx.ledger().current(MemTag::optimizer) == 4 * 2 * (1000 * 64 + 1000));
+}
+
+TEST_CASE("registry lists the backends and rejects an unknown one") {
+  std::vector<std::string> names;
+  for (const auto& b : output_backends()) names.push_back(b.config.name);
+  CHECK(names == std::vector<std::string>{"dense", "bottleneck"});
+  Context ctx(Device::cpu, 1);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 4;
+  init.num_labels = 10;
+  init.batch_size = 2;
+  OutputSpec spec;
+  spec.type = "densee";
+  try {
+    create_output_layer(init, spec);
+    FAIL("expected an error");
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("densee") != std::string::npos);
+    CHECK(msg.find("dense") != std::string::npos);
+    CHECK(msg.find("bottleneck") != std::string::npos);
+  }
+}
