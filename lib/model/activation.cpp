@@ -25,8 +25,8 @@ void activation_forward(Activation a, Matrix h) {
 
 void activation_backward(Activation a, ConstMatrix h, ConstMatrix dh, Matrix dz) {
   XMC_CHECK(h.rows == dh.rows && h.cols == dh.cols && dz.rows == dh.rows && dz.cols == dh.cols,
-            "activation backward shapes h [{}×{}], dh [{}×{}], dz [{}×{}]", h.rows, h.cols,
-            dh.rows, dh.cols, dz.rows, dz.cols);
+            "activation backward shapes h [{}×{}], dh [{}×{}], dz [{}×{}]", h.rows, h.cols, dh.rows,
+            dh.cols, dz.rows, dz.cols);
 #pragma omp parallel for schedule(static) if (h.rows * h.cols > 65536)
   for (int64_t r = 0; r < h.rows; ++r) {
     const float* hr = h.row(r);

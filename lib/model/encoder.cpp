@@ -15,30 +15,31 @@ struct Encoder::Impl {
   int64_t input_dim;
   bool sparse_input;
   int64_t output_dim;
-  std::unique_ptr<SparseLinear> first;          // sparse input only
-  std::vector<std::unique_ptr<Linear>> dense;   // the remaining layers (all, for dense input)
+  std::unique_ptr<SparseLinear> first;         // sparse input only
+  std::vector<std::unique_ptr<Linear>> dense;  // the remaining layers (all, for dense input)
   bool have_forward = false;
 };
 
 namespace {
 
-void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
-              bool sparse_input) {
+void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, bool sparse_input) {
   if (input_dim <= 0) throw_input("encoder: input dimension {} must be > 0", input_dim);
   if (sparse_input && layers.empty())
-    throw_input("encoder: sparse input needs a first encoder layer of type sparse_linear "
-                "(the encoder is empty)");
+    throw_input(
+        "encoder: sparse input needs a first encoder layer of type sparse_linear "
+        "(the encoder is empty)");
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     if (l.type != "sparse_linear" && l.type != "linear")
-      throw_input("encoder layer {}: unknown type '{}': expected one of sparse_linear, linear",
-                  i, l.type);
+      throw_input("encoder layer {}: unknown type '{}': expected one of sparse_linear, linear", i,
+                  l.type);
     if (i == 0 && sparse_input && l.type != "sparse_linear")
       throw_input("encoder layer 0: sparse input needs type sparse_linear, got '{}'", l.type);
     if (l.type == "sparse_linear" && !(i == 0 && sparse_input))
-      throw_input("encoder layer {}: sparse_linear needs sparse input (only as the first layer "
-                  "on sparse features), but its input is dense",
-                  i);
+      throw_input(
+          "encoder layer {}: sparse_linear needs sparse input (only as the first layer "
+          "on sparse features), but its input is dense",
+          i);
     if (l.out <= 0) throw_input("encoder layer {}: out = {} must be > 0", i, l.out);
     if (!(l.dropout >= 0.0 && l.dropout < 1.0))
       throw_input("encoder layer {}: dropout = {} must be in [0, 1)", i, l.dropout);
@@ -48,9 +49,8 @@ void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
 
 }  // namespace
 
-Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers,
-                 int64_t input_dim, bool sparse_input, const OptimizerConfig& optim,
-                 uint64_t seed)
+Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
+                 bool sparse_input, const OptimizerConfig& optim, uint64_t seed)
     : impl_(std::make_unique<Impl>(Impl{ctx, input_dim, sparse_input, input_dim, {}, {}, false})) {
   validate(layers, input_dim, sparse_input);
   int64_t in = input_dim;
@@ -85,8 +85,8 @@ ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
     h = m.first->forward(batch.sparse_x, training, rng);
   } else {
     h = batch.dense_x.view();
-    XMC_CHECK(h.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]",
-              m.input_dim, h.rows, h.cols);
+    XMC_CHECK(h.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]", m.input_dim,
+              h.rows, h.cols);
   }
   for (auto& layer : m.dense) h = layer->forward(h, training, rng);
   return h;

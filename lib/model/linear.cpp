@@ -52,9 +52,8 @@ ConstMatrix Linear::forward(ConstMatrix x, bool training, Rng& rng) {
   for (int64_t r = 0; r < b; ++r) std::copy(bias_row, bias_row + out_, h.row(r));
   if (b > 0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(b),
-                static_cast<int>(out_), static_cast<int>(in_), 1.0f, xc.data,
-                static_cast<int>(in_), params_.data(), static_cast<int>(out_), 1.0f, h.data,
-                static_cast<int>(out_));
+                static_cast<int>(out_), static_cast<int>(in_), 1.0f, xc.data, static_cast<int>(in_),
+                params_.data(), static_cast<int>(out_), 1.0f, h.data, static_cast<int>(out_));
   activation_forward(act_, h);
   batch_ = b;
   have_forward_ = training;
@@ -74,9 +73,8 @@ ConstMatrix Linear::backward(ConstMatrix dh, bool need_dx) {
   float* db = grad_.data() + in_ * out_;
   if (b > 0) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(in_),
-                static_cast<int>(out_), static_cast<int>(b), 1.0f, x_.data(),
-                static_cast<int>(in_), dz.data, static_cast<int>(out_), 0.0f, dw,
-                static_cast<int>(out_));
+                static_cast<int>(out_), static_cast<int>(b), 1.0f, x_.data(), static_cast<int>(in_),
+                dz.data, static_cast<int>(out_), 0.0f, dw, static_cast<int>(out_));
   } else {
     std::fill(dw, dw + in_ * out_, 0.0f);
   }
@@ -89,10 +87,9 @@ ConstMatrix Linear::backward(ConstMatrix dh, bool need_dx) {
   // dx [B×in] = dz·Wᵀ, then through the dropout mask.
   Matrix dx{dx_.ensure(static_cast<size_t>(std::max<int64_t>(1, b * in_))), b, in_};
   if (b > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(b),
-                static_cast<int>(in_), static_cast<int>(out_), 1.0f, dz.data,
-                static_cast<int>(out_), params_.data(), static_cast<int>(out_), 0.0f, dx.data,
-                static_cast<int>(in_));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(b), static_cast<int>(in_),
+                static_cast<int>(out_), 1.0f, dz.data, static_cast<int>(out_), params_.data(),
+                static_cast<int>(out_), 0.0f, dx.data, static_cast<int>(in_));
   if (dropout_ > 0.0) {
     const float* m = mask_.data();
     for (int64_t i = 0; i < b * in_; ++i) dx.data[i] *= m[i];

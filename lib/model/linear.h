@@ -39,7 +39,7 @@ class Linear {
   // One optimizer step with the last gradients; step is 1-based.
   void apply_update(double lr, int64_t step);
 
-  Matrix weight() { return {params_.data(), in_, out_}; }          // [in×out]
+  Matrix weight() { return {params_.data(), in_, out_}; }  // [in×out]
   std::span<float> bias() { return {params_.data() + in_ * out_, static_cast<size_t>(out_)}; }
   ConstMatrix weight_grad() const { return {grad_.data(), in_, out_}; }
   std::span<const float> bias_grad() const {

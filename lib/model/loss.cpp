@@ -17,9 +17,12 @@ LossType parse_loss(std::string_view name) {
 
 std::string_view to_string(LossType t) {
   switch (t) {
-    case LossType::bce: return "bce";
-    case LossType::squared_hinge: return "squared_hinge";
-    case LossType::softmax: return "softmax";
+    case LossType::bce:
+      return "bce";
+    case LossType::squared_hinge:
+      return "squared_hinge";
+    case LossType::softmax:
+      return "softmax";
   }
   return "?";
 }
@@ -102,8 +105,8 @@ double elementwise_impl(Matrix logits, const CsrMatrix& targets, int64_t lo, dou
   const int64_t c = logits.cols;
 #pragma omp parallel for reduction(+ : total, zeros) schedule(static) if (rows * c > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    total += row_loss_grad<T>(logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c),
-                              inv_b, zeros);
+    total +=
+        row_loss_grad<T>(logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c), inv_b, zeros);
   }
   zeros_out += zeros;
   return total;
@@ -111,8 +114,8 @@ double elementwise_impl(Matrix logits, const CsrMatrix& targets, int64_t lo, dou
 
 }  // namespace
 
-double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets,
-                             int64_t lo, int64_t batch_size, int64_t* zero_grads) {
+double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets, int64_t lo,
+                             int64_t batch_size, int64_t* zero_grads) {
   check_chunk(logits, targets, lo, batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
   int64_t zeros = 0;
@@ -125,8 +128,9 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
       loss = elementwise_impl<LossType::squared_hinge>(logits, targets, lo, inv_b, zeros);
       break;
     case LossType::softmax:
-      throw_error("elementwise_loss_grad: softmax is not elementwise; use "
-                  "softmax_accumulate + softmax_loss_grad");
+      throw_error(
+          "elementwise_loss_grad: softmax is not elementwise; use "
+          "softmax_accumulate + softmax_loss_grad");
   }
   if (zero_grads) *zero_grads += zeros;
   return loss;

@@ -15,9 +15,12 @@ OptimizerType parse_optimizer(std::string_view name) {
 
 std::string_view to_string(OptimizerType t) {
   switch (t) {
-    case OptimizerType::sgd: return "sgd";
-    case OptimizerType::adam: return "adam";
-    case OptimizerType::adamw: return "adamw";
+    case OptimizerType::sgd:
+      return "sgd";
+    case OptimizerType::adam:
+      return "adam";
+    case OptimizerType::adamw:
+      return "adamw";
   }
   return "?";
 }
@@ -54,8 +57,7 @@ void sgd_update(const OptimizerConfig& cfg, double lr, float* p, const float* g,
 
 void adam_update(const OptimizerConfig& cfg, double lr, int64_t step, float* p, const float* g,
                  float* m, float* v, int64_t n) {
-  XMC_CHECK(m != nullptr && v != nullptr, "{} needs two state arrays",
-            to_string(cfg.type));
+  XMC_CHECK(m != nullptr && v != nullptr, "{} needs two state arrays", to_string(cfg.type));
   XMC_CHECK(step >= 1, "optimizer step is 1-based, got {}", step);
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
@@ -87,9 +89,13 @@ void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float
                       const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
   switch (cfg.type) {
-    case OptimizerType::sgd: sgd_update(cfg, lr, params, grad, state1, n); return;
+    case OptimizerType::sgd:
+      sgd_update(cfg, lr, params, grad, state1, n);
+      return;
     case OptimizerType::adam:
-    case OptimizerType::adamw: adam_update(cfg, lr, step, params, grad, state1, state2, n); return;
+    case OptimizerType::adamw:
+      adam_update(cfg, lr, step, params, grad, state1, state2, n);
+      return;
   }
 }
 

@@ -17,16 +17,20 @@ ScheduleType parse_schedule(std::string_view name) {
 
 std::string_view to_string(ScheduleType t) {
   switch (t) {
-    case ScheduleType::constant: return "constant";
-    case ScheduleType::cosine: return "cosine";
-    case ScheduleType::plateau: return "plateau";
+    case ScheduleType::constant:
+      return "constant";
+    case ScheduleType::cosine:
+      return "cosine";
+    case ScheduleType::plateau:
+      return "plateau";
   }
   return "?";
 }
 
 LrSchedule::LrSchedule(const ScheduleConfig& cfg, int64_t total_steps)
     : cfg_(cfg), total_steps_(total_steps) {
-  if (cfg.warmup_steps < 0) throw_input("schedule warmup_steps = {}: must be >= 0", cfg.warmup_steps);
+  if (cfg.warmup_steps < 0)
+    throw_input("schedule warmup_steps = {}: must be >= 0", cfg.warmup_steps);
   if (!(cfg.min_factor >= 0.0 && cfg.min_factor <= 1.0))
     throw_input("schedule min_factor = {}: must be in [0, 1]", cfg.min_factor);
   if (cfg.type == ScheduleType::plateau) {
@@ -39,13 +43,16 @@ LrSchedule::LrSchedule(const ScheduleConfig& cfg, int64_t total_steps)
 
 double LrSchedule::factor(int64_t step) const {
   switch (cfg_.type) {
-    case ScheduleType::constant: return 1.0;
-    case ScheduleType::plateau: return plateau_factor_;
+    case ScheduleType::constant:
+      return 1.0;
+    case ScheduleType::plateau:
+      return plateau_factor_;
     case ScheduleType::cosine: {
       // Warmup: (step+1)/warmup, so the first step already moves and step warmup-1 is at 1.
       if (step < cfg_.warmup_steps)
         return static_cast<double>(step + 1) / static_cast<double>(cfg_.warmup_steps);
-      const double span = static_cast<double>(std::max<int64_t>(1, total_steps_ - cfg_.warmup_steps));
+      const double span =
+          static_cast<double>(std::max<int64_t>(1, total_steps_ - cfg_.warmup_steps));
       const double progress =
           std::clamp(static_cast<double>(step - cfg_.warmup_steps) / span, 0.0, 1.0);
       return cfg_.min_factor +

@@ -17,8 +17,8 @@ HostBuffer<float> state_buffer(MemoryLedger& ledger, const OptimizerConfig& opti
 }
 }  // namespace
 
-SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act,
-                           double dropout, const OptimizerConfig& optim, Rng& init_rng)
+SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
+                           const OptimizerConfig& optim, Rng& init_rng)
     : in_(in),
       out_(out),
       act_(act),
@@ -32,8 +32,7 @@ SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act
       row_grad_(ctx.ledger(), MemTag::workspace),
       bias_grad_(static_cast<size_t>(out), 0.0f) {
   XMC_CHECK(in > 0 && out > 0, "sparse_linear layer {}×{}", in, out);
-  XMC_CHECK(in <= std::numeric_limits<uint32_t>::max(), "sparse_linear input dim {} > 2^32",
-            in);
+  XMC_CHECK(in <= std::numeric_limits<uint32_t>::max(), "sparse_linear input dim {} > 2^32", in);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
   for (int64_t i = 0; i < in * out; ++i)
     params_[static_cast<size_t>(i)] = static_cast<float>((2.0 * init_rng.uniform() - 1.0) * bound);
@@ -50,8 +49,8 @@ ConstMatrix SparseLinear::forward(const CsrMatrix& x, bool training, Rng& rng) {
   // Checked here, not inside the parallel loop (an exception must not leave an OpenMP
   // region).
   for (size_t k = 0; k < x_.indices.size(); ++k)
-    XMC_CHECK(x_.indices[k] < in_, "feature id {} (non-zero {}) >= input dim {}", x_.indices[k],
-              k, in_);
+    XMC_CHECK(x_.indices[k] < in_, "feature id {} (non-zero {}) >= input dim {}", x_.indices[k], k,
+              in_);
   const int64_t b = x_.rows;
   Matrix h{h_.ensure(static_cast<size_t>(std::max<int64_t>(1, b * out_))), b, out_};
   const float* bias_row = params_.data() + in_ * out_;
@@ -78,8 +77,8 @@ ConstMatrix SparseLinear::forward(const CsrMatrix& x, bool training, Rng& rng) {
 void SparseLinear::backward(ConstMatrix dh) {
   XMC_CHECK(have_forward_, "sparse_linear backward without a training forward");
   const int64_t b = x_.rows;
-  XMC_CHECK(dh.rows == b && dh.cols == out_,
-            "sparse_linear backward: dh [{}×{}], expected [{}×{}]", dh.rows, dh.cols, b, out_);
+  XMC_CHECK(dh.rows == b && dh.cols == out_, "sparse_linear backward: dh [{}×{}], expected [{}×{}]",
+            dh.rows, dh.cols, b, out_);
   Matrix dz{dz_.ensure(static_cast<size_t>(std::max<int64_t>(1, b * out_))), b, out_};
   activation_backward(act_, ConstMatrix{h_.data(), b, out_}, dh, dz);
 
@@ -90,9 +89,11 @@ void SparseLinear::backward(ConstMatrix dh) {
   keys_.resize(static_cast<size_t>(nnz));
   row_of_nz_.resize(static_cast<size_t>(nnz));
   for (int64_t r = 0; r < b; ++r)
-    for (int64_t k = x_.indptr[static_cast<size_t>(r)]; k < x_.indptr[static_cast<size_t>(r) + 1]; ++k) {
+    for (int64_t k = x_.indptr[static_cast<size_t>(r)]; k < x_.indptr[static_cast<size_t>(r) + 1];
+         ++k) {
       keys_[static_cast<size_t>(k)] =
-          (static_cast<uint64_t>(x_.indices[static_cast<size_t>(k)]) << 32) | static_cast<uint64_t>(k);
+          (static_cast<uint64_t>(x_.indices[static_cast<size_t>(k)]) << 32) |
+          static_cast<uint64_t>(k);
       row_of_nz_[static_cast<size_t>(k)] = static_cast<uint32_t>(r);
     }
   std::sort(keys_.begin(), keys_.end());
@@ -114,7 +115,8 @@ void SparseLinear::backward(ConstMatrix dh) {
   for (int64_t u = 0; u < u_count; ++u) {
     float* gu = g + u * out;
     std::fill(gu, gu + out, 0.0f);
-    for (int64_t k = group_start_[static_cast<size_t>(u)]; k < group_start_[static_cast<size_t>(u) + 1]; ++k) {
+    for (int64_t k = group_start_[static_cast<size_t>(u)];
+         k < group_start_[static_cast<size_t>(u) + 1]; ++k) {
       const auto pos = static_cast<size_t>(keys_[static_cast<size_t>(k)] & 0xffffffffu);
       const float v = x_.values[pos];
       const float* dzr = dz.row(row_of_nz_[pos]);

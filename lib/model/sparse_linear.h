@@ -48,7 +48,7 @@ class SparseLinear {
   Matrix weight() { return {params_.data(), in_, out_}; }  // [D×out]
   std::span<float> bias() { return {params_.data() + in_ * out_, static_cast<size_t>(out_)}; }
   std::span<const uint32_t> touched_rows() const { return touched_; }
-  ConstMatrix row_grad() const {                            // [U×out]
+  ConstMatrix row_grad() const {  // [U×out]
     return {row_grad_.data(), static_cast<int64_t>(touched_.size()), out_};
   }
   std::span<const float> bias_grad() const { return bias_grad_; }
@@ -70,13 +70,13 @@ class SparseLinear {
   // From the last training forward.
   bool have_forward_ = false;
   bool have_backward_ = false;
-  CsrMatrix x_;                   // the batch input after dropout
-  GrowBuffer<float> h_;           // [B×out]
-  GrowBuffer<float> dz_;          // [B×out]
+  CsrMatrix x_;                    // the batch input after dropout
+  GrowBuffer<float> h_;            // [B×out]
+  GrowBuffer<float> dz_;           // [B×out]
   std::vector<uint32_t> touched_;  // [U] sorted unique feature ids
-  GrowBuffer<float> row_grad_;    // [U×out]
-  std::vector<float> bias_grad_;  // [out]
-  std::vector<uint64_t> keys_;    // (feature << 32 | nz position), sorted
+  GrowBuffer<float> row_grad_;     // [U×out]
+  std::vector<float> bias_grad_;   // [out]
+  std::vector<uint64_t> keys_;     // (feature << 32 | nz position), sorted
   std::vector<uint32_t> row_of_nz_;
   std::vector<int64_t> group_start_;  // [U+1] into keys_
 };

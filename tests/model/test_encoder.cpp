@@ -1,9 +1,8 @@
 // Encoder end-to-end: d loss / d weights through two layers against central finite
 // differences (eps 1e-6) of a double-precision reference on the same weights. The
 // encoder's gradients are read back from one plain SGD step with lr = 1 (p_before - p_after).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 
@@ -96,7 +95,8 @@ void check_two_layers(bool sparse) {
   Rng data(8);
   for (const char* name : {"encoder/0/bias", "encoder/1/bias"}) {
     float* p = std::get<float*>(st.at(name).data);
-    for (int64_t j = 0; j < st.at(name).numel(); ++j) p[j] = static_cast<float>(0.2 * data.uniform() - 0.05);
+    for (int64_t j = 0; j < st.at(name).numel(); ++j)
+      p[j] = static_cast<float>(0.2 * data.uniform() - 0.05);
   }
   Params before{read(st.at("encoder/0/weight")), read(st.at("encoder/0/bias")),
                 read(st.at("encoder/1/weight")), read(st.at("encoder/1/bias"))};
@@ -155,7 +155,8 @@ TEST_CASE("encoder sparse_linear(relu) -> linear: weight gradients match finite 
   check_two_layers(true);
 }
 
-TEST_CASE("encoder linear(relu) -> linear on dense input: weight gradients match finite differences") {
+TEST_CASE(
+    "encoder linear(relu) -> linear on dense input: weight gradients match finite differences") {
   check_two_layers(false);
 }
 
@@ -192,7 +193,8 @@ TEST_CASE("encoder state names, shapes and ledger accounting") {
 
   // sgd without momentum has no optimizer state.
   Context ctx2;
-  Encoder plain(ctx2, {{"linear", 4, "none", 0.0}}, kD, false, OptimizerConfig{.type = OptimizerType::sgd}, 1);
+  Encoder plain(ctx2, {{"linear", 4, "none", 0.0}}, kD, false,
+                OptimizerConfig{.type = OptimizerType::sgd}, 1);
   auto st2 = by_name(plain);
   CHECK(st2.count("encoder/0/opt1") == 0);
   CHECK(ctx2.ledger().current(MemTag::optimizer) == 0);
@@ -223,10 +225,13 @@ TEST_CASE("encoder config validation names the layer and the problem") {
                     Catch::Matchers::Contains("sparse input needs type sparse_linear"));
   CHECK_THROWS_WITH(make({{"sparse_linear", 4, "relu", 0.0}}, false),
                     Catch::Matchers::Contains("sparse_linear needs sparse input"));
-  CHECK_THROWS_WITH(make({{"sparse_linear", 4, "relu", 0.0}, {"sparse_linear", 2, "relu", 0.0}}, true),
-                    Catch::Matchers::Contains("encoder layer 1"));
-  CHECK_THROWS_WITH(make({{"linear", 0, "relu", 0.0}}, false), Catch::Matchers::Contains("out = 0"));
-  CHECK_THROWS_WITH(make({{"linear", 4, "relu", 1.0}}, false), Catch::Matchers::Contains("dropout = 1"));
+  CHECK_THROWS_WITH(
+      make({{"sparse_linear", 4, "relu", 0.0}, {"sparse_linear", 2, "relu", 0.0}}, true),
+      Catch::Matchers::Contains("encoder layer 1"));
+  CHECK_THROWS_WITH(make({{"linear", 0, "relu", 0.0}}, false),
+                    Catch::Matchers::Contains("out = 0"));
+  CHECK_THROWS_WITH(make({{"linear", 4, "relu", 1.0}}, false),
+                    Catch::Matchers::Contains("dropout = 1"));
   CHECK_THROWS_WITH(make({{"linear", 4, "tanh", 0.0}}, false),
                     Catch::Matchers::Contains("'tanh'") && Catch::Matchers::Contains("none, relu"));
   CHECK_THROWS_WITH(make({{"conv", 4, "relu", 0.0}}, false),

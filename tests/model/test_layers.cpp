@@ -1,9 +1,8 @@
 // Encoder layers: analytical gradients (float, from the library) against central finite
 // differences (eps 1e-6) of double-precision reference forwards on the same weights.
 // The reference forward is also compared with the library's forward.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <set>

@@ -1,8 +1,10 @@
 // Losses: values and gradients against double-precision references, gradients against
 // central finite differences of the reference (eps 1e-6, in double), chunked evaluation
 // against one chunk.
-#include <catch2/catch.hpp>
+#include <omp.h>
 
+#include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "core/error.h"
@@ -81,7 +83,8 @@ double run_chunks(LossType type, const std::vector<double>& z, const CsrMatrix& 
                                 stats, t, bounds[c], kB);
   } else {
     for (size_t c = 0; c + 1 < bounds.size(); ++c)
-      loss += elementwise_loss_grad(type, Matrix{all.data + bounds[c], kB, bounds[c + 1] - bounds[c], kL},
+      loss += elementwise_loss_grad(type,
+                                    Matrix{all.data + bounds[c], kB, bounds[c + 1] - bounds[c], kL},
                                     t, bounds[c], kB, zero_grads);
   }
   return loss;
@@ -191,8 +194,9 @@ TEST_CASE("loss names parse and unknown names list the known ones") {
   CHECK(parse_loss("softmax") == LossType::softmax);
   CHECK(to_string(LossType::squared_hinge) == "squared_hinge");
   CHECK_THROWS_AS(parse_loss("hinge"), InputError);
-  CHECK_THROWS_WITH(parse_loss("hinge"), Catch::Matchers::Contains("'hinge'") &&
-                           Catch::Matchers::Contains("bce, squared_hinge, softmax"));
+  CHECK_THROWS_WITH(parse_loss("hinge"),
+                    Catch::Matchers::Contains("'hinge'") &&
+                        Catch::Matchers::Contains("bce, squared_hinge, softmax"));
 }
 
 TEST_CASE("elementwise loss rejects a chunk outside the targets' labels") {
@@ -200,4 +204,39 @@ TEST_CASE("elementwise loss rejects a chunk outside the targets' labels") {
   std::vector<float> z(3);
   CHECK_THROWS_AS(elementwise_loss_grad(LossType::bce, Matrix{z.data(), 1, 3}, t, 1, 1), Error);
   CHECK_THROWS_AS(elementwise_loss_grad(LossType::softmax, Matrix{z.data(), 1, 3}, t, 0, 1), Error);
+}
+
+TEST_CASE("losses give the same result on one thread and on many (OpenMP path)") {
+  // Large enough for the parallel branch (rows·c > 16384).
+  const int64_t b = 64, l = 1000;
+  Rng rng(5);
+  std::vector<std::vector<uint32_t>> rows(b);
+  for (int64_t r = 0; r < b; ++r)
+    for (uint32_t c = 0; c < l; ++c)
+      if (rng.uniform() < 0.01) rows[r].push_back(c);
+  const CsrMatrix t = make_csr(rows, l);
+  const auto z0 = to_float(random_vector(rng, b * l, -4, 4));
+  const int threads = omp_get_max_threads();
+  for (auto type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    INFO(to_string(type));
+    std::vector<float> g[2];
+    double loss[2];
+    int64_t zeros[2] = {0, 0};
+    for (int pass = 0; pass < 2; ++pass) {
+      omp_set_num_threads(pass == 0 ? 1 : std::max(2, threads));
+      g[pass] = z0;
+      Matrix m{g[pass].data(), b, l};
+      if (type == LossType::softmax) {
+        SoftmaxStats s(b);
+        softmax_accumulate(m, s);
+        loss[pass] = softmax_loss_grad(m, s, t, 0, b);
+      } else {
+        loss[pass] = elementwise_loss_grad(type, m, t, 0, b, &zeros[pass]);
+      }
+    }
+    omp_set_num_threads(threads);
+    CHECK(loss[1] == Approx(loss[0]).epsilon(1e-12));
+    CHECK(g[1] == g[0]);  // per-entry work is independent of the thread count
+    CHECK(zeros[1] == zeros[0]);
+  }
 }

@@ -1,6 +1,5 @@
 // Optimizers: one step against hand-computed values.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -76,7 +75,7 @@ TEST_CASE("optimizer names parse and unknown names list the known ones") {
   CHECK(to_string(OptimizerType::sgd) == "sgd");
   CHECK_THROWS_AS(parse_optimizer("rmsprop"), InputError);
   CHECK_THROWS_WITH(parse_optimizer("rmsprop"), Catch::Matchers::Contains("'rmsprop'") &&
-                           Catch::Matchers::Contains("sgd, adam, adamw"));
+                                                    Catch::Matchers::Contains("sgd, adam, adamw"));
   OptimizerConfig cfg{.type = OptimizerType::adam};
   float p = 0, g = 0, m = 0, v = 0;
   CHECK_THROWS_AS(optimizer_update(cfg, 0.1, 0, &p, &g, &m, &v, 1), Error);  // step is 1-based

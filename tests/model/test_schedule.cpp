@@ -18,11 +18,11 @@ TEST_CASE("cosine: linear warmup, then decay to min_factor at total_steps") {
   CHECK(s.factor(0) == Approx(0.25));
   CHECK(s.factor(1) == Approx(0.5));
   CHECK(s.factor(3) == Approx(1.0));
-  CHECK(s.factor(4) == Approx(1.0));        // decay starts at 1
-  CHECK(s.factor(9) == Approx(0.55));       // halfway: 0.1 + 0.9·0.5
-  CHECK(s.factor(14) == Approx(0.1));       // end value
-  CHECK(s.factor(1000) == Approx(0.1));     // stays at the floor
-  CHECK(s.factor(6) < s.factor(5));         // monotone decay
+  CHECK(s.factor(4) == Approx(1.0));     // decay starts at 1
+  CHECK(s.factor(9) == Approx(0.55));    // halfway: 0.1 + 0.9·0.5
+  CHECK(s.factor(14) == Approx(0.1));    // end value
+  CHECK(s.factor(1000) == Approx(0.1));  // stays at the floor
+  CHECK(s.factor(6) < s.factor(5));      // monotone decay
   ScheduleConfig no_warm{.type = ScheduleType::cosine};
   LrSchedule s0(no_warm, 10);
   CHECK(s0.factor(0) == Approx(1.0));
@@ -30,7 +30,8 @@ TEST_CASE("cosine: linear warmup, then decay to min_factor at total_steps") {
 }
 
 TEST_CASE("plateau: multiply by factor after patience bad evaluations, never below the floor") {
-  ScheduleConfig cfg{.type = ScheduleType::plateau, .min_factor = 0.2, .patience = 2, .factor = 0.5};
+  ScheduleConfig cfg{
+      .type = ScheduleType::plateau, .min_factor = 0.2, .patience = 2, .factor = 0.5};
   LrSchedule s(cfg, 0);
   s.report_metric(1.0);  // best
   s.report_metric(0.9);
