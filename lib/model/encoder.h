@@ -3,6 +3,8 @@
 // Layers: sparse_linear (CSR input; only the touched weight rows are updated), linear,
 // each with activation none|relu and input dropout. An empty encoder on dense input is the
 // identity (h = x). Sparse input needs a sparse_linear first layer.
+// Layers: model/sparse_linear.h (lazy updates of the touched feature rows only; see there),
+// model/linear.h. Each layer copies its input, so the batch need not outlive forward().
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -6,7 +6,8 @@
 namespace xmc {
 
 enum class ScheduleType { constant, cosine, plateau };
-ScheduleType parse_schedule(std::string_view name);
+ScheduleType parse_schedule(std::string_view name);  // throws InputError naming the known ones
+std::string_view to_string(ScheduleType t);
 
 struct ScheduleConfig {
   ScheduleType type = ScheduleType::constant;

@@ -1,0 +1,205 @@
+#include "model/loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace xmc {
+
+LossType parse_loss(std::string_view name) {
+  if (name == "bce") return LossType::bce;
+  if (name == "squared_hinge") return LossType::squared_hinge;
+  if (name == "softmax") return LossType::softmax;
+  throw_input("unknown loss '{}': expected one of bce, squared_hinge, softmax", name);
+}
+
+std::string_view to_string(LossType t) {
+  switch (t) {
+    case LossType::bce:
+      return "bce";
+    case LossType::squared_hinge:
+      return "squared_hinge";
+    case LossType::softmax:
+      return "softmax";
+  }
+  return "?";
+}
+
+namespace {
+
+// The row's targets inside the chunk [lo, hi): a sub-range of the sorted CSR row found by
+// binary search, so a chunk costs O(c + log nnz) per row, never a dense B×L target matrix.
+struct ChunkTargets {
+  const uint32_t* first;
+  const uint32_t* last;
+};
+
+ChunkTargets chunk_targets(const CsrMatrix& t, int64_t r, int64_t lo, int64_t hi) {
+  const uint32_t* b = t.row_indices(r);
+  const uint32_t* e = b + t.row_nnz(r);
+  const uint32_t* first = std::lower_bound(b, e, static_cast<uint64_t>(lo),
+                                           [](uint32_t a, uint64_t v) { return a < v; });
+  const uint32_t* last = std::lower_bound(first, e, static_cast<uint64_t>(hi),
+                                          [](uint32_t a, uint64_t v) { return a < v; });
+  return {first, last};
+}
+
+void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64_t batch_size) {
+  XMC_CHECK(logits.rows == targets.rows, "logits have {} rows, targets {}", logits.rows,
+            targets.rows);
+  XMC_CHECK(batch_size > 0, "batch_size = {}", batch_size);
+  XMC_CHECK(lo >= 0 && lo + logits.cols <= targets.cols,
+            "label chunk [{}, {}) outside the targets' {} labels", lo, lo + logits.cols,
+            targets.cols);
+}
+
+// Stable log(1 + exp(x)) and sigmoid.
+inline double softplus(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); }
+inline double sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+
+// One row of an elementwise loss; z [c] logits in, gradient·inv_b out.
+template <LossType T>
+double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
+                     int64_t& zeros) {
+  double loss = 0.0;
+  const uint32_t* p = tg.first;
+  for (int64_t j = 0; j < c; ++j) {
+    const uint64_t label = static_cast<uint64_t>(lo + j);
+    while (p != tg.last && *p < label) ++p;
+    const bool pos = p != tg.last && *p == label;
+    const double x = z[j];
+    double g;
+    if constexpr (T == LossType::bce) {
+      // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
+      loss += softplus(x) - (pos ? x : 0.0);
+      g = sigmoid(x) - (pos ? 1.0 : 0.0);
+    } else {
+      const double y = pos ? 1.0 : -1.0;
+      const double m = 1.0 - y * x;
+      if (m > 0) {
+        loss += m * m;
+        g = -2.0 * y * m;
+      } else {
+        g = 0.0;  // margin met: exactly zero, sparse kernels skip these
+      }
+    }
+    const float gf = static_cast<float>(g * inv_b);
+    z[j] = gf;
+    if (gf == 0.0f) ++zeros;
+  }
+  return loss;
+}
+
+template <LossType T>
+double elementwise_impl(Matrix logits, const CsrMatrix& targets, int64_t lo, double inv_b,
+                        int64_t& zeros_out) {
+  double total = 0.0;
+  int64_t zeros = 0;
+  const int64_t rows = logits.rows;
+  const int64_t c = logits.cols;
+#pragma omp parallel for reduction(+ : total, zeros) schedule(static) if (rows * c > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    total +=
+        row_loss_grad<T>(logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c), inv_b, zeros);
+  }
+  zeros_out += zeros;
+  return total;
+}
+
+}  // namespace
+
+double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets, int64_t lo,
+                             int64_t batch_size, int64_t* zero_grads) {
+  check_chunk(logits, targets, lo, batch_size);
+  const double inv_b = 1.0 / static_cast<double>(batch_size);
+  int64_t zeros = 0;
+  double loss = 0.0;
+  switch (type) {
+    case LossType::bce:
+      loss = elementwise_impl<LossType::bce>(logits, targets, lo, inv_b, zeros);
+      break;
+    case LossType::squared_hinge:
+      loss = elementwise_impl<LossType::squared_hinge>(logits, targets, lo, inv_b, zeros);
+      break;
+    case LossType::softmax:
+      throw_error(
+          "elementwise_loss_grad: softmax is not elementwise; use "
+          "softmax_accumulate + softmax_loss_grad");
+  }
+  if (zero_grads) *zero_grads += zeros;
+  return loss;
+}
+
+SoftmaxStats::SoftmaxStats(int64_t batch)
+    : max(static_cast<size_t>(batch), -std::numeric_limits<double>::infinity()),
+      sumexp(static_cast<size_t>(batch), 0.0) {}
+
+double SoftmaxStats::logsumexp(int64_t row) const {
+  return max[static_cast<size_t>(row)] + std::log(sumexp[static_cast<size_t>(row)]);
+}
+
+void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
+  XMC_CHECK(static_cast<size_t>(logits.rows) == stats.max.size(),
+            "logits have {} rows, softmax stats {}", logits.rows, stats.max.size());
+  const int64_t c = logits.cols;
+  if (c == 0) return;
+#pragma omp parallel for schedule(static) if (logits.rows * c > 16384)
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const float* z = logits.row(r);
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<double>(z[j]));
+    const size_t ri = static_cast<size_t>(r);
+    const double new_max = std::max(stats.max[ri], m);
+    // Rescale the running sum to the new max (online logsumexp); exp(-inf) = 0 on the
+    // first chunk.
+    double s = stats.sumexp[ri] == 0.0 ? 0.0 : stats.sumexp[ri] * std::exp(stats.max[ri] - new_max);
+    for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(z[j]) - new_max);
+    stats.max[ri] = new_max;
+    stats.sumexp[ri] = s;
+  }
+}
+
+double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
+                         int64_t lo, int64_t batch_size) {
+  check_chunk(logits, targets, lo, batch_size);
+  XMC_CHECK(static_cast<size_t>(logits.rows) == stats.max.size(),
+            "logits have {} rows, softmax stats {}", logits.rows, stats.max.size());
+  const double inv_b = 1.0 / static_cast<double>(batch_size);
+  const int64_t c = logits.cols;
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static) if (logits.rows * c > 16384)
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    float* z = logits.row(r);
+    const int64_t npos = targets.row_nnz(r);
+    if (npos == 0) {
+      // No positives: the row's loss is 0 whatever the logits, so is its gradient.
+      std::fill(z, z + c, 0.0f);
+      continue;
+    }
+    const double t = 1.0 / static_cast<double>(npos);
+    const double lse = stats.logsumexp(r);
+    const ChunkTargets tg = chunk_targets(targets, r, lo, lo + c);
+    const uint32_t* p = tg.first;
+    for (int64_t j = 0; j < c; ++j) {
+      const uint64_t label = static_cast<uint64_t>(lo + j);
+      while (p != tg.last && *p < label) ++p;
+      const bool pos = p != tg.last && *p == label;
+      const double x = z[j];
+      double g = std::exp(x - lse);
+      if (pos) {
+        total += t * (lse - x);  // -t·log p
+        g -= t;
+      }
+      z[j] = static_cast<float>(g * inv_b);
+    }
+  }
+  return total;
+}
+
+}  // namespace xmc

@@ -1,0 +1,242 @@
+// Losses: values and gradients against double-precision references, gradients against
+// central finite differences of the reference (eps 1e-6, in double), chunked evaluation
+// against one chunk.
+#include <omp.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/loss.h"
+#include "model_test_util.h"
+
+using namespace xmc;
+using namespace xmc::test;
+
+namespace {
+
+constexpr int64_t kB = 4;
+constexpr int64_t kL = 10;
+
+// Row 2 has no positives; row 3 has its positives in different chunks.
+CsrMatrix test_targets() { return make_csr({{1, 4}, {0}, {}, {2, 3, 8, 9}}, kL); }
+
+bool is_pos(const CsrMatrix& t, int64_t r, int64_t l) {
+  for (int64_t k = t.indptr[r]; k < t.indptr[r + 1]; ++k)
+    if (t.indices[k] == l) return true;
+  return false;
+}
+
+// Reference losses, summed over all entries (not divided by B), in double.
+double ref_loss(LossType type, const std::vector<double>& z, const CsrMatrix& t) {
+  double total = 0;
+  for (int64_t r = 0; r < kB; ++r) {
+    if (type == LossType::softmax) {
+      const int64_t n = t.row_nnz(r);
+      if (n == 0) continue;
+      double s = 0;
+      for (int64_t l = 0; l < kL; ++l) s += std::exp(z[r * kL + l]);
+      for (int64_t l = 0; l < kL; ++l)
+        if (is_pos(t, r, l)) total += -(1.0 / n) * std::log(std::exp(z[r * kL + l]) / s);
+      continue;
+    }
+    for (int64_t l = 0; l < kL; ++l) {
+      const double y = is_pos(t, r, l) ? 1.0 : -1.0;
+      const double x = z[r * kL + l];
+      if (type == LossType::bce) {
+        total += std::log(1.0 + std::exp(-y * x));
+      } else {
+        const double m = std::max(0.0, 1.0 - y * x);
+        total += m * m;
+      }
+    }
+  }
+  return total;
+}
+
+std::vector<double> test_logits(LossType type) {
+  Rng rng(11);
+  auto z = random_vector(rng, kB * kL, -3.0, 3.0);
+  if (type == LossType::squared_hinge) {
+    // Keep away from the kink 1 - y·z = 0 so finite differences are valid.
+    for (auto& x : z)
+      if (std::abs(std::abs(x) - 1.0) < 0.05) x += 0.2;
+  }
+  return z;
+}
+
+// Runs the library over the given chunk boundaries; returns the loss sum, gradient in g.
+double run_chunks(LossType type, const std::vector<double>& z, const CsrMatrix& t,
+                  const std::vector<int64_t>& bounds, std::vector<float>& g,
+                  int64_t* zero_grads = nullptr) {
+  g = to_float(z);
+  Matrix all{g.data(), kB, kL};
+  double loss = 0;
+  if (type == LossType::softmax) {
+    SoftmaxStats stats(kB);
+    for (size_t c = 0; c + 1 < bounds.size(); ++c)
+      softmax_accumulate(ConstMatrix{all.data + bounds[c], kB, bounds[c + 1] - bounds[c], kL},
+                         stats);
+    for (size_t c = 0; c + 1 < bounds.size(); ++c)
+      loss += softmax_loss_grad(Matrix{all.data + bounds[c], kB, bounds[c + 1] - bounds[c], kL},
+                                stats, t, bounds[c], kB);
+  } else {
+    for (size_t c = 0; c + 1 < bounds.size(); ++c)
+      loss += elementwise_loss_grad(type,
+                                    Matrix{all.data + bounds[c], kB, bounds[c + 1] - bounds[c], kL},
+                                    t, bounds[c], kB, zero_grads);
+  }
+  return loss;
+}
+
+void check_loss(LossType type) {
+  const CsrMatrix t = test_targets();
+  auto z = test_logits(type);
+  // The library sees float logits: build the reference on the same rounded values.
+  for (auto& x : z) x = static_cast<double>(static_cast<float>(x));
+  std::vector<float> g;
+  const double loss = run_chunks(type, z, t, {0, kL}, g);
+  const double expect = ref_loss(type, z, t);
+  CHECK(loss == Approx(expect).epsilon(1e-6));
+
+  auto zd = z;
+  auto num = numerical_gradient([&] { return ref_loss(type, zd, t) / kB; }, zd);
+  int bad = 0;
+  for (size_t i = 0; i < num.size(); ++i)
+    if (!close(g[i], num[i])) {
+      ++bad;
+      UNSCOPED_INFO("entry " << i << ": analytical " << g[i] << " numerical " << num[i]);
+    }
+  CHECK(bad == 0);
+
+  // Chunked over three uneven chunks: same loss, same gradients.
+  std::vector<float> gc;
+  const double loss_c = run_chunks(type, z, t, {0, 3, 7, kL}, gc);
+  CHECK(loss_c == Approx(loss).epsilon(1e-9));
+  for (size_t i = 0; i < g.size(); ++i) CHECK(gc[i] == Approx(g[i]).epsilon(1e-6).margin(1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("bce: value and gradient match finite differences, chunked = whole") {
+  check_loss(LossType::bce);
+}
+
+TEST_CASE("squared_hinge: value and gradient match finite differences, chunked = whole") {
+  check_loss(LossType::squared_hinge);
+}
+
+TEST_CASE("softmax: value and gradient match finite differences, chunked = whole") {
+  check_loss(LossType::softmax);
+}
+
+TEST_CASE("softmax: a row without positives contributes neither loss nor gradient") {
+  const CsrMatrix t = test_targets();
+  auto z = test_logits(LossType::softmax);
+  std::vector<float> g;
+  run_chunks(LossType::softmax, z, t, {0, 5, kL}, g);
+  for (int64_t l = 0; l < kL; ++l) CHECK(g[2 * kL + l] == 0.0f);
+  // Rows with positives: gradient sums to zero (softmax sums to 1, targets sum to 1).
+  double s = 0;
+  for (int64_t l = 0; l < kL; ++l) s += g[0 * kL + l];
+  CHECK(std::abs(s) < 1e-6);
+}
+
+TEST_CASE("squared_hinge: gradient is exactly zero where the margin is met, and counted") {
+  const CsrMatrix t = test_targets();
+  auto z = test_logits(LossType::squared_hinge);
+  int64_t expect_zero = 0;
+  for (int64_t r = 0; r < kB; ++r)
+    for (int64_t l = 0; l < kL; ++l) {
+      const double y = is_pos(t, r, l) ? 1.0 : -1.0;
+      if (1.0 - y * static_cast<float>(z[r * kL + l]) <= 0) ++expect_zero;
+    }
+  REQUIRE(expect_zero > 0);
+  REQUIRE(expect_zero < kB * kL);
+  std::vector<float> g;
+  int64_t zeros = 0;
+  run_chunks(LossType::squared_hinge, z, t, {0, 4, kL}, g, &zeros);
+  CHECK(zeros == expect_zero);
+  int64_t exact = 0;
+  for (float x : g) exact += x == 0.0f;
+  CHECK(exact == expect_zero);
+}
+
+TEST_CASE("bce is stable for huge logits") {
+  const CsrMatrix t = make_csr({{0}, {}}, 2);
+  // Row 0: positive at 0 with z = -200 (wrong side), negative at 1 with z = 200.
+  std::vector<float> z = {-200.0f, 200.0f, -200.0f, -200.0f};
+  const double loss = elementwise_loss_grad(LossType::bce, Matrix{z.data(), 2, 2}, t, 0, 2);
+  CHECK(loss == Approx(400.0).epsilon(1e-9));
+  CHECK(z[0] == Approx(-0.5));  // (sigmoid(-200) - 1) / 2
+  CHECK(z[1] == Approx(0.5));
+  CHECK(z[2] == 0.0f);  // well-classified negatives: gradient underflows to 0
+  CHECK(std::isfinite(loss));
+}
+
+TEST_CASE("softmax is stable for huge logits") {
+  const CsrMatrix t = make_csr({{1}}, 3);
+  std::vector<float> z = {1000.0f, 999.0f, -1000.0f};
+  SoftmaxStats stats(1);
+  softmax_accumulate(ConstMatrix{z.data(), 1, 2, 3}, stats);
+  softmax_accumulate(ConstMatrix{z.data() + 2, 1, 1, 3}, stats);
+  const double loss = softmax_loss_grad(Matrix{z.data(), 1, 3}, stats, t, 0, 1);
+  // -log(e^999 / (e^1000 + e^999)) = log(1 + e)
+  CHECK(loss == Approx(std::log1p(std::exp(1.0))).epsilon(1e-9));
+  CHECK(z[0] == Approx(1.0 / (1.0 + std::exp(-1.0))));
+  CHECK(std::isfinite(z[2]));
+}
+
+TEST_CASE("loss names parse and unknown names list the known ones") {
+  CHECK(parse_loss("bce") == LossType::bce);
+  CHECK(parse_loss("squared_hinge") == LossType::squared_hinge);
+  CHECK(parse_loss("softmax") == LossType::softmax);
+  CHECK(to_string(LossType::squared_hinge) == "squared_hinge");
+  CHECK_THROWS_AS(parse_loss("hinge"), InputError);
+  CHECK_THROWS_WITH(parse_loss("hinge"),
+                    Catch::Matchers::Contains("'hinge'") &&
+                        Catch::Matchers::Contains("bce, squared_hinge, softmax"));
+}
+
+TEST_CASE("elementwise loss rejects a chunk outside the targets' labels") {
+  const CsrMatrix t = make_csr({{0}}, 3);
+  std::vector<float> z(3);
+  CHECK_THROWS_AS(elementwise_loss_grad(LossType::bce, Matrix{z.data(), 1, 3}, t, 1, 1), Error);
+  CHECK_THROWS_AS(elementwise_loss_grad(LossType::softmax, Matrix{z.data(), 1, 3}, t, 0, 1), Error);
+}
+
+TEST_CASE("losses give the same result on one thread and on many (OpenMP path)") {
+  // Large enough for the parallel branch (rows·c > 16384).
+  const int64_t b = 64, l = 1000;
+  Rng rng(5);
+  std::vector<std::vector<uint32_t>> rows(b);
+  for (int64_t r = 0; r < b; ++r)
+    for (uint32_t c = 0; c < l; ++c)
+      if (rng.uniform() < 0.01) rows[r].push_back(c);
+  const CsrMatrix t = make_csr(rows, l);
+  const auto z0 = to_float(random_vector(rng, b * l, -4, 4));
+  const int threads = omp_get_max_threads();
+  for (auto type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    INFO(to_string(type));
+    std::vector<float> g[2];
+    double loss[2];
+    int64_t zeros[2] = {0, 0};
+    for (int pass = 0; pass < 2; ++pass) {
+      omp_set_num_threads(pass == 0 ? 1 : std::max(2, threads));
+      g[pass] = z0;
+      Matrix m{g[pass].data(), b, l};
+      if (type == LossType::softmax) {
+        SoftmaxStats s(b);
+        softmax_accumulate(m, s);
+        loss[pass] = softmax_loss_grad(m, s, t, 0, b);
+      } else {
+        loss[pass] = elementwise_loss_grad(type, m, t, 0, b, &zeros[pass]);
+      }
+    }
+    omp_set_num_threads(threads);
+    CHECK(loss[1] == Approx(loss[0]).epsilon(1e-12));
+    CHECK(g[1] == g[0]);  // per-entry work is independent of the thread count
+    CHECK(zeros[1] == zeros[0]);
+  }
+}

@@ -1,0 +1,82 @@
+// Optimizers: one step against hand-computed values.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "model/optimizer.h"
+
+using namespace xmc;
+
+TEST_CASE("sgd without momentum: p -= lr·(g + wd·p)") {
+  OptimizerConfig cfg{.type = OptimizerType::sgd, .lr = 0.1, .weight_decay = 0.01};
+  CHECK(optimizer_state_arrays(cfg) == 0);
+  float p = 1.0f, g = 0.5f;
+  optimizer_update(cfg, 0.1, 1, &p, &g, nullptr, nullptr, 1);
+  CHECK(p == Approx(1.0 - 0.1 * (0.5 + 0.01 * 1.0)));  // 0.949
+}
+
+TEST_CASE("sgd with momentum: v = μv + g; p -= lr·v") {
+  OptimizerConfig cfg{.type = OptimizerType::sgd, .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+  CHECK(optimizer_state_arrays(cfg) == 1);
+  float p = 1.0f, g = 0.5f, v = 0.2f;
+  optimizer_update(cfg, 0.1, 3, &p, &g, &v, nullptr, 1);
+  CHECK(v == Approx(0.69));   // 0.9·0.2 + (0.5 + 0.01)
+  CHECK(p == Approx(0.931));  // 1 - 0.1·0.69
+}
+
+TEST_CASE("adam at step 1 moves every parameter by about lr·sign(g)") {
+  OptimizerConfig cfg{.type = OptimizerType::adam};
+  CHECK(optimizer_state_arrays(cfg) == 2);
+  // Large n exercises the OpenMP path as well.
+  const int64_t n = (1 << 16) + 3;
+  std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = 0.5f;
+    g[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (0.01f + static_cast<float>(i % 7));
+  }
+  optimizer_update(cfg, 0.01, 1, p.data(), g.data(), m.data(), v.data(), n);
+  for (int64_t i = 0; i < n; i += 997) {
+    const double expect = 0.5 - 0.01 * (g[i] > 0 ? 1.0 : -1.0);
+    REQUIRE(p[i] == Approx(expect).epsilon(1e-5));
+    REQUIRE(m[i] == Approx(0.1 * g[i]));
+    REQUIRE(v[i] == Approx(0.001 * g[i] * g[i]));
+  }
+}
+
+TEST_CASE("adam step 2 with bias correction equals the hand-computed value") {
+  OptimizerConfig cfg{.type = OptimizerType::adam};
+  // State after step 1 with g = 0.5: m = 0.05, v = 0.00025. Step 2 with g = -0.3:
+  // m = 0.9·0.05 + 0.1·(-0.3) = 0.015; v = 0.999·0.00025 + 0.001·0.09 = 0.00033975;
+  // m̂ = 0.015/0.19, v̂ = 0.00033975/0.001999; p = 1 - 0.1·m̂/(sqrt(v̂)+1e-8) = 0.98085020.
+  float p = 1.0f, g = -0.3f, m = 0.05f, v = 0.00025f;
+  optimizer_update(cfg, 0.1, 2, &p, &g, &m, &v, 1);
+  CHECK(m == Approx(0.015));
+  CHECK(v == Approx(0.00033975));
+  CHECK(p == Approx(0.9808501969).epsilon(1e-6));
+}
+
+TEST_CASE("adam weight decay is L2 on the gradient, adamw's is decoupled") {
+  // adam: g' = g + wd·p = -0.05 + 0.1·2 = 0.15 > 0, so step 1 moves by -lr even though g < 0.
+  OptimizerConfig adam{.type = OptimizerType::adam, .weight_decay = 0.1};
+  float p = 2.0f, g = -0.05f, m = 0, v = 0;
+  optimizer_update(adam, 0.1, 1, &p, &g, &m, &v, 1);
+  CHECK(p == Approx(1.9).epsilon(1e-6));
+  // adamw: p = p·(1 - lr·wd) - lr·m̂/(sqrt(v̂)+eps) = 1·0.99 - 0.1 = 0.89.
+  OptimizerConfig adamw{.type = OptimizerType::adamw, .weight_decay = 0.1};
+  float q = 1.0f, gq = 0.5f, mq = 0, vq = 0;
+  optimizer_update(adamw, 0.1, 1, &q, &gq, &mq, &vq, 1);
+  CHECK(q == Approx(0.89).epsilon(1e-6));
+  CHECK(mq == Approx(0.05));  // decay not in the moments
+}
+
+TEST_CASE("optimizer names parse and unknown names list the known ones") {
+  CHECK(parse_optimizer("adamw") == OptimizerType::adamw);
+  CHECK(to_string(OptimizerType::sgd) == "sgd");
+  CHECK_THROWS_AS(parse_optimizer("rmsprop"), InputError);
+  CHECK_THROWS_WITH(parse_optimizer("rmsprop"), Catch::Matchers::Contains("'rmsprop'") &&
+                                                    Catch::Matchers::Contains("sgd, adam, adamw"));
+  OptimizerConfig cfg{.type = OptimizerType::adam};
+  float p = 0, g = 0, m = 0, v = 0;
+  CHECK_THROWS_AS(optimizer_update(cfg, 0.1, 0, &p, &g, &m, &v, 1), Error);  // step is 1-based
+}
