@@ -7,9 +7,8 @@
 namespace xmc {
 
 MetricsResult evaluate_predictions(const CsrMatrix& predictions, const CsrMatrix& truth,
-                                   const std::vector<int64_t>& train_label_freq,
-                                   int64_t n_train, double a, double b, int k,
-                                   const FilterSet* filter) {
+                                   const std::vector<int64_t>& train_label_freq, int64_t n_train,
+                                   double a, double b, int k, const FilterSet* filter) {
   if (k < 1) throw_input("eval: k must be at least 1, got {}", k);
   if (predictions.rows != truth.rows)
     throw_input("eval: the predictions have {} rows but the true labels have {} rows",

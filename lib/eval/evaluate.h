@@ -18,8 +18,7 @@ namespace xmc {
 // truth's, when train_label_freq has the wrong length, or when a filter pair lies
 // outside [0, N)×[0, L) — each message gives both numbers.
 MetricsResult evaluate_predictions(const CsrMatrix& predictions, const CsrMatrix& truth,
-                                   const std::vector<int64_t>& train_label_freq,
-                                   int64_t n_train, double a, double b, int k,
-                                   const FilterSet* filter);
+                                   const std::vector<int64_t>& train_label_freq, int64_t n_train,
+                                   double a, double b, int k, const FilterSet* filter);
 
 }  // namespace xmc

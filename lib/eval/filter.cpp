@@ -75,10 +75,9 @@ FilterSet read_filter(std::istream& in, const std::string& name) {
     std::string_view t3 = next_token(rest);
     uint64_t point = 0, label = 0;
     if (!parse_id(t1, max_point, point))
-      throw_input("{}:{}: expected a point id (integer >= 0) as the first field, got '{}'",
-                  name, line_no, t1);
-    if (t2.empty())
-      throw_input("{}:{}: expected 'point label', got only '{}'", name, line_no, t1);
+      throw_input("{}:{}: expected a point id (integer >= 0) as the first field, got '{}'", name,
+                  line_no, t1);
+    if (t2.empty()) throw_input("{}:{}: expected 'point label', got only '{}'", name, line_no, t1);
     if (!parse_id(t2, max_label, label))
       throw_input("{}:{}: expected a label id (integer in [0, {}]) as the second field, got '{}'",
                   name, line_no, max_label, t2);

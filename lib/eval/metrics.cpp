@@ -1,10 +1,10 @@
 #include "eval/metrics.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -14,13 +14,13 @@ namespace {
 
 // Per-point quantities, each [k], summed over points.
 enum Stat : int {
-  kP,           // (1/j)·hits
-  kNdcg,        // DCG / I
-  kPspNum,      // (1/j)·Σ hit·q
-  kPspDen,      // (1/j)·Σ top q
-  kPsndcgNum,   // PSDCG / I
-  kPsndcgDen,   // ideal PSDCG / I
-  kRecall,      // hits / |y|
+  kP,          // (1/j)·hits
+  kNdcg,       // DCG / I
+  kPspNum,     // (1/j)·Σ hit·q
+  kPspDen,     // (1/j)·Σ top q
+  kPsndcgNum,  // PSDCG / I
+  kPsndcgDen,  // ideal PSDCG / I
+  kRecall,     // hits / |y|
   kNumStats
 };
 
@@ -34,8 +34,7 @@ MetricsResult compute_metrics(const TopK& pred, const CsrMatrix& truth,
                               const std::vector<double>& inv_prop, int k) {
   if (k < 1) throw_input("metrics: k must be at least 1, got {}", k);
   if (pred.k < k)
-    throw_error("metrics: the top-k lists hold {} labels per point, fewer than k = {}", pred.k,
-                k);
+    throw_error("metrics: the top-k lists hold {} labels per point, fewer than k = {}", pred.k, k);
   if (pred.rows != truth.rows)
     throw_input("metrics: the predictions have {} points but the true labels {}", pred.rows,
                 truth.rows);
@@ -57,7 +56,8 @@ MetricsResult compute_metrics(const TopK& pred, const CsrMatrix& truth,
   std::vector<double> disc(static_cast<size_t>(k)), idcg(static_cast<size_t>(k));
   for (int j = 0; j < k; ++j) {
     disc[static_cast<size_t>(j)] = 1.0 / std::log2(static_cast<double>(j) + 2.0);
-    idcg[static_cast<size_t>(j)] = disc[static_cast<size_t>(j)] + (j ? idcg[static_cast<size_t>(j - 1)] : 0.0);
+    idcg[static_cast<size_t>(j)] =
+        disc[static_cast<size_t>(j)] + (j ? idcg[static_cast<size_t>(j - 1)] : 0.0);
   }
 
   const int64_t n = truth.rows;
@@ -67,8 +67,8 @@ MetricsResult compute_metrics(const TopK& pred, const CsrMatrix& truth,
 
 #pragma omp parallel
   {
-    std::vector<uint32_t> y;   // the point's true labels, sorted, unique
-    std::vector<double> qy;    // their q, sorted descending (first min(k,|y|))
+    std::vector<uint32_t> y;  // the point's true labels, sorted, unique
+    std::vector<double> qy;   // their q, sorted descending (first min(k,|y|))
 #pragma omp for schedule(dynamic, 1)
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       double* acc = partial.data() + static_cast<size_t>(blk) * stride;
@@ -90,8 +90,7 @@ MetricsResult compute_metrics(const TopK& pred, const CsrMatrix& truth,
         double hits = 0, dcg = 0, ps_hits = 0, psdcg = 0, ideal_ps = 0, ideal_psdcg = 0;
         for (int j = 0; j < k; ++j) {
           const auto js = static_cast<size_t>(j);
-          const bool hit =
-              p[j] != TopK::kNoLabel && std::binary_search(y.begin(), y.end(), p[j]);
+          const bool hit = p[j] != TopK::kNoLabel && std::binary_search(y.begin(), y.end(), p[j]);
           const double inv_j = 1.0 / (j + 1.0);
           // I_j(y) = I_{min(j,|y|)}
           const double ideal = idcg[static_cast<size_t>(std::min(j, ny - 1))];

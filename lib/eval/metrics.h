@@ -20,10 +20,9 @@
 // Padding entries (TopK::kNoLabel) are never relevant. A stored entry of `truth` is a
 // relevant label whatever its value.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/matrix.h"
 #include "eval/topk.h"
