@@ -1,12 +1,38 @@
+#include <iostream>
+
+#include "bench/dense_bench.h"
 #include "commands.h"
 #include "core/error.h"
 
 namespace xmc::app {
 
 Command register_bench(CLI::App& app) {
-  auto* sub = app.add_subcommand("bench", "(not yet implemented)");
-  sub->allow_extras();
-  return {sub, []() -> int { throw Error("'xmctrain bench' is not implemented yet"); }};
+  auto* sub = app.add_subcommand(
+      "bench",
+      "Kernel microbenchmarks: per-op time, achieved GFLOP/s and GB/s beside the measured "
+      "sgemm and copy ceilings of this machine. Prints a table, or JSON with --json.");
+  sub->require_subcommand(1);
+  auto p = std::make_shared<bench::DenseBenchParams>();
+  auto json = std::make_shared<bool>(false);
+  auto* dense = sub->add_subcommand("dense", "One training step of the dense output layer");
+  dense->add_option("--batch", p->batch, "Batch size B")->capture_default_str();
+  dense->add_option("--dim", p->dim, "Input width d")->capture_default_str();
+  dense->add_option("--labels", p->labels, "Number of labels L")->capture_default_str();
+  dense->add_option("--chunk", p->chunk, "Labels per chunk")->capture_default_str();
+  dense->add_option("--iters", p->iters, "Timed steps")->capture_default_str();
+  dense->add_option("--optimizer", p->optimizer, "sgd | adam | adamw")->capture_default_str();
+  dense->add_option("--loss", p->loss, "bce | squared_hinge | softmax")->capture_default_str();
+  dense->add_option("--threads", p->threads, "Threads (0 = all cores)");
+  dense->add_flag("--json", *json, "Print JSON");
+  return {sub, [p, json, dense]() -> int {
+            if (dense->parsed()) {
+              if (p->batch < 1 || p->dim < 1 || p->labels < 1 || p->chunk < 1 || p->iters < 1)
+                throw_input("bench dense: sizes and --iters must be positive");
+              auto j = bench::bench_dense(*p);
+              std::cout << (*json ? j.dump(2) + "\n" : bench::dense_bench_table(j));
+            }
+            return 0;
+          }};
 }
 
 }  // namespace xmc::app

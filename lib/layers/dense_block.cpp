@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 
@@ -53,6 +54,14 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
   XMC_CHECK(batch <= max_batch_, "batch of {} rows exceeds the workspace for {}", batch,
             max_batch_);
   StepStats stats;
+  Stopwatch sw;
+  // Adds the time since the last mark to one of the timings.
+  auto mark = [&](double DenseTimings::*field) {
+    if (timings_) {
+      timings_->*field += sw.seconds();
+      sw.reset();
+    }
+  };
   SoftmaxStats smax(loss_ == LossType::softmax ? batch : 0);
   if (loss_ == LossType::softmax) {
     // Pass 1: logsumexp over all labels of the block.
@@ -61,16 +70,20 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       Matrix z(z_.data(), batch, c);
       kernels::gemm_nt(h, weights(c0, c), z);
       kernels::add_row_vector(z, b_.data() + c0);
+      mark(&DenseTimings::forward);
       softmax_accumulate(z, smax);
+      mark(&DenseTimings::loss);
     }
   }
   for (int64_t i = 0; i < dh.rows; ++i) std::fill(dh.row(i), dh.row(i) + dh.cols, 0.0f);
+  mark(&DenseTimings::backward_input);
 
   for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
     const int64_t c = std::min(chunk_, n_ - c0);
     Matrix z(z_.data(), batch, c);
     kernels::gemm_nt(h, weights(c0, c), z);
     kernels::add_row_vector(z, b_.data() + c0);
+    mark(&DenseTimings::forward);
     // z becomes G = dL/dZ (already divided by the batch size).
     if (loss_ == LossType::softmax) {
       stats.loss += softmax_loss_grad(z, smax, targets, lo_ + c0, batch);
@@ -78,13 +91,17 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       stats.loss += elementwise_loss_grad(loss_, z, targets, lo_ + c0, batch, &stats.zero_grads);
     }
     stats.grads += batch * c;
+    mark(&DenseTimings::loss);
     // dh += G·W_c with the weights before this step's update.
     kernels::gemm_nn(z, weights(c0, c), dh, 1.0f, 1.0f);
+    mark(&DenseTimings::backward_input);
     // dW_c = Gᵀ·h, db_c = column sums of G; then update the chunk.
     Matrix dw(dw_.data(), c, d_);
     kernels::gemm_tn(z, h, dw);
     kernels::column_sums(z, db_.data());
+    mark(&DenseTimings::backward_weight);
     update_chunk(c0, c, lr);
+    mark(&DenseTimings::update);
   }
   stats.loss /= static_cast<double>(batch);
   return stats;

@@ -17,6 +17,15 @@
 
 namespace xmc {
 
+// Per-op wall time of train_step, summed over chunks (benchmarks; off by default).
+struct DenseTimings {
+  double forward = 0.0;          // logits GEMM + bias (both passes for softmax)
+  double loss = 0.0;             // loss gradient in place
+  double backward_input = 0.0;   // dh += G·W_c
+  double backward_weight = 0.0;  // dW_c = Gᵀ·h, db_c
+  double update = 0.0;           // optimizer step of W_c, b_c
+};
+
 class DenseBlock {
  public:
   // Labels [lo, lo+n) of the model; inputs of width d; workspace for batches up to
@@ -30,6 +39,8 @@ class DenseBlock {
   void scores(ConstMatrix h, int64_t lo, Matrix out) const;
 
   std::vector<TensorRef> state(const std::string& prefix);
+  // Accumulate per-op times into *t (nullptr: off).
+  void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;
   int64_t chunk() const { return chunk_; }
 
@@ -47,6 +58,7 @@ class DenseBlock {
   HostBuffer<float> b_s1_, b_s2_;      // optimizer state of b
   HostBuffer<float> z_;                // [max_batch×chunk] logits / gradients
   HostBuffer<float> dw_, db_;          // [chunk×d], [chunk]
+  DenseTimings* timings_ = nullptr;
 };
 
 }  // namespace xmc

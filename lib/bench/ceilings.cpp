@@ -1,0 +1,47 @@
+#include "bench/ceilings.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/resources.h"
+#include "core/rng.h"
+#include "kernels/dense_ops.h"
+
+namespace xmc::bench {
+
+double measure_sgemm_gflops(int n) {
+  const auto nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<float> a(nn), b(nn), c(nn);
+  Rng rng(1);
+  for (auto& x : a) x = rng.uniformf();
+  for (auto& x : b) x = rng.uniformf();
+  ConstMatrix am(a.data(), n, n), bm(b.data(), n, n);
+  Matrix cm(c.data(), n, n);
+  kernels::gemm_nn(am, bm, cm);  // warm-up
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    Stopwatch sw;
+    kernels::gemm_nn(am, bm, cm);
+    best = std::min(best, sw.seconds());
+  }
+  return 2.0 * n * static_cast<double>(n) * n / best / 1e9;
+}
+
+double measure_copy_gbps(long long bytes) {
+  const auto n = static_cast<size_t>(bytes / 4);
+  std::vector<float> src(n, 1.0f), dst(n, 0.0f);
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    Stopwatch sw;
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < static_cast<long long>(n); i += 1 << 16) {
+      const size_t len = std::min<size_t>(1 << 16, n - static_cast<size_t>(i));
+      std::memcpy(dst.data() + i, src.data() + i, len * sizeof(float));
+    }
+    best = std::min(best, sw.seconds());
+  }
+  return 2.0 * static_cast<double>(n) * 4.0 / best / 1e9;
+}
+
+}  // namespace xmc::bench

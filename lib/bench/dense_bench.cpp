@@ -1,0 +1,114 @@
+#include "bench/dense_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "core/context.h"
+#include "core/resources.h"
+#include "core/rng.h"
+#include "layers/dense_block.h"
+
+namespace xmc::bench {
+
+nlohmann::json bench_dense(const DenseBenchParams& p) {
+  Context ctx(Device::cpu, p.threads);
+  OptimizerConfig optim;
+  optim.type = parse_optimizer(p.optimizer);
+  DenseBlock block(ctx, p.dim, 0, p.labels, p.batch, p.chunk, parse_loss(p.loss), optim, 1);
+
+  Rng rng(2);
+  std::vector<float> h(static_cast<size_t>(p.batch * p.dim)), dh(h.size());
+  for (auto& x : h) x = static_cast<float>(rng.normal());
+  CsrMatrix targets;  // 3 random positives per row
+  targets.rows = p.batch;
+  targets.cols = p.labels;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    std::vector<uint32_t> row;
+    while (row.size() < 3) {
+      auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(p.labels)));
+      if (std::find(row.begin(), row.end(), l) == row.end()) row.push_back(l);
+    }
+    std::sort(row.begin(), row.end());
+    targets.indices.insert(targets.indices.end(), row.begin(), row.end());
+    targets.indptr.push_back(static_cast<int64_t>(targets.indices.size()));
+  }
+  ConstMatrix hm(h.data(), p.batch, p.dim);
+  Matrix dhm(dh.data(), p.batch, p.dim);
+  block.train_step(targets, hm, dhm, {1e-4, 1});  // warm-up: pages touched, threads up
+
+  DenseTimings t;
+  block.set_timings(&t);
+  Stopwatch sw;
+  for (int it = 0; it < p.iters; ++it) block.train_step(targets, hm, dhm, {1e-4, it + 2});
+  const double step = sw.seconds() / p.iters;
+  block.set_timings(nullptr);
+
+  const double gemm = measure_sgemm_gflops();
+  const double copy = measure_copy_gbps();
+  const double bld = static_cast<double>(p.batch) * static_cast<double>(p.labels) * p.dim;
+  const double wbytes = 4.0 * static_cast<double>(p.labels) * p.dim;
+  const int states = optimizer_state_arrays(optim);
+  auto op = [&](double seconds, double flops, double bytes) {
+    const double s = seconds / p.iters;
+    nlohmann::json j = {{"seconds", s}};
+    if (flops > 0) {
+      j["gflops"] = flops / s / 1e9;
+      j["gemm_ratio"] = flops / s / 1e9 / gemm;
+    }
+    if (bytes > 0) {
+      j["gbps"] = bytes / s / 1e9;
+      j["copy_ratio"] = bytes / s / 1e9 / copy;
+    }
+    return j;
+  };
+  nlohmann::json j;
+  j["device"] = "cpu";
+  j["threads"] = ctx.threads();
+  j["params"] = {{"batch", p.batch}, {"dim", p.dim},      {"labels", p.labels},
+                 {"chunk", p.chunk}, {"iters", p.iters},  {"optimizer", p.optimizer},
+                 {"loss", p.loss},   {"precision", "fp32"}};
+  j["ceilings"] = {{"sgemm_gflops", gemm}, {"copy_gbps", copy}};
+  // Minimal traffic: forward and dh read W once each; the update reads W, dW and the
+  // optimizer state and writes W and the state back.
+  j["ops"] = {
+      {"forward", op(t.forward, 2 * bld, wbytes)},
+      {"loss", op(t.loss, 0, 2.0 * 4 * p.batch * static_cast<double>(p.labels))},
+      {"backward_input", op(t.backward_input, 2 * bld, wbytes)},
+      {"backward_weight", op(t.backward_weight, 2 * bld, wbytes)},
+      {"update", op(t.update, 0, wbytes * (3 + 2 * states))},
+  };
+  j["step"] = {{"seconds", step},
+               {"gflops", 6 * bld / step / 1e9},
+               {"gemm_ratio", 6 * bld / step / 1e9 / gemm}};
+  j["peak_rss_bytes"] = peak_rss_bytes();
+  return j;
+}
+
+std::string dense_bench_table(const nlohmann::json& j) {
+  const auto& pr = j["params"];
+  std::string out = fmt::format(
+      "dense step, {} threads: B={} d={} L={} chunk={} {} {}\n"
+      "ceilings: sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s\n"
+      "{:<16} {:>10} {:>10} {:>8} {:>10} {:>8}\n",
+      j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
+      pr["labels"].get<int64_t>(), pr["chunk"].get<int64_t>(), pr["optimizer"].get<std::string>(),
+      pr["precision"].get<std::string>(), j["ceilings"]["sgemm_gflops"].get<double>(),
+      j["ceilings"]["copy_gbps"].get<double>(), "op", "ms", "GFLOP/s", "%gemm", "GB/s", "%copy");
+  auto row = [&](const std::string& name, const nlohmann::json& o) {
+    auto num = [&](const char* k, double scale) {
+      return o.contains(k) ? fmt::format("{:.1f}", o[k].get<double>() * scale) : std::string("-");
+    };
+    out += fmt::format("{:<16} {:>10.2f} {:>10} {:>8} {:>10} {:>8}\n", name,
+                       o["seconds"].get<double>() * 1e3, num("gflops", 1), num("gemm_ratio", 100),
+                       num("gbps", 1), num("copy_ratio", 100));
+  };
+  for (auto name : {"forward", "loss", "backward_input", "backward_weight", "update"})
+    row(name, j["ops"][name]);
+  row("full step", j["step"]);
+  return out;
+}
+
+}  // namespace xmc::bench
