@@ -1,10 +1,10 @@
 // Prints the config reference (Markdown) for the registered output types.
 // Regenerate the committed doc with:
 //   build/tools/config_reference > docs/config-reference.md
+#include "config/config_reference.h"
+
 #include <exception>
 #include <iostream>
-
-#include "config/config_reference.h"
 
 namespace {
 

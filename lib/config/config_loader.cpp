@@ -33,13 +33,16 @@ std::vector<PathStep> parse_override_path(const std::string& key, const std::str
     if (step.name.empty()) throw_input("{}: empty key in path '{}'", origin, key);
     while (bracket != std::string::npos) {
       size_t close = part.find(']', bracket);
-      std::string idx = close == std::string::npos ? "" : part.substr(bracket + 1, close - bracket - 1);
+      std::string idx =
+          close == std::string::npos ? "" : part.substr(bracket + 1, close - bracket - 1);
       if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos)
-        throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin, key);
+        throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin,
+                    key);
       step.indices.push_back(std::stoull(idx));
       bracket = close + 1 < part.size() ? close + 1 : std::string::npos;
       if (bracket != std::string::npos && part[bracket] != '[')
-        throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin, key);
+        throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin,
+                    key);
     }
     steps.push_back(std::move(step));
     if (dot == std::string::npos) break;
@@ -48,13 +51,12 @@ std::vector<PathStep> parse_override_path(const std::string& key, const std::str
   return steps;
 }
 
-// Sets every origin in the tree (values from --set have no line).
+// Values from --set have no line: every node and key of the value names the override.
 void set_origin(ConfigNode& n, const std::string& origin) {
   n.origin = origin;
-  if (n.is_map()) n.key_origin = n.key_origin.empty() ? origin : n.key_origin;
   for (auto& item : n.items) {
     set_origin(item, origin);
-    item.key_origin = origin;
+    if (n.is_map()) item.key_origin = origin;
   }
 }
 

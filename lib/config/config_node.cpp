@@ -45,10 +45,14 @@ ConfigNode& ConfigNode::add(std::string k, ConfigNode value) {
 
 std::string ConfigNode::describe() const {
   switch (kind) {
-    case Kind::null: return "null";
-    case Kind::scalar: return fmt::format("'{}'", scalar);
-    case Kind::map: return "a mapping";
-    case Kind::list: return "a list";
+    case Kind::null:
+      return "null";
+    case Kind::scalar:
+      return fmt::format("'{}'", scalar);
+    case Kind::map:
+      return "a mapping";
+    case Kind::list:
+      return "a list";
   }
   return "?";
 }

@@ -14,7 +14,7 @@ namespace {
 std::string cell(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += '\\';
+    if (c == '|' || c == '<') out += '\\';  // table separator; '<' would start an HTML tag
     out += c;
   }
   return out;

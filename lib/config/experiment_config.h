@@ -43,10 +43,8 @@ struct PropensityConfig {
 
   template <class V>
   void visit(V& v) {
-    v.field("a", a, "Propensity A; a = b = 0 takes the defaults of the family",
-            Range::at_least(0));
-    v.field("b", b, "Propensity B; a = b = 0 takes the defaults of the family",
-            Range::at_least(0));
+    v.field("a", a, "Propensity A; a = b = 0 takes the defaults of the family", Range::at_least(0));
+    v.field("b", b, "Propensity B; a = b = 0 takes the defaults of the family", Range::at_least(0));
     v.field("family", family,
             "Dataset family for default A/B (amazon 0.6/2.6, wikipedia 0.5/0.4, other 0.55/1.5); "
             "auto = from the data path",
@@ -163,7 +161,8 @@ struct ScheduleSpec {
 
   template <class V>
   void visit(V& v) {
-    v.field("type", type, "Schedule of the lr multiplier", Choices{"constant", "cosine", "plateau"});
+    v.field("type", type, "Schedule of the lr multiplier",
+            Choices{"constant", "cosine", "plateau"});
     v.field("warmup_steps", warmup_steps, "cosine: steps of linear warmup from 0",
             Range::at_least(0));
     v.field("min_factor", min_factor, "cosine, plateau: floor of the multiplier", Range{0, 1});
@@ -212,8 +211,8 @@ struct TrainConfig {
   void visit(V& v) {
     v.field("epochs", epochs, "Number of passes over the training data", Range{1, 100000});
     v.field("batch_size", batch_size, "Points per mini-batch", Range{1, 1 << 20});
-    v.field("eval_every", eval_every, "Evaluate on the test set every N epochs; 0 = only at the end",
-            Range{0, 100000});
+    v.field("eval_every", eval_every,
+            "Evaluate on the test set every N epochs; 0 = only at the end", Range{0, 100000});
     v.field("checkpoint_every", checkpoint_every,
             "Write a checkpoint every N epochs; 0 = only at the end", Range{0, 100000});
     v.field("log_every_s", log_every_s, "Seconds between progress lines", Range::at_least(0));

@@ -110,8 +110,8 @@ void NodeReader::field(std::string_view key, int64_t& v, std::string_view, Range
 }
 
 void NodeReader::field(std::string_view key, uint64_t& v, std::string_view, Range r) {
-  std::string what = r.str(true).empty() ? std::string("a non-negative integer")
-                                         : expected_integer(r);
+  std::string what =
+      r.str(true).empty() ? std::string("a non-negative integer") : expected_integer(r);
   const ConfigNode* c = scalar_child(key, what.c_str());
   if (!c) return;
   uint64_t x = 0;
@@ -151,11 +151,12 @@ void NodeReader::field(std::string_view key, std::string& v, std::string_view, c
   const ConfigNode* c = scalar_child(key, what.c_str());
   if (!c) return;
   if (!ch.contains(c->scalar))
-    fail(*c, child_path(key),
-         fmt::format("expected {}, got '{}'{}", what, c->scalar,
-                     closest_key(c->scalar, ch.values).empty()
-                         ? std::string{}
-                         : fmt::format(" (did you mean '{}'?)", closest_key(c->scalar, ch.values))));
+    fail(
+        *c, child_path(key),
+        fmt::format("expected {}, got '{}'{}", what, c->scalar,
+                    closest_key(c->scalar, ch.values).empty()
+                        ? std::string{}
+                        : fmt::format(" (did you mean '{}'?)", closest_key(c->scalar, ch.values))));
   v = c->scalar;
 }
 
@@ -189,7 +190,8 @@ void NodeReader::field(std::string_view key, OutputSpec& v, std::string_view) {
     fail(where, path + ".type",
          fmt::format("unknown output type '{}'{} (known: {})", type,
                      best.empty() ? std::string{} : fmt::format(", did you mean '{}'?", best),
-                     names.empty() ? std::string("none registered") : fmt::format("{}", fmt::join(names, ", "))));
+                     names.empty() ? std::string("none registered")
+                                   : fmt::format("{}", fmt::join(names, ", "))));
   }
   v.type = type;
   v.config = it->parse(node, path);

@@ -16,7 +16,9 @@ struct OutputSpec;
 struct OutputTypeInfo;
 
 template <class S, class V>
-concept VisitableBy = requires(S& s, V& v) { s.visit(v); };
+concept VisitableBy = requires(S& s, V& v) {
+  s.visit(v);
+};
 
 class NodeReader {
  public:

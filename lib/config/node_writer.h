@@ -14,7 +14,9 @@ namespace xmc {
 struct OutputSpec;
 
 template <class S, class V>
-concept WritableBy = requires(S& s, V& v) { s.visit(v); };
+concept WritableBy = requires(S& s, V& v) {
+  s.visit(v);
+};
 
 // Canonical scalar text, read back exactly by NodeReader (doubles: shortest round-trip).
 std::string scalar_text(bool v);

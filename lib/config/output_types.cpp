@@ -14,9 +14,10 @@ const OutputTypeInfo& find_output_type(const std::vector<OutputTypeInfo>& types,
   std::vector<std::string> names;
   for (const auto& t : types) names.push_back(t.name);
   std::string best = closest_key(name, names);
-  throw_input("unknown output type '{}'{} (known: {})", name,
-              best.empty() ? std::string{} : fmt::format(", did you mean '{}'?", best),
-              names.empty() ? std::string("none registered") : fmt::format("{}", fmt::join(names, ", ")));
+  throw_input(
+      "unknown output type '{}'{} (known: {})", name,
+      best.empty() ? std::string{} : fmt::format(", did you mean '{}'?", best),
+      names.empty() ? std::string("none registered") : fmt::format("{}", fmt::join(names, ", ")));
 }
 
 }  // namespace xmc

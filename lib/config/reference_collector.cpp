@@ -17,8 +17,8 @@ std::string ReferenceCollector::path(std::string_view key) const {
 
 void ReferenceCollector::add(std::string_view key, std::string type, std::string def,
                              std::string allowed, std::string_view doc) {
-  rows.push_back({section_, path(key), std::move(type), std::move(def), std::move(allowed),
-                  std::string(doc)});
+  rows.push_back(
+      {section_, path(key), std::move(type), std::move(def), std::move(allowed), std::string(doc)});
 }
 
 void ReferenceCollector::append(ReferenceCollector&& sub) {
@@ -56,7 +56,8 @@ void ReferenceCollector::field(std::string_view key, const OutputSpec& v, std::s
   if (types_)
     for (const auto& t : *types_) names.push_back(t.name);
   std::string p = path(key);
-  rows.push_back({section_, p + ".type", "string", v.type, fmt::format("{}", fmt::join(names, ", ")),
+  rows.push_back({section_, p + ".type", "string", v.type,
+                  fmt::format("{}", fmt::join(names, ", ")),
                   fmt::format("{}: the backend; its keys are listed per type below", doc)});
   if (!types_) return;
   for (const auto& t : *types_)

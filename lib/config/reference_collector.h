@@ -30,7 +30,9 @@ struct OutputTypeReference {
 };
 
 template <class S, class V>
-concept DescribableBy = requires(S& s, V& v) { s.visit(v); };
+concept DescribableBy = requires(S& s, V& v) {
+  s.visit(v);
+};
 
 class ReferenceCollector {
  public:
@@ -50,9 +52,7 @@ class ReferenceCollector {
   template <DescribableBy<ReferenceCollector> S>
   void field(std::string_view key, const S& s, std::string_view /*doc*/) {
     S copy = s;
-    ReferenceCollector sub(path(key), prefix_.empty() ? std::string(key)
-                                               : section_,
-                           types_);
+    ReferenceCollector sub(path(key), prefix_.empty() ? std::string(key) : section_, types_);
     copy.visit(sub);
     append(std::move(sub));
   }

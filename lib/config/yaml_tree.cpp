@@ -27,7 +27,8 @@ struct Converter {
         c.origin = where;
         return c;
       }
-      case YAML::NodeType::Scalar: return ConfigNode::make_scalar(n.Scalar(), where);
+      case YAML::NodeType::Scalar:
+        return ConfigNode::make_scalar(n.Scalar(), where);
       case YAML::NodeType::Sequence: {
         ConfigNode c = ConfigNode::make_list(where);
         for (const auto& item : n) c.items.push_back(convert(item));
@@ -41,8 +42,7 @@ struct Converter {
             throw_input("{}: mapping keys must be plain names, got a {}", key_where,
                         it->first.IsMap() ? "mapping" : "list");
           std::string key = it->first.Scalar();
-          if (c.find(key))
-            throw_input("{}: duplicate key '{}'", key_where, key);
+          if (c.find(key)) throw_input("{}: duplicate key '{}'", key_where, key);
           ConfigNode& entry = c.add(key, convert(it->second));
           entry.key_origin = key_where;
         }
@@ -55,8 +55,12 @@ struct Converter {
 
 void emit(YAML::Emitter& out, const ConfigNode& n) {
   switch (n.kind) {
-    case ConfigNode::Kind::null: out << YAML::Null; break;
-    case ConfigNode::Kind::scalar: out << n.scalar; break;
+    case ConfigNode::Kind::null:
+      out << YAML::Null;
+      break;
+    case ConfigNode::Kind::scalar:
+      out << n.scalar;
+      break;
     case ConfigNode::Kind::list:
       if (n.items.empty()) {
         out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;

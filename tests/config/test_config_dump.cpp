@@ -18,18 +18,35 @@ TEST_CASE("the resolved dump lists every key and loads back to the same config")
   std::string yaml = dump_config(defaults);
   INFO(yaml);
   // Every section and a sample of leaf keys with their default values.
-  for (const char* s : {"name: run", "seed: 0", "device: auto", "out: \"\"", "data:", "train:",
-                        "hdf5_dataset: features", "cache: true", "family: auto", "synth:",
-                        "labels_per_point: 3.0", "encoder: []", "output:", "type: dense",
-                        "chunk_size: 8192", "lr: 0.001", "eps: 1e-08", "schedule:",
-                        "epochs: 5", "log_every_s: 10.0", "search: exact", "ef: 100"})
+  for (const char* s : {"name: run",
+                        "seed: 0",
+                        "device: auto",
+                        "out: \"\"",
+                        "data:",
+                        "train:",
+                        "hdf5_dataset: features",
+                        "cache: true",
+                        "family: auto",
+                        "synth:",
+                        "labels_per_point: 3.0",
+                        "encoder: []",
+                        "output:",
+                        "type: dense",
+                        "chunk_size: 8192",
+                        "lr: 0.001",
+                        "eps: 1e-08",
+                        "schedule:",
+                        "epochs: 5",
+                        "log_every_s: 10.0",
+                        "search: exact",
+                        "ef: 100"})
     CHECK(yaml.find(s) != std::string::npos);
   // Descriptions are comments.
   CHECK(yaml.find("# Points per mini-batch") != std::string::npos);
   CHECK(parse(yaml) == defaults);
 
   const char* text = R"(
-name: "yes"
+name: "yes # 'q' \"dq\" \\ [x]"
 seed: 18446744073709551615
 device: cuda
 out: "runs/with: colon"
@@ -48,7 +65,7 @@ eval: {k: 1}
 )";
   ExperimentConfig c = parse(text, {"threads=4"});
   CHECK(c.seed == 18446744073709551615ULL);
-  CHECK(c.name == "yes");
+  CHECK(c.name == "yes # 'q' \"dq\" \\ [x]");
   std::string dumped = dump_config(c);
   INFO(dumped);
   ExperimentConfig back = parse(dumped);

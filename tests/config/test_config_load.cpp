@@ -64,6 +64,9 @@ TEST_CASE("an empty config gives every default") {
   CHECK(c.eval.ef == 100);
   // A default-constructed config equals the parsed empty one except for the resolved output.
   ExperimentConfig d;
+  CHECK_FALSE(d.model.output.config);  // unresolved until loaded against the output types
+  CHECK_THROWS_AS(d.model.output.as<FakeDenseConfig>(), Error);
+  CHECK_FALSE(d == c);
   d.model.output = c.model.output;
   CHECK(d == c);
 }
@@ -212,11 +215,13 @@ TEST_CASE("out-of-range values name the path, the value and the allowed range") 
         "config.yaml:1: optim.encoder.lr: expected a number > 0, got 0");
   CHECK(error_of("eval: {k: 101}\n") ==
         "config.yaml:1: eval.k: expected an integer in [1, 100], got 101");
-  CHECK(error_of("threads: -1\n") == "config.yaml:1: threads: expected an integer in [0, 4096], got -1");
+  CHECK(error_of("threads: -1\n") ==
+        "config.yaml:1: threads: expected an integer in [0, 4096], got -1");
   CHECK(error_of("data: {train: {index_base: 2}}\n") ==
         "config.yaml:1: data.train.index_base: expected an integer in [0, 1], got 2");
   // Boundary values inside the range are accepted.
-  ExperimentConfig c = parse("eval: {k: 100}\ntrain: {epochs: 1}\noptim: {encoder: {momentum: 0}}\n");
+  ExperimentConfig c =
+      parse("eval: {k: 100}\ntrain: {epochs: 1}\noptim: {encoder: {momentum: 0}}\n");
   CHECK(c.eval.k == 100);
   CHECK(c.train.epochs == 1);
 }
@@ -274,7 +279,8 @@ TEST_CASE("bad overrides (--set) are errors naming the override") {
         "--set trian.epochs=3: trian: unknown key (did you mean 'train'?)");
   CHECK(error_of("", {"train.epochs"}) ==
         "--set train.epochs: expected KEY=VALUE (e.g. --set train.epochs=3)");
-  CHECK(error_of("", {"train..epochs=3"}) == "--set train..epochs=3: empty key in path 'train..epochs'");
+  CHECK(error_of("", {"train..epochs=3"}) ==
+        "--set train..epochs=3: empty key in path 'train..epochs'");
   CHECK(error_of("train: {epochs: 3}\n", {"train.epochs.x=1"}) ==
         "--set train.epochs.x=1: train.epochs: cannot set 'x' inside '3'");
   CHECK(error_of("", {"model.encoder[0].out=3"}) ==
@@ -285,8 +291,9 @@ TEST_CASE("bad overrides (--set) are errors naming the override") {
   CHECK(error_of("", {"model.encoder[x]=3"}) ==
         "--set model.encoder[x]=3: bad list index in path 'model.encoder[x]' (expected name[0], "
         "name[1], ...)");
-  CHECK(error_of("", {"model.encoder=[1, 2"}).rfind("--set model.encoder=[1, 2: invalid YAML: ", 0) ==
-        0);
+  CHECK(
+      error_of("", {"model.encoder=[1, 2"}).rfind("--set model.encoder=[1, 2: invalid YAML: ", 0) ==
+      0);
   CHECK(error_of("", {"model.output.chunk_sise=3"}) ==
         "--set model.output.chunk_sise=3: model.output.chunk_sise: unknown key (did you mean "
         "'chunk_size'?)");
@@ -331,8 +338,9 @@ TEST_CASE("model.output is resolved through the registered output types") {
     CHECK(std::string(e.what()) ==
           "model.output.type: unknown output type 'dense' (known: none registered)");
   }
-  CHECK_THROWS_WITH(find_output_type(fake_output_types(), "dnse"),
-                    "unknown output type 'dnse', did you mean 'dense'? (known: dense, fake_sparse)");
+  CHECK_THROWS_WITH(
+      find_output_type(fake_output_types(), "dnse"),
+      "unknown output type 'dnse', did you mean 'dense'? (known: dense, fake_sparse)");
 }
 
 TEST_CASE("YAML syntax errors name the file and line") {
@@ -360,8 +368,9 @@ TEST_CASE("load_config reads a file and names missing or invalid files") {
   auto missing = (dir / "nope.yaml").string();
   CHECK_THROWS_WITH(load_config(missing, {}, fake_output_types()),
                     "config file '" + missing + "' not found");
-  CHECK_THROWS_WITH(load_config(dir.path().string(), {}, fake_output_types()),
-                    "config file '" + dir.path().string() + "' is a directory, expected a YAML file");
+  CHECK_THROWS_WITH(
+      load_config(dir.path().string(), {}, fake_output_types()),
+      "config file '" + dir.path().string() + "' is a directory, expected a YAML file");
   xmc::test::write_file(path, "train:\n  epochs: 0\n");
   CHECK_THROWS_WITH(load_config(path, {}, fake_output_types()),
                     path + ":2: train.epochs: expected an integer in [1, 100000], got 0");

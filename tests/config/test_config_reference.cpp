@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 
 #include "config/config_reference.h"
@@ -21,7 +20,7 @@ TEST_CASE("the reference lists every key with type, default, bounds and descript
            "| `name` | string | `\"run\"` |  | Run name |",
            "| `device` | string | `auto` | cpu, cuda, auto | Where to run; auto = cuda when "
            "available |",
-           "| `out` | path | (unset) |  | Run directory; empty = runs/<name> |",
+           "| `out` | path | (unset) |  | Run directory; empty = runs/\\<name> |",
            "| `train.batch_size` | int | `256` | [1, 1048576] | Points per mini-batch |",
            "| `data.train.format` | string | `auto` | auto, xc, split, npy, hdf5 |",
            "| `data.synth.seed` | uint64 | `0` | >= 0 |",
@@ -39,9 +38,9 @@ TEST_CASE("the reference lists every key with type, default, bounds and descript
        })
     CHECK(md.find(s) != std::string::npos);
   // Every leaf key of the resolved dump appears in the reference (nothing is hand-listed).
-  for (const char* key : {"`data.test.hdf5_dataset`", "`data.propensity.family`",
-                          "`optim.schedule.patience`", "`train.checkpoint_every`", "`eval.ef`",
-                          "`seed`", "`threads`", "`data.filter`"})
+  for (const char* key :
+       {"`data.test.hdf5_dataset`", "`data.propensity.family`", "`optim.schedule.patience`",
+        "`train.checkpoint_every`", "`eval.ef`", "`seed`", "`threads`", "`data.filter`"})
     CHECK(md.find(key) != std::string::npos);
   std::string none = config_reference_markdown({});
   CHECK(none.find("No output types are registered.") != std::string::npos);
@@ -52,10 +51,12 @@ TEST_CASE("the reference lists every key with type, default, bounds and descript
 TEST_CASE("docs/config-reference.md is current") {
   xmc::test::TempDir dir;
   auto generated = dir / "reference.md";
-  std::string cmd = std::string("\"") + XMC_CONFIG_REFERENCE_TOOL + "\" > \"" + generated.string() + "\"";
+  std::string cmd =
+      std::string("\"") + XMC_CONFIG_REFERENCE_TOOL + "\" > \"" + generated.string() + "\"";
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::string want = xmc::test::read_file(generated);
   REQUIRE_FALSE(want.empty());
-  std::string have = xmc::test::read_file(std::string(XMC_SOURCE_DIR) + "/docs/config-reference.md");
+  std::string have =
+      xmc::test::read_file(std::string(XMC_SOURCE_DIR) + "/docs/config-reference.md");
   CHECK(have == want);
 }
