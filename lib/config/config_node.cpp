@@ -1,0 +1,68 @@
+#include "config/config_node.h"
+
+#include <fmt/format.h>
+
+namespace xmc {
+
+ConfigNode ConfigNode::make_scalar(std::string text, std::string origin) {
+  ConfigNode n;
+  n.kind = Kind::scalar;
+  n.scalar = std::move(text);
+  n.origin = std::move(origin);
+  return n;
+}
+
+ConfigNode ConfigNode::make_map(std::string origin) {
+  ConfigNode n;
+  n.kind = Kind::map;
+  n.origin = std::move(origin);
+  return n;
+}
+
+ConfigNode ConfigNode::make_list(std::string origin) {
+  ConfigNode n;
+  n.kind = Kind::list;
+  n.origin = std::move(origin);
+  return n;
+}
+
+const ConfigNode* ConfigNode::find(std::string_view k) const {
+  if (kind != Kind::map) return nullptr;
+  for (const auto& item : items)
+    if (item.key == k) return &item;
+  return nullptr;
+}
+
+ConfigNode* ConfigNode::find(std::string_view k) {
+  return const_cast<ConfigNode*>(static_cast<const ConfigNode&>(*this).find(k));
+}
+
+ConfigNode& ConfigNode::add(std::string k, ConfigNode value) {
+  value.key = std::move(k);
+  items.push_back(std::move(value));
+  return items.back();
+}
+
+std::string ConfigNode::describe() const {
+  switch (kind) {
+    case Kind::null:
+      return "null";
+    case Kind::scalar:
+      return fmt::format("'{}'", scalar);
+    case Kind::map:
+      return "a mapping";
+    case Kind::list:
+      return "a list";
+  }
+  return "?";
+}
+
+bool ConfigNode::operator==(const ConfigNode& o) const {
+  return kind == o.kind && scalar == o.scalar && key == o.key && items == o.items;
+}
+
+std::string with_origin(const std::string& origin, const std::string& msg) {
+  return origin.empty() ? msg : fmt::format("{}: {}", origin, msg);
+}
+
+}  // namespace xmc

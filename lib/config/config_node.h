@@ -1,0 +1,47 @@
+#pragma once
+// ConfigNode: a small YAML-free tree (null | scalar | map | list) that carries, for every
+// value, where it came from ("config.yaml:12" or "--set train.epochs=3"). The YAML parser
+// and emitter live in yaml_tree.cpp only, so public headers stay free of yaml-cpp.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xmc {
+
+struct ConfigNode {
+  enum class Kind { null, scalar, map, list };
+
+  Kind kind = Kind::null;
+  std::string scalar;             // Kind::scalar: the text as written (quotes removed)
+  std::vector<ConfigNode> items;  // Kind::map: entries (each has key); Kind::list: elements
+  std::string key;                // set on map entries
+  std::string origin;             // where the value was written: "file:line" or "--set k=v"
+  std::string key_origin;         // map entries: where the key was written
+  std::string doc;                // dump only: one-line description emitted as a comment
+
+  static ConfigNode make_scalar(std::string text, std::string origin = {});
+  static ConfigNode make_map(std::string origin = {});
+  static ConfigNode make_list(std::string origin = {});
+
+  bool is_null() const { return kind == Kind::null; }
+  bool is_scalar() const { return kind == Kind::scalar; }
+  bool is_map() const { return kind == Kind::map; }
+  bool is_list() const { return kind == Kind::list; }
+
+  // Map entry by key, or nullptr.
+  const ConfigNode* find(std::string_view k) const;
+  ConfigNode* find(std::string_view k);
+  // Appends a map entry (no duplicate check) and returns it.
+  ConfigNode& add(std::string k, ConfigNode value);
+
+  // For messages: "'abc'", "a mapping", "a list", "null".
+  std::string describe() const;
+
+  // Structural equality: kind, scalar text, keys and items; origins and docs are ignored.
+  bool operator==(const ConfigNode& o) const;
+};
+
+// Prefixes a message with the origin when known: "config.yaml:12: msg".
+std::string with_origin(const std::string& origin, const std::string& msg);
+
+}  // namespace xmc

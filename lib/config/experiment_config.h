@@ -1,0 +1,270 @@
+#pragma once
+// The experiment config: typed structs with defaults. Each struct lists its fields once,
+// in visit(), with a one-line description and its bounds or choices; loading, validation,
+// the resolved dump and the Markdown reference all come from that one list.
+// Load with load_config()/parse_config() (config_loader.h).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/field_constraints.h"
+#include "config/output_spec.h"
+
+namespace xmc {
+
+// One input file set (training or test data).
+struct DataSourceConfig {
+  std::string path;      // combined XC text file
+  std::string features;  // split files
+  std::string labels;
+  std::string format = "auto";
+  int64_t index_base = 0;
+  std::string hdf5_dataset = "features";
+
+  template <class V>
+  void visit(V& v) {
+    v.field("path", path, "Combined XC text file (header, then labels and features per line)",
+            PathField{});
+    v.field("features", features, "Feature file: XC split text, .npy (dense) or .h5", PathField{});
+    v.field("labels", labels, "Label file in XC label format (with features)", PathField{});
+    v.field("format", format, "File format; auto = from the file extensions",
+            Choices{"auto", "xc", "split", "npy", "hdf5"});
+    v.field("index_base", index_base, "First feature/label index in text files", Range{0, 1});
+    v.field("hdf5_dataset", hdf5_dataset, "Name of the feature dataset inside an HDF5 file");
+  }
+  bool operator==(const DataSourceConfig&) const = default;
+};
+
+// Inverse-propensity parameters for PSP@k: q_l = 1 + C·(N_l + B)^(−A).
+struct PropensityConfig {
+  double a = 0.0;
+  double b = 0.0;
+  std::string family = "auto";
+
+  template <class V>
+  void visit(V& v) {
+    v.field("a", a, "Propensity A; a = b = 0 takes the defaults of the family", Range::at_least(0));
+    v.field("b", b, "Propensity B; a = b = 0 takes the defaults of the family", Range::at_least(0));
+    v.field("family", family,
+            "Dataset family for default A/B (amazon 0.6/2.6, wikipedia 0.5/0.4, other 0.55/1.5); "
+            "auto = from the data path",
+            Choices{"auto", "amazon", "wikipedia", "other"});
+  }
+  bool operator==(const PropensityConfig&) const = default;
+};
+
+// Synthetic data, generated when enabled and data.train is not given.
+struct SynthConfig {
+  bool enabled = false;
+  std::string format = "dense";
+  int64_t train = 20000;
+  int64_t test = 5000;
+  int64_t labels = 2000;
+  int64_t features = 256;
+  int64_t clusters = 50;
+  double alpha = 1.0;
+  double labels_per_point = 3.0;
+  double noise = 0.5;
+  int64_t nnz = 40;
+  uint64_t seed = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("enabled", enabled, "Generate synthetic data when data.train is not given");
+    v.field("format", format, "Feature type of the generated data", Choices{"dense", "sparse"});
+    v.field("train", train, "Training points", Range{1, 1e9});
+    v.field("test", test, "Test points", Range{1, 1e9});
+    v.field("labels", labels, "Number of labels", Range{1, 1e9});
+    v.field("features", features, "Feature dimension", Range{1, 1e8});
+    v.field("clusters", clusters, "Number of clusters the points and labels are drawn around",
+            Range{1, 1e8});
+    v.field("alpha", alpha, "Zipf exponent of the label frequencies", Range::at_least(0));
+    v.field("labels_per_point", labels_per_point, "Mean number of positive labels per point",
+            Range::greater_than(0));
+    v.field("noise", noise, "Standard deviation of the feature noise", Range::at_least(0));
+    v.field("nnz", nnz, "Non-zeros per point (sparse format)", Range{1, 1e8});
+    v.field("seed", seed, "Seed of the generator");
+  }
+  bool operator==(const SynthConfig&) const = default;
+};
+
+struct DataConfig {
+  DataSourceConfig train;
+  DataSourceConfig test;
+  bool cache = true;
+  PropensityConfig propensity;
+  std::string filter;
+  SynthConfig synth;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("train", train, "Training data");
+    v.field("test", test, "Test data");
+    v.field("cache", cache, "Keep a binary cache beside text data files for faster reloads");
+    v.field("propensity", propensity, "Propensity model for PSP@k");
+    v.field("filter", filter, "Optional file of (point, label) pairs removed from test predictions",
+            PathField{});
+    v.field("synth", synth, "Synthetic data generator");
+  }
+  bool operator==(const DataConfig&) const = default;
+};
+
+// One encoder layer (mirrors model/encoder.h EncoderLayerConfig).
+struct EncoderLayerSpec {
+  std::string type = "linear";
+  int64_t out = 512;
+  std::string activation = "relu";
+  double dropout = 0.0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "Layer type; sparse input needs sparse_linear first",
+            Choices{"sparse_linear", "linear"});
+    v.field("out", out, "Output width", Range{1, 1 << 24});
+    v.field("activation", activation, "Activation after the layer", Choices{"none", "relu"});
+    v.field("dropout", dropout, "Input dropout probability", Range::half_open(0, 1));
+  }
+  bool operator==(const EncoderLayerSpec&) const = default;
+};
+
+// One optimizer (mirrors model/optimizer.h OptimizerConfig).
+struct OptimSpec {
+  std::string type = "adam";
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "Optimizer", Choices{"sgd", "adam", "adamw"});
+    v.field("lr", lr, "Base learning rate", Range::greater_than(0));
+    v.field("momentum", momentum, "sgd: momentum", Range::half_open(0, 1));
+    v.field("weight_decay", weight_decay, "sgd: L2 added to the gradient; adamw: decoupled decay",
+            Range::at_least(0));
+    v.field("beta1", beta1, "adam/adamw: first-moment decay", Range::half_open(0, 1));
+    v.field("beta2", beta2, "adam/adamw: second-moment decay", Range::half_open(0, 1));
+    v.field("eps", eps, "adam/adamw: denominator epsilon", Range::greater_than(0));
+  }
+  bool operator==(const OptimSpec&) const = default;
+};
+
+// Learning-rate schedule (mirrors model/schedule.h ScheduleConfig).
+struct ScheduleSpec {
+  std::string type = "constant";
+  int64_t warmup_steps = 0;
+  double min_factor = 0.0;
+  int64_t patience = 1;
+  double factor = 0.5;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "Schedule of the lr multiplier",
+            Choices{"constant", "cosine", "plateau"});
+    v.field("warmup_steps", warmup_steps, "cosine: steps of linear warmup from 0",
+            Range::at_least(0));
+    v.field("min_factor", min_factor, "cosine, plateau: floor of the multiplier", Range{0, 1});
+    v.field("patience", patience,
+            "plateau: evaluations without improvement before the lr is reduced", Range{1, 1e6});
+    v.field("factor", factor, "plateau: multiplier applied on a plateau", Range{0, 1, true, false});
+  }
+  bool operator==(const ScheduleSpec&) const = default;
+};
+
+struct OptimConfig {
+  OptimSpec encoder;
+  OptimSpec output;
+  ScheduleSpec schedule;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("encoder", encoder, "Optimizer of the encoder layers");
+    v.field("output", output, "Optimizer of the output layer");
+    v.field("schedule", schedule, "Learning-rate schedule (both optimizers)");
+  }
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::vector<EncoderLayerSpec> encoder;
+  OutputSpec output;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("encoder", encoder, "Encoder layers before the output layer; [] = identity");
+    v.field("output", output, "Output layer backend and its settings");
+  }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t epochs = 5;
+  int64_t batch_size = 256;
+  int64_t eval_every = 1;
+  int64_t checkpoint_every = 1;
+  double log_every_s = 10.0;
+  bool shuffle = true;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("epochs", epochs, "Number of passes over the training data", Range{1, 100000});
+    v.field("batch_size", batch_size, "Points per mini-batch", Range{1, 1 << 20});
+    v.field("eval_every", eval_every,
+            "Evaluate on the test set every N epochs; 0 = only at the end", Range{0, 100000});
+    v.field("checkpoint_every", checkpoint_every,
+            "Write a checkpoint every N epochs; 0 = only at the end", Range{0, 100000});
+    v.field("log_every_s", log_every_s, "Seconds between progress lines", Range::at_least(0));
+    v.field("shuffle", shuffle, "Shuffle the training points every epoch");
+  }
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct EvalConfig {
+  int64_t k = 5;
+  int64_t batch_size = 1024;
+  std::string search = "exact";
+  int64_t ef = 100;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("k", k, "Metrics are reported at 1..k", Range{1, 100});
+    v.field("batch_size", batch_size, "Test points per batch", Range{1, 1 << 20});
+    v.field("search", search, "Top-k search: exact, or through the HNSW index (anns_sampled)",
+            Choices{"exact", "hnsw"});
+    v.field("ef", ef, "hnsw: size of the search candidate list", Range{1, 1 << 20});
+  }
+  bool operator==(const EvalConfig&) const = default;
+};
+
+struct ExperimentConfig {
+  std::string name = "run";
+  uint64_t seed = 0;
+  std::string device = "auto";
+  int64_t threads = 0;
+  std::string out;
+  DataConfig data;
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  EvalConfig eval;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("name", name, "Run name");
+    v.field("seed", seed, "Seed of every random choice (init, shuffling, sampling)");
+    v.field("device", device, "Where to run; auto = cuda when available",
+            Choices{"cpu", "cuda", "auto"});
+    v.field("threads", threads, "CPU threads; 0 = all cores", Range{0, 4096});
+    v.field("out", out, "Run directory; empty = runs/<name>", PathField{});
+    v.field("data", data, "Data");
+    v.field("model", model, "Model");
+    v.field("optim", optim, "Optimizers");
+    v.field("train", train, "Training loop");
+    v.field("eval", eval, "Evaluation");
+  }
+  bool operator==(const ExperimentConfig&) const = default;
+};
+
+}  // namespace xmc

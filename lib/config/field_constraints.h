@@ -1,0 +1,51 @@
+#pragma once
+// What a config field allows: numeric ranges, fixed string choices, optional paths. The
+// struct visit() methods pass these to every visitor (reader, writer, reference).
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xmc {
+
+// A numeric interval; infinite ends are unbounded. Range{1, 100000} is [1, 100000].
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;  // true: lo itself is excluded
+  bool hi_open = false;
+
+  static Range at_least(double lo) { return {lo, std::numeric_limits<double>::infinity()}; }
+  static Range greater_than(double lo) {
+    return {lo, std::numeric_limits<double>::infinity(), true, false};
+  }
+  static Range half_open(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
+
+  bool contains(double x) const;
+  // "[1, 100000]", "[0, 1)", ">= 0", "> 0", "" when unbounded. integer: no decimals.
+  std::string str(bool integer) const;
+};
+
+// A string field restricted to a fixed list.
+struct Choices {
+  std::vector<std::string> values;
+  Choices(std::initializer_list<std::string_view> v) : values(v.begin(), v.end()) {}
+  explicit Choices(std::vector<std::string> v) : values(std::move(v)) {}
+  bool contains(std::string_view s) const;
+  std::string str() const;  // "cpu, cuda, auto"
+};
+
+// An optional file or directory path: empty string = unset.
+struct PathField {};
+
+// The candidate closest to `key` by edit distance (adjacent transpositions count 1), or
+// "" when none is close enough to be a plausible typo.
+std::string closest_key(std::string_view key, const std::vector<std::string>& candidates);
+
+// " (did you mean 'x'?)" or " (known: a, b, c)".
+std::string suggestion_suffix(std::string_view key, const std::vector<std::string>& candidates,
+                              std::string_view known_label = "known keys");
+
+}  // namespace xmc

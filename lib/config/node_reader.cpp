@@ -1,0 +1,200 @@
+#include "config/node_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "config/output_spec.h"
+#include "config/output_types.h"
+#include "core/error.h"
+
+namespace xmc {
+
+NodeReader::NodeReader(const ConfigNode& node, std::string path,
+                       const std::vector<OutputTypeInfo>* types)
+    : node_(node), path_(std::move(path)), types_(types) {
+  if (!node_.is_map() && !node_.is_null())
+    fail(node_, path_.empty() ? std::string("(top level)") : path_,
+         fmt::format("expected a mapping, got {}", node_.describe()));
+}
+
+const ConfigNode& NodeReader::null_node() {
+  static const ConfigNode n;
+  return n;
+}
+
+void NodeReader::fail(const ConfigNode& at, const std::string& path, const std::string& msg) {
+  throw InputError(with_origin(at.origin, fmt::format("{}: {}", path, msg)));
+}
+
+const ConfigNode* NodeReader::lookup(std::string_view key) {
+  known_.emplace_back(key);
+  return node_.find(key);
+}
+
+std::string NodeReader::child_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+}
+
+void NodeReader::expect_list(const ConfigNode& n, const std::string& path) {
+  if (!n.is_list() && !n.is_null())
+    fail(n, path, fmt::format("expected a list, got {}", n.describe()));
+}
+
+const ConfigNode* NodeReader::scalar_child(std::string_view key, const char* expected) {
+  const ConfigNode* child = lookup(key);
+  if (child && !child->is_scalar())
+    fail(*child, child_path(key), fmt::format("expected {}, got {}", expected, child->describe()));
+  return child;
+}
+
+void NodeReader::finish() const {
+  for (const auto& item : node_.items) {
+    if (std::find(known_.begin(), known_.end(), item.key) != known_.end()) continue;
+    throw InputError(with_origin(item.key_origin.empty() ? item.origin : item.key_origin,
+                                 fmt::format("{}: unknown key{}", child_path(item.key),
+                                             suggestion_suffix(item.key, known_))));
+  }
+}
+
+void NodeReader::field(std::string_view key, bool& v, std::string_view) {
+  const ConfigNode* c = scalar_child(key, "true or false");
+  if (!c) return;
+  std::string s = c->scalar;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (s == "true")
+    v = true;
+  else if (s == "false")
+    v = false;
+  else
+    fail(*c, child_path(key), fmt::format("expected true or false, got '{}'", c->scalar));
+}
+
+namespace {
+template <class T>
+bool parse_number(const std::string& s, T& out) {
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;  // YAML allows an explicit plus sign
+  auto [p, ec] = std::from_chars(b, e, out);
+  return ec == std::errc{} && p == e && b != e;
+}
+
+std::string expected_integer(const Range& r) {
+  std::string range = r.str(true);
+  if (range.empty()) return "an integer";
+  bool interval = range[0] == '[' || range[0] == '(';
+  return fmt::format("an integer {}{}", interval ? "in " : "", range);
+}
+
+std::string expected_number(const Range& r) {
+  std::string range = r.str(false);
+  if (range.empty()) return "a number";
+  bool interval = range[0] == '[' || range[0] == '(';
+  return fmt::format("a number {}{}", interval ? "in " : "", range);
+}
+}  // namespace
+
+void NodeReader::field(std::string_view key, int64_t& v, std::string_view, Range r) {
+  std::string what = expected_integer(r);
+  const ConfigNode* c = scalar_child(key, what.c_str());
+  if (!c) return;
+  int64_t x = 0;
+  if (!parse_number(c->scalar, x))
+    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
+  if (!r.contains(static_cast<double>(x)))
+    fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
+  v = x;
+}
+
+void NodeReader::field(std::string_view key, uint64_t& v, std::string_view, Range r) {
+  std::string what =
+      r.str(true).empty() ? std::string("a non-negative integer") : expected_integer(r);
+  const ConfigNode* c = scalar_child(key, what.c_str());
+  if (!c) return;
+  uint64_t x = 0;
+  if (!parse_number(c->scalar, x))
+    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
+  if (!r.contains(static_cast<double>(x)))
+    fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
+  v = x;
+}
+
+void NodeReader::field(std::string_view key, double& v, std::string_view, Range r) {
+  std::string what = expected_number(r);
+  const ConfigNode* c = scalar_child(key, what.c_str());
+  if (!c) return;
+  double x = 0;
+  if (!parse_number(c->scalar, x) || !std::isfinite(x))
+    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
+  if (!r.contains(x))
+    fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
+  v = x;
+}
+
+void NodeReader::field(std::string_view key, std::string& v, std::string_view) {
+  const ConfigNode* c = lookup(key);
+  if (!c) return;
+  if (c->is_null()) {
+    v.clear();
+    return;
+  }
+  if (!c->is_scalar())
+    fail(*c, child_path(key), fmt::format("expected a string, got {}", c->describe()));
+  v = c->scalar;
+}
+
+void NodeReader::field(std::string_view key, std::string& v, std::string_view, const Choices& ch) {
+  std::string what = fmt::format("one of {}", fmt::join(ch.values, ", "));
+  const ConfigNode* c = scalar_child(key, what.c_str());
+  if (!c) return;
+  if (!ch.contains(c->scalar))
+    fail(
+        *c, child_path(key),
+        fmt::format("expected {}, got '{}'{}", what, c->scalar,
+                    closest_key(c->scalar, ch.values).empty()
+                        ? std::string{}
+                        : fmt::format(" (did you mean '{}'?)", closest_key(c->scalar, ch.values))));
+  v = c->scalar;
+}
+
+void NodeReader::field(std::string_view key, std::string& v, std::string_view doc, PathField) {
+  field(key, v, doc);  // null or "" = unset
+}
+
+void NodeReader::field(std::string_view key, OutputSpec& v, std::string_view) {
+  const ConfigNode* found = lookup(key);
+  const ConfigNode& node = found ? *found : null_node();
+  std::string path = child_path(key);
+  if (!node.is_map() && !node.is_null())
+    fail(node, path, fmt::format("expected a mapping with a 'type' key, got {}", node.describe()));
+  XMC_CHECK(types_ != nullptr, "reading {} needs the registered output types", path);
+
+  std::string type = v.type;  // default when the section or its type key is absent
+  const ConfigNode* type_node = node.find("type");
+  const ConfigNode& where = type_node ? *type_node : node;
+  if (type_node) {
+    if (!type_node->is_scalar())
+      fail(*type_node, path + ".type",
+           fmt::format("expected an output type name, got {}", type_node->describe()));
+    type = type_node->scalar;
+  }
+  std::vector<std::string> names;
+  for (const auto& t : *types_) names.push_back(t.name);
+  auto it = std::find_if(types_->begin(), types_->end(),
+                         [&](const OutputTypeInfo& t) { return t.name == type; });
+  if (it == types_->end()) {
+    std::string best = closest_key(type, names);
+    fail(where, path + ".type",
+         fmt::format("unknown output type '{}'{} (known: {})", type,
+                     best.empty() ? std::string{} : fmt::format(", did you mean '{}'?", best),
+                     names.empty() ? std::string("none registered")
+                                   : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  v.type = type;
+  v.config = it->parse(node, path);
+}
+
+}  // namespace xmc

@@ -1,0 +1,67 @@
+#pragma once
+// NodeWriter: the visitor that turns a config struct into a ConfigNode map (every field,
+// in declaration order, with its description), for dumping the resolved config.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config_node.h"
+#include "config/field_constraints.h"
+
+namespace xmc {
+
+struct OutputSpec;
+
+template <class S, class V>
+concept WritableBy = requires(S& s, V& v) {
+  s.visit(v);
+};
+
+// Canonical scalar text, read back exactly by NodeReader (doubles: shortest round-trip).
+std::string scalar_text(bool v);
+std::string scalar_text(int64_t v);
+std::string scalar_text(uint64_t v);
+std::string scalar_text(double v);
+
+class NodeWriter {
+ public:
+  void field(std::string_view key, bool v, std::string_view doc);
+  void field(std::string_view key, int64_t v, std::string_view doc, Range = {});
+  void field(std::string_view key, uint64_t v, std::string_view doc, Range = {});
+  void field(std::string_view key, double v, std::string_view doc, Range = {});
+  void field(std::string_view key, const std::string& v, std::string_view doc);
+  void field(std::string_view key, const std::string& v, std::string_view doc, const Choices&);
+  void field(std::string_view key, const std::string& v, std::string_view doc, PathField);
+  void field(std::string_view key, const OutputSpec& v, std::string_view doc);
+
+  template <WritableBy<NodeWriter> S>
+  void field(std::string_view key, const S& s, std::string_view doc) {
+    add(key, write(s), doc);
+  }
+
+  template <WritableBy<NodeWriter> S>
+  void field(std::string_view key, const std::vector<S>& v, std::string_view doc) {
+    ConfigNode list = ConfigNode::make_list();
+    for (const auto& elem : v) list.items.push_back(write(elem));
+    add(key, std::move(list), doc);
+  }
+
+  ConfigNode take() { return std::move(node_); }
+
+  // The struct as a map node. visit() is non-const (the reader writes through it), so
+  // the writer visits a copy.
+  template <WritableBy<NodeWriter> S>
+  static ConfigNode write(const S& s) {
+    S copy = s;
+    NodeWriter w;
+    copy.visit(w);
+    return w.take();
+  }
+
+ private:
+  void add(std::string_view key, ConfigNode value, std::string_view doc);
+  ConfigNode node_ = ConfigNode::make_map();
+};
+
+}  // namespace xmc
