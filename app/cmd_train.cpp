@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "config/config_loader.h"
+#include "config/config_reference.h"
 #include "core/error.h"
 #include "layers/registry.h"
 #include "train/trainer.h"
@@ -53,7 +54,7 @@ Command register_train(CLI::App& app) {
             opt.device = o->device;
             opt.resume = o->resume;
             opt.halt_after_epoch = o->halt_after_epoch;
-            opt.config_yaml = dump_config(cfg, output_types());
+            opt.config_yaml = dump_config(cfg);
             TrainSummary s = run_training(cfg, opt);
             if (s.halted) return 0;
             if (o->json) {
