@@ -13,8 +13,11 @@ namespace xmc::io {
 struct ReadOptions {
   int index_base = 0;     // 0 or 1: indices in the text files start at this value
   int threads = 0;        // parsing threads, 0 = all
-  bool use_cache = true;  // binary cache "<file>.xmccache" beside the source
+  bool use_cache = true;  // binary cache "<file>.xmccache" beside the source (io/cache.h)
 };
+// Text rows come out sorted by index; a repeated feature index in a row is an error,
+// repeated labels in a combined row are merged. Values must be finite. Blank lines after
+// the header's N rows are ignored; any other difference from N is an error.
 
 // XC combined format: header "N D L", then N lines "l1,l2,... f:v f:v ..."; a row with
 // no labels starts with a space.
@@ -29,9 +32,16 @@ CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt = {});
 CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name,
                           const ReadOptions& opt = {});
 
+// Split format: features file ("N D", "f:v" lines) + labels file ("N L", "l:1" lines).
+// Throws InputError naming both files and both row counts when they differ. Label values
+// are dropped (pattern only).
+Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
+                      const ReadOptions& opt = {});
+
 // Dense features: .npy (float32 or float16, C order, 2-D) and HDF5 (named 2-D dataset).
 DenseMatrix read_npy(const std::string& path);
 DenseMatrix read_hdf5(const std::string& path, const std::string& dataset);
+// (read_npy from a std::istream: io/npy.h.)
 
 // Writers (atomic: temporary name, then rename). index_base as in ReadOptions.
 void write_xc_combined(const std::string& path, const CsrMatrix& features,
@@ -39,5 +49,6 @@ void write_xc_combined(const std::string& path, const CsrMatrix& features,
 // Rows of "i:v" pairs in the stored order; pattern-only matrices write ":1".
 void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base = 0);
 void write_npy(const std::string& path, const DenseMatrix& m);
+void write_hdf5(const std::string& path, const std::string& dataset, const DenseMatrix& m);
 
 }  // namespace xmc::io

@@ -1,0 +1,118 @@
+#include "io/cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cstring>
+#include <exception>
+
+#include "core/error.h"
+
+namespace xmc::io {
+namespace {
+
+constexpr char kMagic[8] = {'X', 'M', 'C', 'C', 'A', 'C', 'H', 'E'};
+constexpr char kEnd[8] = {'X', 'M', 'C', 'E', 'N', 'D', '\0', '\0'};
+constexpr uint32_t kVersion = 1;
+
+// Bounds-checked reader over the cache bytes; any overrun marks the cache invalid.
+struct Cursor {
+  const std::string& buf;
+  size_t pos = 0;
+  bool ok = true;
+
+  template <class T>
+  T get() {
+    T v{};
+    if (pos + sizeof(T) > buf.size()) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, buf.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  template <class T>
+  void get_array(std::vector<T>& out, int64_t n) {
+    if (n < 0 || pos + static_cast<size_t>(n) * sizeof(T) > buf.size()) {
+      ok = false;
+      return;
+    }
+    out.resize(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(out.data(), buf.data() + pos, static_cast<size_t>(n) * sizeof(T));
+    pos += static_cast<size_t>(n) * sizeof(T);
+  }
+};
+
+}  // namespace
+
+std::string cache_path(const std::string& source) { return source + ".xmccache"; }
+
+std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, const CacheKey& key) {
+  const std::string path = cache_path(source);
+  std::string buf;
+  try {
+    if (::xmc::io::file_stamp(path).size < 64) return std::nullopt;
+    buf = read_whole_file(path);
+  } catch (const Error&) {
+    return std::nullopt;  // no cache
+  }
+  Cursor c{buf};
+  auto magic = c.get<std::array<char, 8>>();
+  if (!c.ok || std::memcmp(magic.data(), kMagic, 8) != 0) return std::nullopt;
+  if (c.get<uint32_t>() != kVersion) return std::nullopt;
+  if (c.get<uint32_t>() != static_cast<uint32_t>(key.kind)) return std::nullopt;
+  if (c.get<int64_t>() != key.stamp.size) return std::nullopt;
+  if (c.get<int64_t>() != key.stamp.mtime_ns) return std::nullopt;
+  if (c.get<int32_t>() != key.index_base) return std::nullopt;
+  uint32_t count = c.get<uint32_t>();
+  if (!c.ok || count > 16) return std::nullopt;
+  std::vector<CsrMatrix> out(count);
+  for (auto& m : out) {
+    m.rows = c.get<int64_t>();
+    m.cols = c.get<int64_t>();
+    int64_t nnz = c.get<int64_t>();
+    int64_t nvalues = c.get<int64_t>();
+    if (!c.ok || m.rows < 0 || m.cols < 0 || (nvalues != 0 && nvalues != nnz)) return std::nullopt;
+    c.get_array(m.indptr, m.rows + 1);
+    c.get_array(m.indices, nnz);
+    c.get_array(m.values, nvalues);
+    if (!c.ok || m.indptr.front() != 0 || m.indptr.back() != nnz) return std::nullopt;
+  }
+  auto end = c.get<std::array<char, 8>>();
+  if (!c.ok || std::memcmp(end.data(), kEnd, 8) != 0 || c.pos != buf.size()) return std::nullopt;
+  return out;
+}
+
+void save_cache(const std::string& source, const CacheKey& key,
+                const std::vector<const CsrMatrix*>& matrices) {
+  const std::string path = cache_path(source);
+  try {
+    AtomicFile f(path);
+    auto put = [&f](const auto& v) { f.write(&v, sizeof(v)); };
+    f.write(kMagic, 8);
+    put(kVersion);
+    put(static_cast<uint32_t>(key.kind));
+    put(key.stamp.size);
+    put(key.stamp.mtime_ns);
+    put(key.index_base);
+    put(static_cast<uint32_t>(matrices.size()));
+    for (const CsrMatrix* m : matrices) {
+      put(m->rows);
+      put(m->cols);
+      put(static_cast<int64_t>(m->indices.size()));
+      put(static_cast<int64_t>(m->values.size()));
+      f.write(m->indptr.data(), m->indptr.size() * sizeof(int64_t));
+      f.write(m->indices.data(), m->indices.size() * sizeof(uint32_t));
+      f.write(m->values.data(), m->values.size() * sizeof(float));
+    }
+    f.write(kEnd, 8);
+    f.commit();
+    spdlog::debug("wrote cache '{}'", path);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write the cache for '{}' ({}); continuing without it", source,
+                 e.what());
+  }
+}
+
+}  // namespace xmc::io

@@ -1,0 +1,64 @@
+#include "io/file_util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+
+namespace xmc::io {
+
+FileStamp file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw_input("cannot open '{}': {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw_input("'{}' is not a regular file", path);
+  return {static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+}
+
+std::string read_whole_file(const std::string& path) {
+  int64_t size = file_stamp(path).size;
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw_input("cannot open '{}': {}", path, std::strerror(errno));
+  std::string text(static_cast<size_t>(size), '\0');
+  size_t got = size > 0 ? std::fread(text.data(), 1, text.size(), f.get()) : 0;
+  if (got != text.size())
+    throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
+  return text;
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  f_ = std::fopen(tmp_.c_str(), "wb");
+  if (!f_) throw_input("cannot write '{}': {}", path_, std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (f_) std::fclose(f_);
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  XMC_CHECK(f_ != nullptr, "write to '{}' after commit", path_);
+  if (bytes > 0 && std::fwrite(data, 1, bytes, f_) != bytes)
+    throw_error("write to '{}' failed: {}", tmp_, std::strerror(errno));
+}
+
+void AtomicFile::commit() {
+  XMC_CHECK(f_ != nullptr, "'{}' committed twice", path_);
+  int rc = std::fclose(f_);
+  f_ = nullptr;
+  if (rc != 0) throw_error("closing '{}' failed: {}", tmp_, std::strerror(errno));
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw_error("renaming '{}' to '{}' failed: {}", tmp_, path_, std::strerror(errno));
+  committed_ = true;
+}
+
+}  // namespace xmc::io

@@ -1,0 +1,45 @@
+#pragma once
+// File helpers shared by the readers and writers: whole-file reads, the source stamp the
+// binary cache keys on, and atomic writes (temporary name, then rename).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace xmc::io {
+
+// Size and modification time of a file; the cache is valid only for an equal stamp.
+struct FileStamp {
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+// Throws InputError naming the path when it does not exist or is not a regular file.
+FileStamp file_stamp(const std::string& path);
+
+// The whole file in one read. Throws InputError when it cannot be opened.
+std::string read_whole_file(const std::string& path);
+
+// Writes to "<path>.tmp.<pid>" and renames onto `path` on commit(). Destroyed without
+// commit() (an exception on the way), it removes the temporary file, so no half-written
+// output remains. The constructor opens the file, so a bad path fails before the work.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+  bool committed_ = false;
+};
+
+}  // namespace xmc::io

@@ -1,0 +1,153 @@
+// NumPy .npy arrays: 2-D, C order, little-endian float32 or float16 (converted to float32).
+// Header versions 1.0 (u16 header length) and 2.0/3.0 (u32).
+#include <cstring>
+#include <fstream>
+#include <istream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "io/io.h"
+#include "io/npy.h"
+
+namespace xmc::io {
+namespace {
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal half -> normal float
+      int e = -1;
+      uint32_t m = man;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Value of key `key` in the header dict, as its source text.
+std::string dict_value(const std::string& header, const std::string& key, const std::string& name) {
+  std::smatch m;
+  const std::regex re("'" + key + "'\\s*:\\s*('[^']*'|\\([^)]*\\)|True|False)");
+  if (!std::regex_search(header, m, re))
+    throw_input("{}: npy header has no '{}' entry: expected a dict with 'descr', "
+                "'fortran_order' and 'shape', found {}",
+                name, key, header);
+  return m[1].str();
+}
+
+}  // namespace
+
+DenseMatrix read_npy(std::istream& in, const std::string& name) {
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw_input("{}: not a .npy file: expected the magic string '\\x93NUMPY' at byte 0", name);
+  const int major = static_cast<unsigned char>(magic[6]);
+  if (major < 1 || major > 3)
+    throw_input("{}: unsupported .npy version {}.{}: expected 1.0, 2.0 or 3.0", name, major,
+                static_cast<int>(static_cast<unsigned char>(magic[7])));
+  uint32_t header_len = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    if (!in.read(reinterpret_cast<char*>(b), 2)) throw_input("{}: truncated .npy header", name);
+    header_len = b[0] | static_cast<uint32_t>(b[1]) << 8;
+  } else {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) throw_input("{}: truncated .npy header", name);
+    header_len = b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 |
+                 static_cast<uint32_t>(b[3]) << 24;
+  }
+  if (header_len > (1u << 20)) throw_input("{}: .npy header length {} is implausible", name, header_len);
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), header_len))
+    throw_input("{}: truncated .npy header: expected {} header bytes", name, header_len);
+
+  const std::string descr = dict_value(header, "descr", name);
+  const bool f32 = descr == "'<f4'" || descr == "'=f4'";
+  const bool f16 = descr == "'<f2'" || descr == "'=f2'";
+  if (!f32 && !f16)
+    throw_input("{}: unsupported dtype {}: expected float32 ('<f4') or float16 ('<f2')", name,
+                descr);
+  if (dict_value(header, "fortran_order", name) != "False")
+    throw_input("{}: array is in Fortran order: expected C order (fortran_order: False)", name);
+  const std::string shape = dict_value(header, "shape", name);
+  std::vector<int64_t> dims;
+  {
+    std::string inner = shape.substr(1, shape.size() - 2);
+    std::stringstream ss(inner);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      size_t a = item.find_first_not_of(" \t");
+      if (a == std::string::npos) continue;
+      try {
+        dims.push_back(std::stoll(item.substr(a)));
+      } catch (const std::exception&) {
+        throw_input("{}: cannot read the shape {}: expected integers", name, shape);
+      }
+    }
+  }
+  if (dims.size() != 2)
+    throw_input("{}: array has rank {} (shape {}): expected a 2-D array [N×D]", name, dims.size(),
+                shape);
+  if (dims[0] < 0 || dims[1] < 0) throw_input("{}: negative shape {}", name, shape);
+
+  DenseMatrix m(dims[0], dims[1]);
+  const size_t n = m.values.size();
+  if (f32) {
+    if (!in.read(reinterpret_cast<char*>(m.values.data()), static_cast<std::streamsize>(n * 4)))
+      throw_input("{}: truncated data: expected {} float32 values for shape {}, found {}", name, n,
+                  shape, in.gcount() / 4);
+  } else {
+    std::vector<uint16_t> h(n);
+    if (!in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(n * 2)))
+      throw_input("{}: truncated data: expected {} float16 values for shape {}, found {}", name, n,
+                  shape, in.gcount() / 2);
+    for (size_t i = 0; i < n; ++i) m.values[i] = half_to_float(h[i]);
+  }
+  return m;
+}
+
+DenseMatrix read_npy(const std::string& path) {
+  file_stamp(path);  // missing file -> InputError naming it
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_input("cannot open '{}'", path);
+  return read_npy(in, path);
+}
+
+void write_npy(const std::string& path, const DenseMatrix& m) {
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(m.rows) + ", " +
+      std::to_string(m.cols) + "), }";
+  // Total header (magic 6 + version 2 + length 2 + dict + '\n') is a multiple of 64.
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  AtomicFile f(path);
+  const char pre[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  f.write(pre, 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const unsigned char lb[2] = {static_cast<unsigned char>(len & 0xff),
+                               static_cast<unsigned char>(len >> 8)};
+  f.write(lb, 2);
+  f.write(header);
+  f.write(m.values.data(), m.values.size() * sizeof(float));
+  f.commit();
+}
+
+}  // namespace xmc::io

@@ -1,0 +1,469 @@
+// XC text formats (combined and sparse/split): multi-threaded parser, binary cache, writers.
+//
+// Parsing: the header line is read first; the body is cut into one range per thread on
+// newline boundaries; each thread parses its range into a CSR piece; the pieces are
+// concatenated. Errors carry the byte offset and are turned into file:line:column only
+// when raised (counting newlines is cheap once).
+#include <fmt/format.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <optional>
+
+#include "core/error.h"
+#include "core/resources.h"
+#include "io/cache.h"
+#include "io/file_util.h"
+#include "io/io.h"
+
+namespace xmc::io {
+namespace {
+
+// A parse error at byte offset `pos` of the text, converted to a located InputError later.
+struct ParseFailure {
+  size_t pos;
+  std::string what;
+};
+
+[[noreturn]] void fail(size_t pos, std::string what) { throw ParseFailure{pos, std::move(what)}; }
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+// The token starting at p (up to whitespace), shortened for messages.
+std::string token_at(const char* p, const char* e) {
+  const char* q = p;
+  while (q < e && !is_blank(*q) && *q != '\n' && q - p < 24) ++q;
+  if (q == p) return p < e && *p != '\n' ? std::string(1, *p) : "end of line";
+  return fmt::format("'{}'", std::string_view(p, static_cast<size_t>(q - p)));
+}
+
+InputError located(std::string_view text, const std::string& name, const ParseFailure& f) {
+  size_t pos = std::min(f.pos, text.size());
+  SourceLocation loc{name, 1, 1};
+  loc.line += std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n');
+  size_t nl = text.rfind('\n', pos == 0 ? std::string_view::npos : pos - 1);
+  if (pos == 0) nl = std::string_view::npos;
+  loc.column = static_cast<long long>(nl == std::string_view::npos ? pos + 1 : pos - nl);
+  return InputError(fmt::format("{}: {}", loc.str(), f.what));
+}
+
+struct Header {
+  int64_t rows = 0;
+  int64_t d = 0;  // features (combined) or columns (sparse)
+  int64_t l = 0;  // labels (combined only)
+  size_t body = 0;  // offset of the first body line
+};
+
+Header parse_header(std::string_view text, int fields, const char* expected) {
+  if (text.empty()) fail(0, fmt::format("empty file: expected the header '{}'", expected));
+  size_t eol = text.find('\n');
+  if (eol == std::string_view::npos) eol = text.size();
+  const char* b = text.data();
+  const char* p = b;
+  const char* e = b + eol;
+  int64_t v[3] = {0, 0, 0};
+  for (int i = 0; i < fields; ++i) {
+    while (p < e && is_blank(*p)) ++p;
+    auto [q, ec] = std::from_chars(p, e, v[i]);
+    if (ec != std::errc() || v[i] < 0)
+      fail(static_cast<size_t>(p - b),
+           fmt::format("expected the header '{}' (non-negative integers), found {}", expected,
+                       token_at(p, e)));
+    p = q;
+  }
+  while (p < e && is_blank(*p)) ++p;
+  if (p != e)
+    fail(static_cast<size_t>(p - b),
+         fmt::format("expected the header '{}', found extra {}", expected, token_at(p, e)));
+  for (int i = 1; i < fields; ++i)
+    if (v[i] > int64_t{UINT32_MAX})
+      fail(0, fmt::format("header dimension {} exceeds the supported maximum {}", v[i],
+                          UINT32_MAX));
+  return {v[0], v[1], v[2], eol < text.size() ? eol + 1 : text.size()};
+}
+
+// Rows parsed by one thread. x = features ("i:v" pairs, values kept), y = labels (pattern).
+struct Piece {
+  std::vector<int64_t> x_ptr{0};
+  std::vector<uint32_t> x_idx;
+  std::vector<float> x_val;
+  std::vector<int64_t> y_ptr{0};
+  std::vector<uint32_t> y_idx;
+  std::optional<ParseFailure> error;
+};
+
+class LineParser {
+ public:
+  LineParser(const char* base, int index_base, int64_t d, int64_t l)
+      : base_(base), index_base_(index_base), d_(d), l_(l) {}
+
+  // Combined: "l1,l2,... f:v f:v ..."; a row without labels starts with a blank.
+  void combined(const char* p, const char* e, Piece& out) {
+    if (p < e && !is_blank(*p)) {
+      size_t first = out.y_idx.size();
+      for (;;) {
+        out.y_idx.push_back(index(p, e, l_, "label", "L"));
+        if (p < e && *p == ',') {
+          ++p;
+          continue;
+        }
+        if (p == e || is_blank(*p)) break;
+        fail(pos(p), fmt::format("expected ',' or a blank after a label, found {}", token_at(p, e)));
+      }
+      // Labels are a set: sort and drop repeats.
+      auto b = out.y_idx.begin() + static_cast<std::ptrdiff_t>(first);
+      std::sort(b, out.y_idx.end());
+      out.y_idx.erase(std::unique(b, out.y_idx.end()), out.y_idx.end());
+    }
+    out.y_ptr.push_back(static_cast<int64_t>(out.y_idx.size()));
+    pairs(p, e, out, "feature", "D");
+  }
+
+  // Sparse: "i:v i:v ...".
+  void sparse(const char* p, const char* e, Piece& out) { pairs(p, e, out, "column", "C"); }
+
+ private:
+  size_t pos(const char* p) const { return static_cast<size_t>(p - base_); }
+
+  // Parses an index at p (advancing p) and checks index_base <= i < index_base + bound.
+  uint32_t index(const char*& p, const char* e, int64_t bound, const char* what,
+                 const char* bound_name) {
+    if (p < e && *p == '-') {
+      int64_t neg = 0;
+      std::from_chars(p, e, neg);
+      fail(pos(p), fmt::format("negative {} index {}: expected an integer in [{}, {})", what, neg,
+                               index_base_, bound + index_base_));
+    }
+    uint64_t v = 0;
+    auto [q, ec] = std::from_chars(p, e, v);
+    if (ec != std::errc())
+      fail(pos(p), fmt::format("expected a {} index (integer), found {}", what, token_at(p, e)));
+    if (v < static_cast<uint64_t>(index_base_) ||
+        v - static_cast<uint64_t>(index_base_) >= static_cast<uint64_t>(bound))
+      fail(pos(p), fmt::format("{} index {} out of range: expected {} <= index < {} (header {} = {}, "
+                               "index base {})",
+                               what, v, index_base_, bound + index_base_, bound_name, bound,
+                               index_base_));
+    p = q;
+    return static_cast<uint32_t>(v - static_cast<uint64_t>(index_base_));
+  }
+
+  void pairs(const char* p, const char* e, Piece& out, const char* what, const char* bound_name) {
+    const size_t first = out.x_idx.size();
+    const char* line = p;
+    for (;;) {
+      while (p < e && is_blank(*p)) ++p;
+      if (p == e) break;
+      uint32_t i = index(p, e, d_, what, bound_name);
+      if (p == e || *p != ':')
+        fail(pos(p), fmt::format("expected ':' after {} index {}, found {}", what,
+                                 i + static_cast<uint32_t>(index_base_), token_at(p, e)));
+      ++p;
+      float v = 0;
+      auto [q, ec] = std::from_chars(p, e, v);
+      if (ec == std::errc::result_out_of_range)
+        fail(pos(p), fmt::format("value {} out of float range: expected a finite number",
+                                 token_at(p, e)));
+      if (ec != std::errc())
+        fail(pos(p), fmt::format("expected a number after '{}:', found {}",
+                                 i + static_cast<uint32_t>(index_base_), token_at(p, e)));
+      if (!std::isfinite(v))
+        fail(pos(p), fmt::format("value {} is not finite: expected a finite number",
+                                 token_at(p, e)));
+      if (q < e && !is_blank(*q))
+        fail(pos(q), fmt::format("expected a blank after the value, found {}", token_at(q, e)));
+      p = q;
+      out.x_idx.push_back(i);
+      out.x_val.push_back(v);
+    }
+    sort_row(out, first, line, what);
+    out.x_ptr.push_back(static_cast<int64_t>(out.x_idx.size()));
+  }
+
+  // Rows come out sorted by index; a repeated index is an error (which value is meant?).
+  void sort_row(Piece& out, size_t first, const char* line, const char* what) {
+    const size_t n = out.x_idx.size() - first;
+    uint32_t* idx = out.x_idx.data() + first;
+    float* val = out.x_val.data() + first;
+    if (!std::is_sorted(idx, idx + n)) {
+      std::vector<std::pair<uint32_t, float>> tmp(n);
+      for (size_t k = 0; k < n; ++k) tmp[k] = {idx[k], val[k]};
+      std::sort(tmp.begin(), tmp.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t k = 0; k < n; ++k) std::tie(idx[k], val[k]) = tmp[k];
+    }
+    for (size_t k = 1; k < n; ++k)
+      if (idx[k] == idx[k - 1])
+        fail(pos(line), fmt::format("duplicate {} index {} in the row: expected each index once",
+                                    what, idx[k] + static_cast<uint32_t>(index_base_)));
+  }
+
+  const char* base_;
+  int index_base_;
+  int64_t d_;
+  int64_t l_;
+};
+
+void check_options(const ReadOptions& opt) {
+  if (opt.index_base != 0 && opt.index_base != 1)
+    throw_input("index_base must be 0 or 1, got {}", opt.index_base);
+}
+
+// Parses the body into per-thread pieces and checks the row count against the header.
+// combined: features + labels per line, else one sparse matrix.
+std::vector<Piece> parse_body(std::string_view text, const std::string& name,
+                              const ReadOptions& opt, const Header& h, bool combined) {
+  const char* base = text.data();
+  const size_t begin = h.body;
+  const size_t end = text.size();
+  int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  // Small inputs are not worth the threads.
+  threads = static_cast<int>(std::clamp<size_t>((end - begin) / (1 << 20), 1, threads));
+
+  std::vector<size_t> cut(static_cast<size_t>(threads) + 1, end);
+  cut[0] = begin;
+  for (int t = 1; t < threads; ++t) {
+    size_t c = std::max(cut[t - 1], begin + (end - begin) * static_cast<size_t>(t) / threads);
+    const void* nl = c < end ? std::memchr(base + c, '\n', end - c) : nullptr;
+    cut[t] = nl ? static_cast<size_t>(static_cast<const char*>(nl) - base) + 1 : end;
+  }
+
+  std::vector<Piece> pieces(static_cast<size_t>(threads));
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    Piece& piece = pieces[t];
+    LineParser parser(base, opt.index_base, h.d, h.l);
+    try {
+      const char* p = base + cut[t];
+      const char* e = base + cut[t + 1];
+      while (p < e) {
+        const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(e - p)));
+        const char* le = nl ? nl : e;
+        if (combined) parser.combined(p, le, piece);
+        else parser.sparse(p, le, piece);
+        p = nl ? nl + 1 : e;
+      }
+    } catch (const ParseFailure& f) {
+      piece.error = f;
+    } catch (...) {
+      piece.error = ParseFailure{cut[t], "out of memory or internal error while parsing"};
+    }
+  }
+  for (auto& piece : pieces)
+    if (piece.error) throw located(text, name, *piece.error);
+  return pieces;
+}
+
+CsrMatrix concat(std::vector<Piece>& pieces, bool labels, int64_t cols) {
+  CsrMatrix m;
+  m.cols = cols;
+  const size_t np = pieces.size();
+  std::vector<int64_t> row_off(np + 1, 0), nnz_off(np + 1, 0);
+  for (size_t t = 0; t < np; ++t) {
+    const auto& ptr = labels ? pieces[t].y_ptr : pieces[t].x_ptr;
+    row_off[t + 1] = row_off[t] + static_cast<int64_t>(ptr.size()) - 1;
+    nnz_off[t + 1] = nnz_off[t] + ptr.back();
+  }
+  m.rows = row_off[np];
+  m.indptr.assign(static_cast<size_t>(m.rows) + 1, 0);
+  m.indices.resize(static_cast<size_t>(nnz_off[np]));
+  if (!labels) m.values.resize(static_cast<size_t>(nnz_off[np]));
+#pragma omp parallel for schedule(static, 1)
+  for (size_t t = 0; t < np; ++t) {
+    auto& ptr = labels ? pieces[t].y_ptr : pieces[t].x_ptr;
+    auto& idx = labels ? pieces[t].y_idx : pieces[t].x_idx;
+    for (size_t r = 1; r < ptr.size(); ++r)
+      m.indptr[static_cast<size_t>(row_off[t]) + r] = nnz_off[t] + ptr[r];
+    std::copy(idx.begin(), idx.end(), m.indices.begin() + nnz_off[t]);
+    std::vector<uint32_t>().swap(idx);
+    if (!labels) {
+      std::copy(pieces[t].x_val.begin(), pieces[t].x_val.end(), m.values.begin() + nnz_off[t]);
+      std::vector<float>().swap(pieces[t].x_val);
+    }
+  }
+  return m;
+}
+
+// Blank lines after the declared rows are tolerated; anything else must match the header.
+void check_rows(std::string_view text, const std::string& name, const Header& h,
+                std::vector<CsrMatrix*> ms) {
+  CsrMatrix& first = *ms.front();
+  if (first.rows < h.rows) {
+    int64_t last_line = 1 + first.rows;  // header + rows
+    throw_input("{}:{}: expected {} rows (header), found only {}: the file ends early "
+                "(truncated?)",
+                name, last_line, h.rows, first.rows);
+  }
+  if (first.rows > h.rows) {
+    for (CsrMatrix* m : ms)
+      if (m->indptr.back() != m->indptr[static_cast<size_t>(h.rows)]) {
+        throw_input("{}:{}: more rows than the {} the header declares: expected the file to end "
+                    "after line {}",
+                    name, h.rows + 2, h.rows, h.rows + 1);
+      }
+    for (CsrMatrix* m : ms) {
+      m->indptr.resize(static_cast<size_t>(h.rows) + 1);
+      m->rows = h.rows;
+    }
+  }
+  (void)text;
+}
+
+}  // namespace
+
+Dataset parse_xc_combined(std::string_view text, const std::string& name, const ReadOptions& opt) {
+  check_options(opt);
+  Header h;
+  std::vector<Piece> pieces;
+  try {
+    h = parse_header(text, 3, "N D L");
+    pieces = parse_body(text, name, opt, h, true);
+  } catch (const ParseFailure& f) {
+    throw located(text, name, f);
+  }
+  CsrMatrix x = concat(pieces, false, h.d);
+  CsrMatrix y = concat(pieces, true, h.l);
+  check_rows(text, name, h, {&x, &y});
+  Dataset ds;
+  ds.source = name;
+  ds.features = std::move(x);
+  ds.labels = std::move(y);
+  return ds;
+}
+
+CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name, const ReadOptions& opt) {
+  check_options(opt);
+  Header h;
+  std::vector<Piece> pieces;
+  try {
+    h = parse_header(text, 2, "N C");
+    pieces = parse_body(text, name, opt, h, false);
+  } catch (const ParseFailure& f) {
+    throw located(text, name, f);
+  }
+  CsrMatrix m = concat(pieces, false, h.d);
+  check_rows(text, name, h, {&m});
+  return m;
+}
+
+Dataset read_xc_combined(const std::string& path, const ReadOptions& opt) {
+  check_options(opt);
+  CacheKey key{CacheKind::xc_combined, file_stamp(path), opt.index_base};
+  if (opt.use_cache) {
+    Stopwatch sw;
+    if (auto cached = load_cache(path, key); cached && cached->size() == 2) {
+      spdlog::debug("loaded '{}' from its cache in {:.2f} s", path, sw.seconds());
+      Dataset ds;
+      ds.source = path;
+      ds.features = std::move((*cached)[0]);
+      ds.labels = std::move((*cached)[1]);
+      return ds;
+    }
+  }
+  Stopwatch sw;
+  Dataset ds = parse_xc_combined(read_whole_file(path), path, opt);
+  spdlog::debug("parsed '{}' in {:.2f} s", path, sw.seconds());
+  if (opt.use_cache) save_cache(path, key, {&ds.sparse_features(), &ds.labels});
+  return ds;
+}
+
+CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt) {
+  check_options(opt);
+  CacheKey key{CacheKind::xc_sparse, file_stamp(path), opt.index_base};
+  if (opt.use_cache) {
+    if (auto cached = load_cache(path, key); cached && cached->size() == 1)
+      return std::move((*cached)[0]);
+  }
+  CsrMatrix m = parse_xc_sparse(read_whole_file(path), path, opt);
+  if (opt.use_cache) save_cache(path, key, {&m});
+  return m;
+}
+
+Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
+                      const ReadOptions& opt) {
+  CsrMatrix x = read_xc_sparse(features_path, opt);
+  CsrMatrix y = read_xc_sparse(labels_path, opt);
+  if (x.rows != y.rows)
+    throw_input("row count mismatch: features '{}' has {} rows but labels '{}' has {} rows",
+                features_path, x.rows, labels_path, y.rows);
+  y.values.clear();
+  y.values.shrink_to_fit();
+  Dataset ds;
+  ds.source = features_path + " + " + labels_path;
+  ds.features = std::move(x);
+  ds.labels = std::move(y);
+  return ds;
+}
+
+namespace {
+
+// Appends row r of m as " i:v" pairs (or " i:1" when pattern-only), no leading blank for
+// the first pair when `lead` is false.
+void append_pairs(fmt::memory_buffer& buf, const CsrMatrix& m, int64_t r, int index_base,
+                  bool lead) {
+  const uint32_t* idx = m.row_indices(r);
+  const float* val = m.row_values(r);
+  for (int64_t k = 0; k < m.row_nnz(r); ++k) {
+    if (lead || k > 0) buf.push_back(' ');
+    if (val) fmt::format_to(std::back_inserter(buf), "{}:{}", idx[k] + index_base, val[k]);
+    else fmt::format_to(std::back_inserter(buf), "{}:1", idx[k] + index_base);
+  }
+}
+
+void check_base(int index_base) {
+  if (index_base != 0 && index_base != 1)
+    throw_input("index_base must be 0 or 1, got {}", index_base);
+}
+
+}  // namespace
+
+void write_xc_combined(const std::string& path, const CsrMatrix& features,
+                       const CsrMatrix& labels, int index_base) {
+  check_base(index_base);
+  XMC_CHECK(features.rows == labels.rows, "features have {} rows, labels {}", features.rows,
+            labels.rows);
+  AtomicFile f(path);
+  fmt::memory_buffer buf;
+  fmt::format_to(std::back_inserter(buf), "{} {} {}\n", features.rows, features.cols, labels.cols);
+  for (int64_t r = 0; r < features.rows; ++r) {
+    const uint32_t* y = labels.row_indices(r);
+    for (int64_t k = 0; k < labels.row_nnz(r); ++k) {
+      if (k > 0) buf.push_back(',');
+      fmt::format_to(std::back_inserter(buf), "{}", y[k] + index_base);
+    }
+    // A row without labels starts with a blank, so the features are not read as labels.
+    append_pairs(buf, features, r, index_base, true);
+    buf.push_back('\n');
+    if (buf.size() > (1 << 22)) {
+      f.write(std::string_view(buf.data(), buf.size()));
+      buf.clear();
+    }
+  }
+  f.write(std::string_view(buf.data(), buf.size()));
+  f.commit();
+}
+
+void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base) {
+  check_base(index_base);
+  AtomicFile f(path);
+  fmt::memory_buffer buf;
+  fmt::format_to(std::back_inserter(buf), "{} {}\n", m.rows, m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    append_pairs(buf, m, r, index_base, false);
+    buf.push_back('\n');
+    if (buf.size() > (1 << 22)) {
+      f.write(std::string_view(buf.data(), buf.size()));
+      buf.clear();
+    }
+  }
+  f.write(std::string_view(buf.data(), buf.size()));
+  f.commit();
+}
+
+}  // namespace xmc::io

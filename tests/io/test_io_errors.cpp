@@ -1,0 +1,222 @@
+// Bad input: each case throws InputError whose message names the file, the line (and
+// column or token) and what was expected.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "expect_input_error.h"
+#include "io/io.h"
+#include "io/load.h"
+#include "io/npy.h"
+#include "support/test_support.h"
+
+using namespace xmc;
+using Catch::Matchers::Contains;
+using test::input_error_message;
+
+namespace {
+std::string combined_error(const std::string& text, io::ReadOptions opt = {}) {
+  return input_error_message([&] { io::parse_xc_combined(text, "bad.txt", opt); });
+}
+std::string sparse_error(const std::string& text) {
+  return input_error_message([&] { io::parse_xc_sparse(text, "bad_y.txt"); });
+}
+}  // namespace
+
+TEST_CASE("error: unparsable number") {
+  std::string m = combined_error("2 5 3\n0 1:0.5\n1 2:abc\n");
+  CHECK_THAT(m, Contains("bad.txt:3:5"));
+  CHECK_THAT(m, Contains("expected a number"));
+  CHECK_THAT(m, Contains("'abc'"));
+  m = combined_error("1 5 3\n0 x:1\n");
+  CHECK_THAT(m, Contains("bad.txt:2:3"));
+  CHECK_THAT(m, Contains("expected a feature index"));
+}
+
+TEST_CASE("error: feature index >= D") {
+  std::string m = combined_error("2 5 3\n0 1:1\n1 5:1\n");
+  CHECK_THAT(m, Contains("bad.txt:3:3"));
+  CHECK_THAT(m, Contains("feature index 5 out of range"));
+  CHECK_THAT(m, Contains("D = 5"));
+  // With index base 1 the largest valid index is D and 0 is out of range.
+  io::ReadOptions one;
+  one.index_base = 1;
+  CHECK_NOTHROW(io::parse_xc_combined("1 5 3\n1 5:1\n", "ok.txt", one));
+  m = combined_error("1 5 3\n1 0:1\n", one);
+  CHECK_THAT(m, Contains("bad.txt:2:3"));
+  CHECK_THAT(m, Contains("expected 1 <= index < 6"));
+}
+
+TEST_CASE("error: label >= L") {
+  std::string m = combined_error("2 5 3\n0,1 1:1\n2,3 2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:3:3"));
+  CHECK_THAT(m, Contains("label index 3 out of range"));
+  CHECK_THAT(m, Contains("L = 3"));
+  m = sparse_error("1 4\n0:1 4:1\n");
+  CHECK_THAT(m, Contains("bad_y.txt:2:5"));
+  CHECK_THAT(m, Contains("C = 4"));
+}
+
+TEST_CASE("error: negative index") {
+  std::string m = combined_error("1 5 3\n0 -2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:2:3"));
+  CHECK_THAT(m, Contains("negative feature index -2"));
+  m = combined_error("1 5 3\n-1 2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:2:1"));
+  CHECK_THAT(m, Contains("negative label index -1"));
+}
+
+TEST_CASE("error: fewer rows than the header") {
+  std::string m = combined_error("3 5 3\n0 1:1\n1 2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:3"));
+  CHECK_THAT(m, Contains("expected 3 rows"));
+  CHECK_THAT(m, Contains("found only 2"));
+}
+
+TEST_CASE("error: more rows than the header") {
+  std::string m = combined_error("1 5 3\n0 1:1\n1 2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:3"));
+  CHECK_THAT(m, Contains("more rows than the 1 the header declares"));
+  m = sparse_error("1 4\n0:1\n1:1\n");
+  CHECK_THAT(m, Contains("bad_y.txt:3"));
+}
+
+TEST_CASE("error: truncated file, last line cut mid-token") {
+  std::string m = combined_error("2 5 3\n0 1:1\n1 2");
+  CHECK_THAT(m, Contains("bad.txt:3:4"));
+  CHECK_THAT(m, Contains("expected ':' after feature index 2"));
+  m = combined_error("2 5 3\n0 1:1\n1 2:");
+  CHECK_THAT(m, Contains("bad.txt:3:5"));
+  CHECK_THAT(m, Contains("expected a number after '2:'"));
+  m = combined_error("2 5 3\n0 1:1\n1,");
+  CHECK_THAT(m, Contains("bad.txt:3:3"));
+  CHECK_THAT(m, Contains("expected a label index"));
+}
+
+TEST_CASE("error: NaN or Inf value") {
+  std::string m = combined_error("1 5 3\n0 1:nan\n");
+  CHECK_THAT(m, Contains("bad.txt:2:5"));
+  CHECK_THAT(m, Contains("not finite"));
+  m = combined_error("2 5 3\n0 1:1\n0 1:1 3:inf\n");
+  CHECK_THAT(m, Contains("bad.txt:3:9"));
+  CHECK_THAT(m, Contains("'inf' is not finite"));
+  m = combined_error("1 5 3\n0 1:1e999\n");
+  CHECK_THAT(m, Contains("bad.txt:2:5"));
+  CHECK_THAT(m, Contains("expected a finite number"));
+}
+
+TEST_CASE("error: bad header and duplicate feature index") {
+  std::string m = combined_error("2 five 3\n");
+  CHECK_THAT(m, Contains("bad.txt:1:3"));
+  CHECK_THAT(m, Contains("expected the header 'N D L'"));
+  m = combined_error("");
+  CHECK_THAT(m, Contains("bad.txt:1:1"));
+  CHECK_THAT(m, Contains("empty file"));
+  m = sparse_error("1 4 7\n");
+  CHECK_THAT(m, Contains("bad_y.txt:1:5"));
+  CHECK_THAT(m, Contains("'N C'"));
+  m = combined_error("1 5 3\n0 1:1 3:1 1:2\n");
+  CHECK_THAT(m, Contains("bad.txt:2"));
+  CHECK_THAT(m, Contains("duplicate feature index 1"));
+  m = combined_error("1 5 3\n0 1:1x\n");
+  CHECK_THAT(m, Contains("bad.txt:2:6"));
+  CHECK_THAT(m, Contains("expected a blank after the value"));
+}
+
+TEST_CASE("error: train/test dimension mismatch") {
+  Dataset train = io::parse_xc_combined("1 5 3\n0 1:1\n", "train.txt");
+  Dataset test_d = io::parse_xc_combined("1 6 3\n0 1:1\n", "test.txt");
+  Dataset test_l = io::parse_xc_combined("1 5 4\n0 1:1\n", "test.txt");
+  std::string m = input_error_message([&] { io::check_compatible(train, test_d); });
+  CHECK_THAT(m, Contains("train.txt"));
+  CHECK_THAT(m, Contains("test.txt"));
+  CHECK_THAT(m, Contains("D = 5"));
+  CHECK_THAT(m, Contains("D = 6"));
+  m = input_error_message([&] { io::check_compatible(train, test_l); });
+  CHECK_THAT(m, Contains("L = 3"));
+  CHECK_THAT(m, Contains("L = 4"));
+  CHECK_NOTHROW(io::check_compatible(train, train));
+}
+
+TEST_CASE("error: features/labels row count mismatch") {
+  test::TempDir dir;
+  test::write_file(dir / "X.txt", "2 4\n0:1\n1:1\n");
+  test::write_file(dir / "Y.txt", "3 2\n0:1\n1:1\n0:1\n");
+  std::string m = input_error_message(
+      [&] { io::read_xc_split((dir / "X.txt").string(), (dir / "Y.txt").string()); });
+  CHECK_THAT(m, Contains("X.txt' has 2 rows"));
+  CHECK_THAT(m, Contains("Y.txt' has 3 rows"));
+  DenseMatrix x(2, 3);
+  io::write_npy((dir / "X.npy").string(), x);
+  m = input_error_message(
+      [&] { io::load_dense_dataset((dir / "X.npy").string(), (dir / "Y.txt").string()); });
+  CHECK_THAT(m, Contains("X.npy' has 2 rows"));
+  CHECK_THAT(m, Contains("Y.txt' has 3 rows"));
+}
+
+namespace {
+std::string npy_bytes(const std::string& descr, const std::string& shape, size_t data_bytes) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string s = "\x93NUMPY";
+  s.push_back('\x01');
+  s.push_back('\x00');
+  s.push_back(static_cast<char>(header.size() & 0xff));
+  s.push_back(static_cast<char>(header.size() >> 8));
+  return s + header + std::string(data_bytes, '\0');
+}
+}  // namespace
+
+TEST_CASE("error: wrong .npy dtype or rank") {
+  std::stringstream i64(npy_bytes("<i8", "(2, 3)", 48));
+  std::string m = input_error_message([&] { io::read_npy(i64, "feat.npy"); });
+  CHECK_THAT(m, Contains("feat.npy"));
+  CHECK_THAT(m, Contains("'<i8'"));
+  CHECK_THAT(m, Contains("expected float32"));
+  std::stringstream r1(npy_bytes("<f4", "(6,)", 24));
+  m = input_error_message([&] { io::read_npy(r1, "feat.npy"); });
+  CHECK_THAT(m, Contains("rank 1"));
+  CHECK_THAT(m, Contains("expected a 2-D array"));
+  std::stringstream r3(npy_bytes("<f4", "(1, 2, 3)", 24));
+  m = input_error_message([&] { io::read_npy(r3, "feat.npy"); });
+  CHECK_THAT(m, Contains("rank 3"));
+  std::stringstream cut(npy_bytes("<f4", "(2, 3)", 20));
+  m = input_error_message([&] { io::read_npy(cut, "feat.npy"); });
+  CHECK_THAT(m, Contains("truncated data: expected 6 float32 values"));
+  std::stringstream junk("hello world, not numpy");
+  m = input_error_message([&] { io::read_npy(junk, "feat.npy"); });
+  CHECK_THAT(m, Contains("not a .npy file"));
+}
+
+TEST_CASE("error: missing file") {
+  test::TempDir dir;
+  const std::string p = (dir / "nope.txt").string();
+  for (auto f : std::vector<std::function<void()>>{
+           [&] { io::read_xc_combined(p); }, [&] { io::read_xc_sparse(p); },
+           [&] { io::read_npy(p); }, [&] { io::read_hdf5(p, "features"); }}) {
+    std::string m = input_error_message(f);
+    CHECK_THAT(m, Contains("nope.txt"));
+    CHECK_THAT(m, Contains("No such file"));
+  }
+}
+
+TEST_CASE("a failed write leaves no file behind") {
+  test::TempDir dir;
+  Dataset ds = io::parse_xc_combined("1 5 3\n0 1:1\n", "mem");
+  const auto missing = dir / "no_such_dir" / "out.txt";
+  std::string m = input_error_message(
+      [&] { io::write_xc_combined(missing.string(), ds.sparse_features(), ds.labels); });
+  CHECK_THAT(m, Contains("no_such_dir/out.txt"));
+  CHECK_THROWS_AS(io::write_npy((dir / "no_such_dir" / "x.npy").string(), DenseMatrix(2, 2)),
+                  InputError);
+  CHECK_FALSE(std::filesystem::exists(dir / "no_such_dir"));
+  CHECK(dir.list().empty());
+  // A writer that fails midway (rows of features and labels disagree) leaves nothing.
+  CsrMatrix more = ds.labels;
+  more.rows = 2;
+  more.indptr.push_back(more.indptr.back());
+  CHECK_THROWS_AS(io::write_xc_combined((dir / "half.txt").string(), ds.sparse_features(), more),
+                  Error);
+  CHECK(dir.list().empty());
+}
