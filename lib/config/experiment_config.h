@@ -54,38 +54,41 @@ struct PropensityConfig {
 };
 
 // Synthetic data, generated when enabled and data.train is not given.
-struct SynthConfig {
+struct SynthSpec {
   bool enabled = false;
   std::string format = "dense";
   int64_t train = 20000;
   int64_t test = 5000;
   int64_t labels = 2000;
-  int64_t features = 256;
+  int64_t features = 0;
   int64_t clusters = 50;
   double alpha = 1.0;
   double labels_per_point = 3.0;
-  double noise = 0.5;
-  int64_t nnz = 40;
+  double noise = -1.0;
+  int64_t nnz = 60;
   uint64_t seed = 0;
 
   template <class V>
   void visit(V& v) {
-    v.field("enabled", enabled, "Generate synthetic data when data.train is not given");
+    v.field("enabled", enabled, "Generate the synthetic dataset into the folder of data.train when its files are missing");
     v.field("format", format, "Feature type of the generated data", Choices{"dense", "sparse"});
     v.field("train", train, "Training points", Range{1, 1e9});
     v.field("test", test, "Test points", Range{1, 1e9});
     v.field("labels", labels, "Number of labels", Range{1, 1e9});
-    v.field("features", features, "Feature dimension", Range{1, 1e8});
-    v.field("clusters", clusters, "Number of clusters the points and labels are drawn around",
+    v.field("features", features, "Feature dimension; 0 = 256 (dense) or 5000 (sparse vocabulary)", Range{0, 1e8});
+    v.field("clusters", clusters, "Latent label clusters",
             Range{1, 1e8});
-    v.field("alpha", alpha, "Zipf exponent of the label frequencies", Range::at_least(0));
+    v.field("alpha", alpha, "Power-law exponent of the label frequencies (frequency ∝ rank^-alpha)", Range::at_least(0));
     v.field("labels_per_point", labels_per_point, "Mean number of positive labels per point",
             Range::greater_than(0));
-    v.field("noise", noise, "Standard deviation of the feature noise", Range::at_least(0));
+    v.field("noise", noise,
+            "dense: noise norm relative to the unit signal; sparse: fraction of background "
+            "words; -1 = 1.5 (dense) or 0.85 (sparse)",
+            Range{-1, 1e6});
     v.field("nnz", nnz, "Non-zeros per point (sparse format)", Range{1, 1e8});
     v.field("seed", seed, "Seed of the generator");
   }
-  bool operator==(const SynthConfig&) const = default;
+  bool operator==(const SynthSpec&) const = default;
 };
 
 struct DataConfig {
@@ -94,7 +97,7 @@ struct DataConfig {
   bool cache = true;
   PropensityConfig propensity;
   std::string filter;
-  SynthConfig synth;
+  SynthSpec synth;
 
   template <class V>
   void visit(V& v) {

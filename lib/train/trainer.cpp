@@ -11,6 +11,7 @@
 #include "core/memory_ledger.h"
 #include "core/resources.h"
 #include "data/batcher.h"
+#include "data/synthetic.h"
 #include "eval/filter.h"
 #include "io/load.h"
 #include "model/schedule.h"
@@ -64,6 +65,61 @@ void save_checkpoint(const fs::path& file, Model& model, const TrainOptions& opt
 }
 
 }  // namespace
+
+void ensure_synthetic_data(const ExperimentConfig& cfg) {
+  const SynthSpec& sp = cfg.data.synth;
+  if (!sp.enabled) return;
+  const bool dense = sp.format == "dense";
+  // The files write_synthetic produces, in the folder of data.train.
+  const DataSourceConfig& tr = cfg.data.train;
+  const DataSourceConfig& te = cfg.data.test;
+  const std::string anchor = dense ? tr.features : tr.path;
+  if (anchor.empty())
+    throw_input("data.synth.enabled: set data.train.{} to the file to generate "
+                "(e.g. datasets/synth/{})",
+                dense ? "features" : "path", dense ? "trn_X.npy" : "train.txt");
+  const fs::path dir = fs::path(anchor).parent_path();
+  struct Expect {
+    const char* key;
+    std::string value;
+    const char* file;
+  };
+  std::vector<Expect> expected;
+  if (dense) {
+    expected = {{"data.train.features", tr.features, "trn_X.npy"},
+                {"data.train.labels", tr.labels, "trn_X_Y.txt"},
+                {"data.test.features", te.features, "tst_X.npy"},
+                {"data.test.labels", te.labels, "tst_X_Y.txt"}};
+  } else {
+    expected = {{"data.train.path", tr.path, "train.txt"}, {"data.test.path", te.path, "test.txt"}};
+  }
+  bool all_present = true;
+  for (const auto& e : expected) {
+    if (fs::path(e.value) != dir / e.file)
+      throw_input("data.synth.enabled: {} is '{}', but the generator writes '{}'", e.key, e.value,
+                  (dir / e.file).string());
+    all_present = all_present && fs::exists(e.value);
+  }
+  if (all_present) return;
+  SynthConfig sc;
+  sc.train = sp.train;
+  sc.test = sp.test;
+  sc.labels = sp.labels;
+  sc.features = sp.features;
+  sc.clusters = sp.clusters;
+  sc.alpha = sp.alpha;
+  sc.labels_per_point = sp.labels_per_point;
+  sc.noise = sp.noise;
+  sc.nnz = sp.nnz;
+  sc.seed = sp.seed;
+  sc.format = sp.format;
+  sc.resolve();
+  Stopwatch sw;
+  SynthData data = generate_synthetic(sc);
+  write_synthetic(data, sc, dir.string());
+  spdlog::info("generated synthetic data in {} ({:.1f}s; oracle P@1 {:.3f}, popularity P@1 {:.3f})",
+               dir.string(), sw.seconds(), data.oracle_p1, data.popularity_p1);
+}
 
 std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) {
   if (!opt.out_dir.empty()) return opt.out_dir;
