@@ -31,8 +31,7 @@ std::string read_whole_file(const std::string& path) {
   if (!f) throw_input("cannot open '{}': {}", path, std::strerror(errno));
   std::string text(static_cast<size_t>(size), '\0');
   size_t got = size > 0 ? std::fread(text.data(), 1, text.size(), f.get()) : 0;
-  if (got != text.size())
-    throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
+  if (got != text.size()) throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
   return text;
 }
 
@@ -44,7 +43,8 @@ MappedFile::MappedFile(const std::string& path) {
   void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
   const int err = errno;
   ::close(fd);
-  if (p == MAP_FAILED) throw_error("cannot map '{}' ({} bytes): {}", path, size, std::strerror(err));
+  if (p == MAP_FAILED)
+    throw_error("cannot map '{}' ({} bytes): {}", path, size, std::strerror(err));
   // One sequential pass per thread range: ask for read-ahead.
   ::madvise(p, static_cast<size_t>(size), MADV_SEQUENTIAL | MADV_WILLNEED);
   data_ = static_cast<const char*>(p);
