@@ -1,7 +1,6 @@
 // xmctrain info DATA: dataset statistics (human report, or JSON with --json).
-#include <nlohmann/json.hpp>
-
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
@@ -41,13 +40,17 @@ Command register_info(CLI::App& app) {
 
   return {sub, [o]() -> int {
             io::DataSource src = o->src;
-            if (src.labels.empty()) src.path = o->data;
-            else src.features = o->data;
+            if (src.labels.empty())
+              src.path = o->data;
+            else
+              src.features = o->data;
             src.read.use_cache = !o->no_cache;
             Dataset ds = io::load_dataset(src);
             DatasetStats stats = compute_stats(ds);
-            if (o->json) std::cout << to_json(stats).dump(2) << "\n";
-            else std::cout << format_stats(stats);
+            if (o->json)
+              std::cout << to_json(stats).dump(2) << "\n";
+            else
+              std::cout << format_stats(stats);
             return 0;
           }};
 }

@@ -55,7 +55,8 @@ Command register_synth(CLI::App& app) {
             // Fail on a bad output path before the work.
             std::error_code ec;
             std::filesystem::create_directories(*out, ec);
-            if (ec) throw_input("synth: cannot create the output directory '{}': {}", *out, ec.message());
+            if (ec)
+              throw_input("synth: cannot create the output directory '{}': {}", *out, ec.message());
             Stopwatch sw;
             SynthData data = generate_synthetic(c);
             spdlog::info("generated {} train + {} test points, {} labels in {:.2f} s", c.train,

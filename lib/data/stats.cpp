@@ -1,11 +1,11 @@
 #include "data/stats.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 namespace xmc {
 
@@ -66,7 +66,8 @@ DatasetStats compute_stats(const Dataset& ds) {
     s.histogram.push_back({0, 0, 0});
     for (int64_t lo = 1; lo <= freq.back(); lo *= 2) s.histogram.push_back({lo, 2 * lo - 1, 0});
     for (int64_t f : freq) {
-      size_t b = f == 0 ? 0 : 1 + static_cast<size_t>(std::floor(std::log2(static_cast<double>(f))));
+      size_t b =
+          f == 0 ? 0 : 1 + static_cast<size_t>(std::floor(std::log2(static_cast<double>(f))));
       // log2 rounding near powers of two: move to the bin that really holds f.
       while (b > 1 && f < s.histogram[b].lo) --b;
       while (b + 1 < s.histogram.size() && f > s.histogram[b].hi) ++b;
@@ -106,9 +107,11 @@ std::string format_stats(const DatasetStats& s) {
   auto out = std::back_inserter(buf);
   fmt::format_to(out, "source:                 {}\n", s.source);
   fmt::format_to(out, "points (N):             {}\n", s.points);
-  fmt::format_to(out, "features (D):           {} ({})\n", s.features, s.sparse ? "sparse" : "dense");
+  fmt::format_to(out, "features (D):           {} ({})\n", s.features,
+                 s.sparse ? "sparse" : "dense");
   fmt::format_to(out, "labels (L):             {}\n", s.labels);
-  fmt::format_to(out, "feature non-zeros:      {} ({:.2f} per point)\n", s.feature_nnz, s.avg_features_per_point);
+  fmt::format_to(out, "feature non-zeros:      {} ({:.2f} per point)\n", s.feature_nnz,
+                 s.avg_features_per_point);
   fmt::format_to(out, "label non-zeros:        {}\n", s.label_nnz);
   fmt::format_to(out, "labels per point:       {:.3f}\n", s.avg_labels_per_point);
   fmt::format_to(out, "points per label:       {:.3f}\n", s.avg_points_per_label);
@@ -116,11 +119,14 @@ std::string format_stats(const DatasetStats& s) {
   fmt::format_to(out, "labels never seen:      {}\n", s.unseen_labels);
   if (s.frequency_quantiles.size() == 8) {
     const auto& q = s.frequency_quantiles;
-    fmt::format_to(out, "label frequency:        min {}  p10 {}  p25 {}  p50 {}  p75 {}  p90 {}  p99 {}  max {}\n",
-         q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]);
+    fmt::format_to(
+        out,
+        "label frequency:        min {}  p10 {}  p25 {}  p50 {}  p75 {}  p90 {}  p99 {}  max {}\n",
+        q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]);
   }
-  fmt::format_to(out, "rank-frequency slope:   {:.3f} (log-log fit over labels with >= {} points)\n",
-       s.rank_frequency_slope, DatasetStats::kSlopeMinFrequency);
+  fmt::format_to(out,
+                 "rank-frequency slope:   {:.3f} (log-log fit over labels with >= {} points)\n",
+                 s.rank_frequency_slope, DatasetStats::kSlopeMinFrequency);
   if (!s.histogram.empty()) {
     fmt::format_to(out, "label frequency histogram (points per label: number of labels):\n");
     int64_t most = 1;

@@ -1,9 +1,8 @@
 #pragma once
 // Dataset statistics for `xmctrain info` and run reports: sizes, non-zeros, label
 // frequency quantiles and a log-binned histogram.
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

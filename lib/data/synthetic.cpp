@@ -1,12 +1,12 @@
 #include "data/synthetic.h"
 
 #include <cblas.h>
-#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/error.h"
@@ -52,10 +52,10 @@ void shuffle(std::vector<uint32_t>& v, Rng& r) {
 }
 
 struct Structure {
-  std::vector<uint32_t> cluster_of;               // [L]
-  std::vector<std::vector<uint32_t>> members;     // [C][labels of c]
-  std::vector<std::vector<double>> member_cum;    // [C][...] popularity prefix sums
-  std::vector<double> cluster_cum;                // [C] cluster mass prefix sums
+  std::vector<uint32_t> cluster_of;             // [L]
+  std::vector<std::vector<uint32_t>> members;   // [C][labels of c]
+  std::vector<std::vector<double>> member_cum;  // [C][...] popularity prefix sums
+  std::vector<double> cluster_cum;              // [C] cluster mass prefix sums
 };
 
 Structure make_structure(const SynthConfig& cfg, Rng& rng) {
@@ -96,8 +96,7 @@ PointLabels draw_labels(const Structure& s, const SynthConfig& cfg, int64_t n, u
     Rng r = Rng::stream(cfg.seed, stream + static_cast<uint64_t>(i));
     const size_t c1 = pick(s.cluster_cum, r);
     const size_t c2 = r.uniform() < kSecondaryProb ? pick(s.cluster_cum, r) : c1;
-    const int64_t k =
-        std::min<int64_t>(cfg.max_labels, 1 + poisson(r, cfg.labels_per_point - 1.0));
+    const int64_t k = std::min<int64_t>(cfg.max_labels, 1 + poisson(r, cfg.labels_per_point - 1.0));
     auto& y = out.labels[static_cast<size_t>(i)];
     // A small cluster may not hold k distinct labels: give up after a bounded number of tries.
     for (int64_t tries = 0; static_cast<int64_t>(y.size()) < k && tries < 20 * k; ++tries) {
@@ -118,7 +117,8 @@ void cover_all_labels(PointLabels& p, const Structure& s, int64_t num_labels, Rn
   for (const auto& y : p.labels)
     for (uint32_t l : y) ++freq[l];
   std::vector<std::vector<uint32_t>> by_cluster(s.members.size());
-  for (size_t i = 0; i < p.primary.size(); ++i) by_cluster[p.primary[i]].push_back(static_cast<uint32_t>(i));
+  for (size_t i = 0; i < p.primary.size(); ++i)
+    by_cluster[p.primary[i]].push_back(static_cast<uint32_t>(i));
   for (uint32_t l = 0; l < static_cast<uint32_t>(num_labels); ++l) {
     if (freq[l] > 0 || p.labels.empty()) continue;
     const auto& pts = by_cluster[s.cluster_of[l]];
@@ -170,7 +170,8 @@ double popularity_p1(const CsrMatrix& train_y, const CsrMatrix& test_y) {
   const auto top = static_cast<uint32_t>(std::max_element(freq.begin(), freq.end()) - freq.begin());
   int64_t hits = 0;
   for (int64_t i = 0; i < test_y.rows; ++i)
-    hits += std::binary_search(test_y.row_indices(i), test_y.row_indices(i) + test_y.row_nnz(i), top);
+    hits +=
+        std::binary_search(test_y.row_indices(i), test_y.row_indices(i) + test_y.row_nnz(i), top);
   return static_cast<double>(hits) / static_cast<double>(test_y.rows);
 }
 
@@ -188,7 +189,8 @@ DenseMatrix dense_prototypes(const SynthConfig& cfg, const Structure& s, Rng& rn
     normalise(eps.data(), D);
     const float* m = mu.view().row(s.cluster_of[static_cast<size_t>(l)]);
     float* row = p.view().row(l);
-    for (int64_t j = 0; j < D; ++j) row[j] = m[j] + static_cast<float>(kLabelSpread) * eps[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < D; ++j)
+      row[j] = m[j] + static_cast<float>(kLabelSpread) * eps[static_cast<size_t>(j)];
     normalise(row, D);
   }
   return p;
@@ -257,7 +259,8 @@ Vocabulary make_vocabulary(const SynthConfig& cfg, Rng& rng) {
   for (int64_t c = 0; c < cfg.clusters; ++c)
     for (int64_t k = 0; k < T; ++k) {
       v.topic_words[c].push_back(static_cast<uint32_t>(rng.below(V)));
-      v.topic_cum[c].push_back((k ? v.topic_cum[c].back() : 0.0) + 1.0 / (static_cast<double>(k) + 1.0));
+      v.topic_cum[c].push_back((k ? v.topic_cum[c].back() : 0.0) +
+                               1.0 / (static_cast<double>(k) + 1.0));
     }
   v.own_words.resize(static_cast<size_t>(cfg.labels * kOwnWords));
   for (auto& w : v.own_words) w = static_cast<uint32_t>(rng.below(V));
@@ -346,7 +349,8 @@ double sparse_oracle_p1(const SynthConfig& cfg, const Structure& s, const Vocabu
           static_cast<float>(0.5 * (cum[k] - (k ? cum[k - 1] : 0.0)) / cum.back());
   }
   for (int64_t w = 0; w < cfg.features; ++w)
-    for (int64_t l = 0; l < L; ++l) q[static_cast<size_t>(w * L + l)] *= idf[static_cast<size_t>(w)];
+    for (int64_t l = 0; l < L; ++l)
+      q[static_cast<size_t>(w * L + l)] *= idf[static_cast<size_t>(w)];
   return precision_at_1(y, L, [&](int64_t i, float* scores) {
     std::fill(scores, scores + L, 0.0f);
     for (int64_t k = 0; k < x.row_nnz(i); ++k) {
@@ -450,8 +454,10 @@ void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std
     files = {{"train", {{"features", "trn_X.npy"}, {"labels", "trn_X_Y.txt"}}},
              {"test", {{"features", "tst_X.npy"}, {"labels", "tst_X_Y.txt"}}}};
   } else {
-    io::write_xc_combined((dir / "train.txt").string(), data.train.sparse_features(), data.train.labels);
-    io::write_xc_combined((dir / "test.txt").string(), data.test.sparse_features(), data.test.labels);
+    io::write_xc_combined((dir / "train.txt").string(), data.train.sparse_features(),
+                          data.train.labels);
+    io::write_xc_combined((dir / "test.txt").string(), data.test.sparse_features(),
+                          data.test.labels);
     files = {{"train", "train.txt"}, {"test", "test.txt"}};
   }
   nlohmann::json j = {{"parameters", to_json(cfg)},

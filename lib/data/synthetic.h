@@ -17,9 +17,8 @@
 //   labels: half from the label's 5 own words, half from its cluster's topic words
 //   (Zipf over 2V/C words). Values (1 + ln tf)·idf (idf from the training split), rows
 //   L2-normalised: non-negative tf-idf-like features.
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "data/dataset.h"
@@ -38,9 +37,9 @@ struct SynthConfig {
   // dense: noise norm relative to the (unit) signal; sparse: fraction of background words.
   // < 0: 1.5 (dense) or 0.85 (sparse), where the oracle P@1 is about 0.87 / 0.84.
   double noise = -1;
-  int64_t nnz = 60;               // sparse: words drawn per point
+  int64_t nnz = 60;  // sparse: words drawn per point
   uint64_t seed = 0;
-  std::string format = "dense";   // dense | sparse
+  std::string format = "dense";  // dense | sparse
 
   // Fills the 0 defaults and checks bounds (InputError naming the option).
   void resolve();

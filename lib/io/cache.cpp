@@ -17,7 +17,7 @@ constexpr uint32_t kVersion = 1;
 
 // Bounds-checked reader over the cache bytes; any overrun marks the cache invalid.
 struct Cursor {
-  const std::string& buf;
+  std::string_view buf;
   size_t pos = 0;
   bool ok = true;
 
@@ -50,14 +50,14 @@ std::string cache_path(const std::string& source) { return source + ".xmccache";
 
 std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, const CacheKey& key) {
   const std::string path = cache_path(source);
-  std::string buf;
+  std::optional<MappedFile> file;
   try {
-    if (::xmc::io::file_stamp(path).size < 64) return std::nullopt;
-    buf = read_whole_file(path);
+    if (file_stamp(path).size < 64) return std::nullopt;
+    file.emplace(path);
   } catch (const Error&) {
     return std::nullopt;  // no cache
   }
-  Cursor c{buf};
+  Cursor c{file->text()};
   auto magic = c.get<std::array<char, 8>>();
   if (!c.ok || std::memcmp(magic.data(), kMagic, 8) != 0) return std::nullopt;
   if (c.get<uint32_t>() != kVersion) return std::nullopt;
@@ -80,7 +80,7 @@ std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, cons
     if (!c.ok || m.indptr.front() != 0 || m.indptr.back() != nnz) return std::nullopt;
   }
   auto end = c.get<std::array<char, 8>>();
-  if (!c.ok || std::memcmp(end.data(), kEnd, 8) != 0 || c.pos != buf.size()) return std::nullopt;
+  if (!c.ok || std::memcmp(end.data(), kEnd, 8) != 0 || c.pos != c.buf.size()) return std::nullopt;
   return out;
 }
 

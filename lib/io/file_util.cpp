@@ -1,5 +1,7 @@
 #include "io/file_util.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,9 +31,28 @@ std::string read_whole_file(const std::string& path) {
   if (!f) throw_input("cannot open '{}': {}", path, std::strerror(errno));
   std::string text(static_cast<size_t>(size), '\0');
   size_t got = size > 0 ? std::fread(text.data(), 1, text.size(), f.get()) : 0;
-  if (got != text.size())
-    throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
+  if (got != text.size()) throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
   return text;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const int64_t size = file_stamp(path).size;
+  if (size == 0) return;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw_input("cannot open '{}': {}", path, std::strerror(errno));
+  void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED)
+    throw_error("cannot map '{}' ({} bytes): {}", path, size, std::strerror(err));
+  // One sequential pass per thread range: ask for read-ahead.
+  ::madvise(p, static_cast<size_t>(size), MADV_SEQUENTIAL | MADV_WILLNEED);
+  data_ = static_cast<const char*>(p);
+  size_ = static_cast<size_t>(size);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<char*>(data_), size_);
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {

@@ -20,6 +20,21 @@ FileStamp file_stamp(const std::string& path);
 // The whole file in one read. Throws InputError when it cannot be opened.
 std::string read_whole_file(const std::string& path);
 
+// A read-only memory map of a whole file (no copy, no zero-fill: the parser reads the page
+// cache directly). Throws InputError when the file cannot be opened.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  std::string_view text() const { return {data_, size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Writes to "<path>.tmp.<pid>" and renames onto `path` on commit(). Destroyed without
 // commit() (an exception on the way), it removes the temporary file, so no half-written
 // output remains. The constructor opens the file, so a bad path fails before the work.

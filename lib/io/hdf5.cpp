@@ -1,8 +1,8 @@
 // HDF5 dense features through the C API: a named 2-D floating-point dataset, read as float32.
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <cstdio>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/file_util.h"

@@ -44,8 +44,8 @@ DenseMatrix read_hdf5(const std::string& path, const std::string& dataset);
 // (read_npy from a std::istream: io/npy.h.)
 
 // Writers (atomic: temporary name, then rename). index_base as in ReadOptions.
-void write_xc_combined(const std::string& path, const CsrMatrix& features,
-                       const CsrMatrix& labels, int index_base = 0);
+void write_xc_combined(const std::string& path, const CsrMatrix& features, const CsrMatrix& labels,
+                       int index_base = 0);
 // Rows of "i:v" pairs in the stored order; pattern-only matrices write ":1".
 void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base = 0);
 void write_npy(const std::string& path, const DenseMatrix& m);

@@ -15,7 +15,8 @@ std::string lower_extension(const std::string& path) {
   size_t slash = path.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
   std::string ext = path.substr(dot);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext;
 }
 
@@ -39,8 +40,10 @@ Dataset load_dense_dataset(const std::string& features_path, const std::string& 
                            const std::string& hdf5_dataset, const ReadOptions& opt) {
   const std::string ext = lower_extension(features_path);
   DenseMatrix x;
-  if (ext == ".npy") x = read_npy(features_path);
-  else if (ext == ".h5" || ext == ".hdf5") x = read_hdf5(features_path, hdf5_dataset);
+  if (ext == ".npy")
+    x = read_npy(features_path);
+  else if (ext == ".h5" || ext == ".hdf5")
+    x = read_hdf5(features_path, hdf5_dataset);
   else
     throw_input("dense features '{}': expected a .npy, .h5 or .hdf5 file", features_path);
   CsrMatrix y = read_xc_sparse(labels_path, opt);
@@ -58,9 +61,10 @@ Dataset load_dense_dataset(const std::string& features_path, const std::string& 
 
 Dataset load_dataset(const DataSource& src) {
   if (!src.path.empty() && !src.features.empty())
-    throw_input("data source names both a combined file '{}' and a features file '{}': "
-                "expected one of them",
-                src.path, src.features);
+    throw_input(
+        "data source names both a combined file '{}' and a features file '{}': "
+        "expected one of them",
+        src.path, src.features);
   const std::string format = resolve_format(src);
   Stopwatch sw;
   Dataset ds;
@@ -70,14 +74,16 @@ Dataset load_dataset(const DataSource& src) {
     ds = read_xc_combined(src.path, src.read);
   } else if (format == "split" || format == "npy" || format == "hdf5") {
     if (src.features.empty() || src.labels.empty())
-      throw_input("format '{}' needs both a features and a labels file, got features '{}' and "
-                  "labels '{}'",
-                  format, src.features, src.labels);
-    if (format == "split") ds = read_xc_split(src.features, src.labels, src.read);
-    else ds = load_dense_dataset(src.features, src.labels, src.hdf5_dataset, src.read);
+      throw_input(
+          "format '{}' needs both a features and a labels file, got features '{}' and "
+          "labels '{}'",
+          format, src.features, src.labels);
+    if (format == "split")
+      ds = read_xc_split(src.features, src.labels, src.read);
+    else
+      ds = load_dense_dataset(src.features, src.labels, src.hdf5_dataset, src.read);
   } else {
-    throw_input("unknown data format '{}': expected one of auto, xc, split, npy, hdf5",
-                src.format);
+    throw_input("unknown data format '{}': expected one of auto, xc, split, npy, hdf5", src.format);
   }
   spdlog::info("loaded {}: {} points, {} features ({}), {} labels in {:.2f} s", ds.source,
                ds.num_points(), ds.num_features(), ds.sparse() ? "sparse" : "dense",
@@ -94,7 +100,8 @@ void check_compatible(const Dataset& train, const Dataset& test) {
                 train.source, train.num_labels(), test.source, test.num_labels());
   if (train.sparse() != test.sparse())
     throw_input("feature kind mismatch: train '{}' is {} but test '{}' is {}", train.source,
-                train.sparse() ? "sparse" : "dense", test.source, test.sparse() ? "sparse" : "dense");
+                train.sparse() ? "sparse" : "dense", test.source,
+                test.sparse() ? "sparse" : "dense");
 }
 
 }  // namespace xmc::io

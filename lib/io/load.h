@@ -9,9 +9,9 @@
 namespace xmc::io {
 
 struct DataSource {
-  std::string path;      // XC combined file
-  std::string features;  // split / npy / hdf5 features
-  std::string labels;    // XC sparse labels (with `features`)
+  std::string path;             // XC combined file
+  std::string features;         // split / npy / hdf5 features
+  std::string labels;           // XC sparse labels (with `features`)
   std::string format = "auto";  // auto | xc | split | npy | hdf5
   std::string hdf5_dataset = "features";
   ReadOptions read;

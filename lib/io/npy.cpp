@@ -1,5 +1,7 @@
 // NumPy .npy arrays: 2-D, C order, little-endian float32 or float16 (converted to float32).
 // Header versions 1.0 (u16 header length) and 2.0/3.0 (u32).
+#include "io/npy.h"
+
 #include <cstring>
 #include <fstream>
 #include <istream>
@@ -9,7 +11,6 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "io/io.h"
-#include "io/npy.h"
 
 namespace xmc::io {
 namespace {
@@ -46,9 +47,10 @@ std::string dict_value(const std::string& header, const std::string& key, const 
   std::smatch m;
   const std::regex re("'" + key + "'\\s*:\\s*('[^']*'|\\([^)]*\\)|True|False)");
   if (!std::regex_search(header, m, re))
-    throw_input("{}: npy header has no '{}' entry: expected a dict with 'descr', "
-                "'fortran_order' and 'shape', found {}",
-                name, key, header);
+    throw_input(
+        "{}: npy header has no '{}' entry: expected a dict with 'descr', "
+        "'fortran_order' and 'shape', found {}",
+        name, key, header);
   return m[1].str();
 }
 
@@ -73,7 +75,8 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
     header_len = b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 |
                  static_cast<uint32_t>(b[3]) << 24;
   }
-  if (header_len > (1u << 20)) throw_input("{}: .npy header length {} is implausible", name, header_len);
+  if (header_len > (1u << 20))
+    throw_input("{}: .npy header length {} is implausible", name, header_len);
   std::string header(header_len, '\0');
   if (!in.read(header.data(), header_len))
     throw_input("{}: truncated .npy header: expected {} header bytes", name, header_len);
@@ -131,9 +134,8 @@ DenseMatrix read_npy(const std::string& path) {
 }
 
 void write_npy(const std::string& path, const DenseMatrix& m) {
-  std::string header =
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(m.rows) + ", " +
-      std::to_string(m.cols) + "), }";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(m.rows) + ", " + std::to_string(m.cols) + "), }";
   // Total header (magic 6 + version 2 + length 2 + dict + '\n') is a multiple of 64.
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');

@@ -1,7 +1,7 @@
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 
 #include "core/error.h"
@@ -75,9 +75,9 @@ TEST_CASE("Batcher covers every row once per epoch, deterministic by (seed, epoc
   std::vector<int64_t> all(10);
   std::iota(all.begin(), all.end(), 0);
   CHECK(sorted == all);
-  CHECK(e0 != all);                 // shuffled
-  CHECK(epoch_ids(0) == e0);        // same epoch, same order
-  CHECK(epoch_ids(1) != e0);        // another epoch, another order
+  CHECK(e0 != all);           // shuffled
+  CHECK(epoch_ids(0) == e0);  // same epoch, same order
+  CHECK(epoch_ids(1) != e0);  // another epoch, another order
   Batcher again(ds, 4, 42, true);
   again.start_epoch(0);
   CHECK(again.order() == e0);

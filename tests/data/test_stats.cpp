@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "data/stats.h"
 #include "io/io.h"
@@ -15,8 +14,8 @@ TEST_CASE("label_frequencies counts points per label") {
 
 TEST_CASE("stats on a hand-computed dataset") {
   // 5 points, L = 6: frequencies {0: 3, 1: 1, 2: 0, 3: 2, 4: 0, 5: 1}, one unlabeled point.
-  Dataset ds = io::parse_xc_combined(
-      "5 4 6\n0,3 0:1 1:2\n0 2:1\n0,1,3,5 3:1\n 0:1\n 1:1 2:1 3:1\n", "mem");
+  Dataset ds =
+      io::parse_xc_combined("5 4 6\n0,3 0:1 1:2\n0 2:1\n0,1,3,5 3:1\n 0:1\n 1:1 2:1 3:1\n", "mem");
   DatasetStats s = compute_stats(ds);
   CHECK(s.points == 5);
   CHECK(s.features == 4);

@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "data/stats.h"
 #include "data/synthetic.h"
@@ -62,10 +62,9 @@ TEST_CASE("cli synth then info: statistics match the generator parameters") {
   test::TempDir dir;
   for (double alpha : {0.8, 1.2}) {
     const std::string out = (dir / fmt::format("dense{}", alpha)).string();
-    auto r = test::run_cli({"synth", "--out", out, "--train", "20000", "--test", "1000",
-                            "--labels", "1500", "--features", "64", "--clusters", "30",
-                            "--alpha", fmt::format("{}", alpha), "--labels-per-point", "4",
-                            "--seed", "7"});
+    auto r = test::run_cli({"synth", "--out", out, "--train", "20000", "--test", "1000", "--labels",
+                            "1500", "--features", "64", "--clusters", "30", "--alpha",
+                            fmt::format("{}", alpha), "--labels-per-point", "4", "--seed", "7"});
     REQUIRE(r.exit_code == 0);
     auto meta = nlohmann::json::parse(test::read_file(out + "/synth.json"));
     CHECK(meta["parameters"]["alpha"].get<double>() == alpha);
@@ -90,8 +89,8 @@ TEST_CASE("cli synth then info: statistics match the generator parameters") {
   }
 
   const std::string sp = (dir / "sparse").string();
-  auto r = test::run_cli({"synth", "--out", sp, "--format", "sparse", "--train", "3000",
-                          "--test", "500", "--labels", "400", "--features", "2000"});
+  auto r = test::run_cli({"synth", "--out", sp, "--format", "sparse", "--train", "3000", "--test",
+                          "500", "--labels", "400", "--features", "2000"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("oracle P@1"));
   r = test::run_cli({"info", sp + "/train.txt", "--json", "--no-cache"});

@@ -1,7 +1,6 @@
 #pragma once
 // Runs f, requires it to throw xmc::InputError (not another exception), returns the message.
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "core/error.h"

@@ -43,8 +43,8 @@ TEST_CASE("cli info: split, npy and index base 1") {
   test::TempDir dir;
   test::write_file(dir / "X.txt", "2 4\n1:1 2:3\n4:2\n");
   test::write_file(dir / "Y.txt", "2 3\n1:1\n2:1 3:1\n");
-  auto r = test::run_cli({"info", (dir / "X.txt").string(), "--labels",
-                          (dir / "Y.txt").string(), "--index-base", "1", "--no-cache", "--json"});
+  auto r = test::run_cli({"info", (dir / "X.txt").string(), "--labels", (dir / "Y.txt").string(),
+                          "--index-base", "1", "--no-cache", "--json"});
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["points"] == 2);

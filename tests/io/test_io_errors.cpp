@@ -1,7 +1,6 @@
 // Bad input: each case throws InputError whose message names the file, the line (and
 // column or token) and what was expected.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 
 #include "expect_input_error.h"
@@ -156,7 +155,8 @@ TEST_CASE("error: features/labels row count mismatch") {
 
 namespace {
 std::string npy_bytes(const std::string& descr, const std::string& shape, size_t data_bytes) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
   header.push_back('\n');
   std::string s = "\x93NUMPY";

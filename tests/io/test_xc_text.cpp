@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 
 #include "io/io.h"
 #include "support/test_support.h"
@@ -19,8 +20,8 @@ TEST_CASE("combined format: labels, unlabeled rows, sorting") {
   const std::string text =
       "3 6 4\n"
       "0,2 1:0.5 4:1.5\n"
-      " 5:2 0:1\n"          // no labels; features out of order -> sorted
-      "3,1,3 2:-0.25\n";    // repeated label merged
+      " 5:2 0:1\n"        // no labels; features out of order -> sorted
+      "3,1,3 2:-0.25\n";  // repeated label merged
   Dataset ds = io::parse_xc_combined(text, "mem");
   REQUIRE(ds.sparse());
   CHECK(ds.num_points() == 3);
@@ -54,9 +55,12 @@ TEST_CASE("multi-threaded parse equals single-threaded parse") {
   // Enough text for several 1 MiB ranges.
   std::string text = "150000 1000 500\n";
   for (int i = 0; i < 150000; ++i) {
-    if (i % 7 == 0) text += " ";  // some unlabeled rows
-    else text += fmt::format("{},{}", i % 500, (i * 7 + 1) % 500);
-    for (int k = 0; k < 5; ++k) text += fmt::format(" {}:{}", (i * 13 + k * 101) % 1000, 0.25 * k + i % 3);
+    if (i % 7 == 0)
+      text += " ";  // some unlabeled rows
+    else
+      text += fmt::format("{},{}", i % 500, (i * 7 + 1) % 500);
+    for (int k = 0; k < 5; ++k)
+      text += fmt::format(" {}:{}", (i * 13 + k * 101) % 1000, 0.25 * k + i % 3);
     text += '\n';
   }
   io::ReadOptions one;
