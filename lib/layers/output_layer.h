@@ -29,12 +29,17 @@ struct LrState {
   int64_t step = 1;
 };
 
-// What a hook may look at: the trainer's progress.
+struct Dataset;
+
+// What a hook may look at: the trainer's progress, the training data, and a way to embed
+// every training point with the current encoder (no dropout) — h [N×d], row i = point i.
 struct TrainerView {
   int64_t step = 0;         // completed steps
   int64_t total_steps = 0;  // planned steps of the whole run
   int epoch = 0;            // 0-based current epoch
   int epochs = 0;
+  const Dataset* train = nullptr;
+  std::function<DenseMatrix()> embed_train;  // may be empty in unit tests
 };
 
 class OutputLayer {

@@ -208,6 +208,22 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
                            static_cast<size_t>(batch_size * d));
   Batcher batcher(train, batch_size, cfg.seed, cfg.train.shuffle);
 
+  // Embeds every training point with the current encoder (ANNS refresh).
+  std::function<DenseMatrix()> embed_train = [&]() {
+    DenseMatrix out(train.num_points(), d);
+    Rng unused(0);
+    std::vector<int64_t> ids;
+    for (int64_t r0 = 0; r0 < train.num_points(); r0 += cfg.eval.batch_size) {
+      const int64_t n = std::min(cfg.eval.batch_size, train.num_points() - r0);
+      ids.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
+      Batch b = gather_batch(train, ids);
+      ConstMatrix h = model.encoder().forward(b, /*training=*/false, unused);
+      for (int64_t i = 0; i < n; ++i) std::copy(h.row(i), h.row(i) + d, out.values.data() + (r0 + i) * d);
+    }
+    return out;
+  };
+
   TrainSummary summary;
   nlohmann::json last_metrics;
   double train_seconds = 0.0;
@@ -239,13 +255,13 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
       grads += s.grads;
       ++steps;
       TrainerView view{step, total_steps, static_cast<int>(epoch),
-                       static_cast<int>(cfg.train.epochs)};
+                       static_cast<int>(cfg.train.epochs), &train, embed_train};
       model.output().on_step(view);
       progress.update(steps, loss_sum / static_cast<double>(steps));
     }
     progress.finish();
     model.output().on_epoch({step, total_steps, static_cast<int>(epoch),
-                             static_cast<int>(cfg.train.epochs)});
+                             static_cast<int>(cfg.train.epochs), &train, embed_train});
     last_epoch_seconds = epoch_time.seconds();
     train_seconds += last_epoch_seconds;
 
