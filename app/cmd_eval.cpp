@@ -28,6 +28,7 @@ CsrMatrix read_labels(const std::string& path, int index_base) {
   in.close();
   io::ReadOptions opt;
   opt.index_base = index_base;
+  opt.use_cache = false;  // small files; never write beside another tool's outputs
   if (n == 3) return io::read_xc_combined(path, opt).labels;
   return io::read_xc_sparse(path, opt);
 }
@@ -87,6 +88,7 @@ Command register_eval(CLI::App& app) {
                 throw_input("eval --predictions needs --train (training labels, for propensities)");
               io::ReadOptions ropt;
               ropt.index_base = o->index_base;
+              ropt.use_cache = false;
               const CsrMatrix pred = io::read_xc_sparse(o->predictions, ropt);
               const CsrMatrix truth = read_labels(o->data, o->index_base);
               const CsrMatrix train = read_labels(o->train, o->index_base);
