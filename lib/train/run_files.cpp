@@ -26,6 +26,14 @@ void prepare_run_directory(const fs::path& dir) {
   fs::remove(probe, ec);
 }
 
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
+  }
+}
+
 void write_text_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   {

@@ -9,6 +9,8 @@ namespace xmc {
 
 // Creates the directory if needed and checks it is writable (InputError otherwise).
 void prepare_run_directory(const std::filesystem::path& dir);
+// Removes "<name>.tmp.<pid>" files that a killed run left behind.
+void remove_stale_temporaries(const std::filesystem::path& dir);
 // Writes to "<path>.tmp.<pid>", then renames (InputError when the path is unwritable).
 void write_text_atomic(const std::filesystem::path& path, const std::string& text);
 // Appends one line and flushes.

@@ -141,6 +141,7 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
   prepare_run_directory(dir);
   if (opt.resume && !fs::exists(ckpt_file))
     throw_input("--resume: no checkpoint at '{}'", ckpt_file.string());
+  remove_stale_temporaries(dir);
   write_text_atomic(dir / "config.resolved.yaml", opt.config_yaml);
 
   // Data.

@@ -3,7 +3,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
@@ -153,6 +158,48 @@ TEST_CASE("an interrupted run resumed gives the same final metrics") {
   int n = 0;
   while (std::getline(in, line)) CHECK(json::parse(line)["epoch"] == ++n);
   CHECK(n == 3);
+}
+
+TEST_CASE("a run killed with SIGKILL mid-training resumes to the same final metrics") {
+  TempDir tmp;
+  // Larger epochs than small_config's, so the kill lands inside a later epoch.
+  std::string cfg = small_config(tmp / "data", 8);
+  cfg.replace(cfg.find("train: 3000"), 11, "train: 20000");
+  write_file(tmp / "c.yaml", cfg);
+  auto full = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "a").string(), "--json"});
+  INFO(full.err);
+  REQUIRE(full.exit_code == 0);
+
+  const fs::path dir = tmp / "b";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Child: the real binary, output discarded.
+    const std::string out = dir.string(), conf = (tmp / "c.yaml").string();
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execl(XMC_BINARY, XMC_BINARY, "train", conf.c_str(), "--out", out.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill as soon as the first checkpoint exists (epoch 1 done, epoch 2 running).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(dir / "checkpoint.h5") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE_FALSE(fs::exists(dir / "results.json"));  // it was killed before the end
+
+  auto resumed = run_cli({"train", (tmp / "c.yaml").string(), "--out", dir.string(), "--resume",
+                          "--json"});
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(json::parse(full.out)["metrics"] == json::parse(resumed.out)["metrics"]);
+  // No temporary checkpoint file is left behind.
+  for (auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 }
 
 TEST_CASE("bad configs fail fast with exit code 2 and name the key") {
