@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's main command: build the binary (no tests, CUDA when nvcc is present) and
+# The README's main command: build the binary (no tests, no CUDA: the quickest build) and
 # train configs/quickstart.yaml, which generates its synthetic data on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/build.sh build-quickstart -DXMC_BUILD_TESTS=OFF
+bash tools/build.sh build-quickstart -DXMC_BUILD_TESTS=OFF -DXMC_CUDA=OFF
 ./build-quickstart/app/xmctrain train configs/quickstart.yaml "$@"

@@ -12,9 +12,7 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   LoadedModel m;
   m.config = parse_config(r.read_string("meta/config_yaml"), checkpoint + ":meta/config_yaml", {},
                           output_types());
-  const Device dev = resolve_device(device.empty() ? m.config.device : device);
-  if (dev == Device::cuda)
-    throw_input("inference on CUDA is not implemented yet in this build; use --device cpu");
+  const Device dev = training_device(device.empty() ? m.config.device : device);
   m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
   m.model = std::make_unique<Model>(*m.ctx, m.config, ModelMeta::load(r), 0);
   m.model->load_state(r);

@@ -1,5 +1,7 @@
 #include "train/model.h"
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "eval/propensity.h"
 #include "layers/registry.h"
@@ -30,6 +32,16 @@ ModelMeta ModelMeta::load(const CheckpointReader& r) {
     throw_input("{}: meta/label_freq has {} entries, expected {}", r.path(), m.label_freq.size(),
                 m.num_labels);
   return m;
+}
+
+Device training_device(const std::string& requested) {
+  const Device d = resolve_device(requested);
+  if (d == Device::cpu) return d;
+  if (requested == "auto") {
+    spdlog::warn("a CUDA GPU is present, but the CUDA training path is not wired yet: using the CPU");
+    return Device::cpu;
+  }
+  throw_input("device 'cuda': the CUDA training path is not wired yet in this build; use --device cpu");
 }
 
 OptimizerConfig to_optimizer_config(const OptimSpec& spec) {

@@ -29,6 +29,11 @@ struct ModelMeta {
 
 OptimizerConfig to_optimizer_config(const OptimSpec& spec);
 
+// The device models run on: "cpu", "cuda" or "auto". The CUDA training path is not wired
+// yet, so "cuda" fails with a clear message (never a silent fallback) and "auto" picks the
+// CPU, saying so when a GPU is present.
+Device training_device(const std::string& requested);
+
 // Inverse propensities of the model's labels: A/B from `prop` (a = b = 0: the family's
 // defaults; family auto: guessed from the training data's path).
 std::vector<double> model_propensities(const DataConfig& data, const PropensityConfig& prop,

@@ -129,9 +129,7 @@ std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) 
 
 TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
   Stopwatch total_time;
-  const Device device = resolve_device(opt.device.empty() ? cfg.device : opt.device);
-  if (device == Device::cuda)
-    throw_input("training on CUDA is not implemented yet in this build; use --device cpu");
+  const Device device = training_device(opt.device.empty() ? cfg.device : opt.device);
   Context ctx(device, static_cast<int>(cfg.threads));
 
   // The run directory is prepared first, so a bad path fails in a second.
