@@ -10,6 +10,8 @@ namespace xmc::cuda_detail {
                                    cudaError_t err);
 // Argument checks inside .cu code: throws xmc::Error "file:line: what (value)".
 [[noreturn]] void throw_check(const char* file, int line, const char* what, int64_t value);
+// cuBLAS / cuBLASLt status (cublasStatus_t, passed as int so this header needs no cuBLAS).
+[[noreturn]] void throw_cublas_error(const char* file, int line, const char* call, int status);
 }  // namespace xmc::cuda_detail
 
 #define XMC_CUDA_CHECK(call)                                                         \
@@ -25,4 +27,11 @@ namespace xmc::cuda_detail {
 #define XMC_CUDA_REQUIRE(cond, value)                                                \
   do {                                                                               \
     if (!(cond)) ::xmc::cuda_detail::throw_check(__FILE__, __LINE__, #cond, (value)); \
+  } while (0)
+
+// Every cuBLAS and cuBLASLt call: status != CUBLAS_STATUS_SUCCESS (0) throws.
+#define XMC_CUBLAS_CHECK(call)                                                       \
+  do {                                                                               \
+    const int st_ = static_cast<int>(call);                                          \
+    if (st_ != 0) ::xmc::cuda_detail::throw_cublas_error(__FILE__, __LINE__, #call, st_); \
   } while (0)
