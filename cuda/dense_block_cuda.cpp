@@ -14,8 +14,7 @@ namespace xmc::gpu {
 
 DenseBlockCuda::DenseBlockCuda(CudaContext& ctx, int64_t d, int64_t lo, int64_t n,
                                int64_t max_batch, int64_t chunk, LossType loss,
-                               const OptimizerConfig& optim, uint64_t seed,
-                               DenseCudaOptions opts)
+                               const OptimizerConfig& optim, uint64_t seed, DenseCudaOptions opts)
     : ctx_(&ctx),
       d_(d),
       lo_(lo),
@@ -123,8 +122,8 @@ void DenseBlockCuda::logits(ConstMatrix h, int64_t row0, Matrix z) {
 StepStats DenseBlockCuda::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh,
                                      const LrState& lr) {
   const int64_t batch = h.rows;
-  XMC_CHECK(batch >= 1 && batch <= max_batch_,
-            "batch of {} rows outside the workspace for 1..{}", batch, max_batch_);
+  XMC_CHECK(batch >= 1 && batch <= max_batch_, "batch of {} rows outside the workspace for 1..{}",
+            batch, max_batch_);
   XMC_CHECK(h.cols == d_ && dh.rows == batch && dh.cols == d_,
             "cuda dense step shapes h[{}×{}] dh[{}×{}], d={}", h.rows, h.cols, dh.rows, dh.cols,
             d_);
@@ -157,8 +156,7 @@ StepStats DenseBlockCuda::train_step(const CsrMatrix& targets, ConstMatrix h, Ma
     if (loss_ == LossType::softmax) {
       softmax_loss_grad(*ctx_, z, b_.data() + c0, smax, t, lo_ + c0, batch, acc_.data(), g16);
     } else {
-      elementwise_loss_grad(*ctx_, loss_, z, b_.data() + c0, t, lo_ + c0, batch, acc_.data(),
-                            g16);
+      elementwise_loss_grad(*ctx_, loss_, z, b_.data() + c0, t, lo_ + c0, batch, acc_.data(), g16);
     }
     // dh (+)= G·W_c with the weights before this step's update; the first chunk
     // overwrites dh, so it needs no clearing.
@@ -178,15 +176,16 @@ StepStats DenseBlockCuda::train_step(const CsrMatrix& targets, ConstMatrix h, Ma
     auto at = [](DeviceBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
     if (bf16()) {
       // Rounding bits differ per (seed, chunk); the kernel mixes in the step and index.
-      const uint64_t sr_seed =
-          opts_.stochastic_rounding
-              ? ((seed_ * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(c0) * 0xD1B54A32D192ED03ULL)) | 1ULL
-              : 0;
-      optimizer_update(*ctx_, optim_, lr.lr, lr.step, w16_.data() + off, dw_.data(),
-                       at(w_s1_, off), at(w_s2_, off), c * d_, sr_seed);
+      const uint64_t sr_seed = opts_.stochastic_rounding
+                                   ? ((seed_ * 0x9E3779B97F4A7C15ULL) ^
+                                      (static_cast<uint64_t>(c0) * 0xD1B54A32D192ED03ULL)) |
+                                         1ULL
+                                   : 0;
+      optimizer_update(*ctx_, optim_, lr.lr, lr.step, w16_.data() + off, dw_.data(), at(w_s1_, off),
+                       at(w_s2_, off), c * d_, sr_seed);
     } else {
-      optimizer_update(*ctx_, optim_, lr.lr, lr.step, w_.data() + off, dw_.data(),
-                       at(w_s1_, off), at(w_s2_, off), c * d_);
+      optimizer_update(*ctx_, optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), at(w_s1_, off),
+                       at(w_s2_, off), c * d_);
     }
     OptimizerConfig bias_cfg = optim_;
     bias_cfg.weight_decay = 0.0;
@@ -245,8 +244,7 @@ TopK DenseBlockCuda::topk(ConstMatrix h, int k) {
   const auto rk = static_cast<size_t>(h.rows * k);
   auto& ledger = ctx_->ledger();
   DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk), tmp_s(ledger, MemTag::workspace, rk);
-  DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk),
-      tmp_l(ledger, MemTag::workspace, rk);
+  DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk), tmp_l(ledger, MemTag::workspace, rk);
   TopK out;
   out.rows = h.rows;
   out.k = k;
@@ -308,9 +306,9 @@ DenseBlockCuda::HostState DenseBlockCuda::download() const {
 int64_t DenseBlockCuda::analytic_bytes() const {
   const int64_t wbytes = bf16() ? 2 : 4;
   const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = n_ * d_ * wbytes + 4 * n_;              // weights, bias
-  bytes += states * 4 * (n_ * d_ + n_);                   // optimizer state
-  bytes += 4 * (max_batch_ * chunk_ + chunk_ * d_ + chunk_);  // z, dW_c, db_c
+  int64_t bytes = n_ * d_ * wbytes + 4 * n_;                         // weights, bias
+  bytes += states * 4 * (n_ * d_ + n_);                              // optimizer state
+  bytes += 4 * (max_batch_ * chunk_ + chunk_ * d_ + chunk_);         // z, dW_c, db_c
   if (bf16()) bytes += 2 * (max_batch_ * chunk_ + max_batch_ * d_);  // G, h in bf16
   if (loss_ == LossType::softmax) bytes += 2 * 4 * max_batch_;
   bytes += static_cast<int64_t>(sizeof(LossAccum)) + 8 * (max_batch_ + 1);

@@ -156,14 +156,11 @@ __global__ void softmax_accumulate_kernel(const float* __restrict__ z, int64_t c
   }
 }
 
-__global__ void softmax_grad_kernel(float* __restrict__ z, int64_t c, int64_t ld,
-                                    const float* __restrict__ bias,
-                                    const float* __restrict__ run_max,
-                                    const float* __restrict__ run_sum,
-                                    const int64_t* __restrict__ indptr,
-                                    const uint32_t* __restrict__ indices, int64_t lo,
-                                    float inv_b, LossAccum* __restrict__ acc,
-                                    __nv_bfloat16* __restrict__ g16, int64_t ld16) {
+__global__ void softmax_grad_kernel(
+    float* __restrict__ z, int64_t c, int64_t ld, const float* __restrict__ bias,
+    const float* __restrict__ run_max, const float* __restrict__ run_sum,
+    const int64_t* __restrict__ indptr, const uint32_t* __restrict__ indices, int64_t lo,
+    float inv_b, LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16, int64_t ld16) {
   const int64_t r = blockIdx.y;
   const int64_t p0 = indptr[r];
   const int64_t np = indptr[r + 1] - p0;
@@ -199,14 +196,25 @@ __global__ void softmax_reset_kernel(float* run_max, float* run_sum, int64_t row
   }
 }
 
-// One thread per column, rows summed in order (the CPU's order).
+// Block (32 columns × 8 row groups): each thread sums every 8th row of its column, the
+// 8 partials are added in a fixed order, so the result does not depend on the launch.
+// 2-D so that a B×16k chunk still fills the GPU (one thread per column would not).
+constexpr int kSumCols = 32;
+constexpr int kSumRowGroups = 8;
 __global__ void column_sums_kernel(const float* __restrict__ a, int64_t rows, int64_t cols,
                                    int64_t ld, float* __restrict__ out) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
+  __shared__ float part[kSumRowGroups][kSumCols + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   float s = 0.0f;
-  for (int64_t i = 0; i < rows; ++i) s += a[i * ld + j];
-  out[j] = s;
+  if (j < cols)
+    for (int64_t i = threadIdx.y; i < rows; i += kSumRowGroups) s += a[i * ld + j];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float total = 0.0f;
+    for (int g = 0; g < kSumRowGroups; ++g) total += part[g][threadIdx.x];
+    out[j] = total;
+  }
 }
 
 __global__ void add_row_vector_kernel(float* __restrict__ m, int64_t cols, int64_t ld,
@@ -255,9 +263,9 @@ void check_g16(ConstMatrix logits, Bf16Matrix g16) {
 
 }  // namespace
 
-void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
-                           const float* bias, const DeviceCsr& targets, int64_t lo,
-                           int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16) {
+void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
+                           const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
+                           Bf16Matrix g_bf16) {
   check_targets(logits, targets, lo, batch_size);
   check_g16(logits, g_bf16);
   XMC_CUDA_REQUIRE(type != LossType::softmax, static_cast<int64_t>(type));
@@ -267,12 +275,12 @@ void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   if (type == LossType::bce) {
     elementwise_kernel<LossType::bce><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b,
-        acc, as_bf16(g_bf16.data), g_bf16.ld);
+        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
+        as_bf16(g_bf16.data), g_bf16.ld);
   } else {
     elementwise_kernel<LossType::squared_hinge><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b,
-        acc, as_bf16(g_bf16.data), g_bf16.ld);
+        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
+        as_bf16(g_bf16.data), g_bf16.ld);
   }
   XMC_CUDA_CHECK_LAUNCH();
 }
@@ -310,7 +318,8 @@ void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
 
 void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) {
   if (a.cols == 0) return;
-  column_sums_kernel<<<static_cast<unsigned>((a.cols + kThreads - 1) / kThreads), kThreads, 0,
+  const dim3 block(kSumCols, kSumRowGroups);
+  column_sums_kernel<<<static_cast<unsigned>((a.cols + kSumCols - 1) / kSumCols), block, 0,
                        ctx.stream()>>>(a.data, a.rows, a.cols, a.ld, out);
   XMC_CUDA_CHECK_LAUNCH();
 }
@@ -329,8 +338,8 @@ void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
   if (src.empty()) return;
   check_rows(src.rows);
   const dim3 grid(col_blocks(src.cols, kThreads), static_cast<unsigned>(src.rows));
-  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.cols, src.ld,
-                                                      as_bf16(dst.data), dst.ld);
+  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.cols, src.ld, as_bf16(dst.data),
+                                                      dst.ld);
   XMC_CUDA_CHECK_LAUNCH();
 }
 

@@ -108,9 +108,9 @@ __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float x = update_one(p, __bfloat162float(w[i]), g[i], s1, s2, i);
-    w[i] = p.seed != 0 ? round_stochastic(x, static_cast<uint32_t>(
-                                                  mix64(key + static_cast<uint64_t>(i))))
-                       : __float2bfloat16_rn(x);
+    w[i] = p.seed != 0
+               ? round_stochastic(x, static_cast<uint32_t>(mix64(key + static_cast<uint64_t>(i))))
+               : __float2bfloat16_rn(x);
   }
 }
 
@@ -127,20 +127,19 @@ void check_state(const OptimizerConfig& cfg, const float* s1, const float* s2) {
 
 }  // namespace
 
-void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
-                      int64_t step, float* params, const float* grad, float* state1,
-                      float* state2, int64_t n) {
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      float* params, const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
   check_state(cfg, state1, state2);
   const UpdateParams p = make_params(cfg, lr, step);
-  update_f32_kernel<<<blocks_for(n), kThreads, 0, ctx.stream()>>>(p, params, grad, state1,
-                                                                   state2, n);
+  update_f32_kernel<<<blocks_for(n), kThreads, 0, ctx.stream()>>>(p, params, grad, state1, state2,
+                                                                  n);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
-void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
-                      int64_t step, Bf16* params, const float* grad, float* state1,
-                      float* state2, int64_t n, uint64_t stochastic_seed) {
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed) {
   if (n <= 0) return;
   check_state(cfg, state1, state2);
   UpdateParams p = make_params(cfg, lr, step);

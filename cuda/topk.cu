@@ -115,8 +115,7 @@ __global__ void reset_kernel(float* __restrict__ s, uint32_t* __restrict__ l, in
 
 }  // namespace
 
-void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k,
-                CUstream_st* stream) {
+void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CUstream_st* stream) {
   const int64_t n = rows * k;
   if (n == 0) return;
   reset_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
@@ -162,8 +161,7 @@ void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t l
     XMC_CUDA_CHECK(cudaMemcpy(d_scores, scores, n * sizeof(float), cudaMemcpyHostToDevice));
     topk_device(d_scores, rows, cols, k, label_offset, d_out_s, d_out_l);
     XMC_CUDA_CHECK(cudaMemcpy(out_scores, d_out_s, nk * sizeof(float), cudaMemcpyDeviceToHost));
-    XMC_CUDA_CHECK(
-        cudaMemcpy(out_labels, d_out_l, nk * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    XMC_CUDA_CHECK(cudaMemcpy(out_labels, d_out_l, nk * sizeof(uint32_t), cudaMemcpyDeviceToHost));
   } catch (...) {
     cudaFree(d_scores);
     cudaFree(d_out_s);

@@ -43,8 +43,7 @@ void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t l
 // labels = column + label_offset) into tmp_* [rows×k] and merges it into run_*. Order as
 // in eval/topk.h: score descending, ties to the lower label; the pad ranks last.
 // 1 <= k <= 64.
-void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k,
-                CUstream_st* stream);
+void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CUstream_st* stream);
 void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
                       int64_t label_offset, float* tmp_scores, uint32_t* tmp_labels,
                       float* run_scores, uint32_t* run_labels, CUstream_st* stream);

@@ -82,15 +82,22 @@ void optimizer_update(const CudaContext&, const OptimizerConfig&, double, int64_
 DenseBlockCuda::DenseBlockCuda(CudaContext& ctx, int64_t, int64_t, int64_t, int64_t, int64_t,
                                LossType loss, const OptimizerConfig& optim, uint64_t,
                                DenseCudaOptions opts)
-    : ctx_(&ctx), d_(0), lo_(0), n_(0), max_batch_(0), chunk_(0), loss_(loss), optim_(optim),
-      opts_(opts), seed_(0) {
+    : ctx_(&ctx),
+      d_(0),
+      lo_(0),
+      n_(0),
+      max_batch_(0),
+      chunk_(0),
+      loss_(loss),
+      optim_(optim),
+      opts_(opts),
+      seed_(0) {
   no_cuda();
 }
 StepStats DenseBlockCuda::train_step(const CsrMatrix&, ConstMatrix, Matrix, const LrState&) {
   no_cuda();
 }
-StepStats DenseBlockCuda::train_step_host(const CsrMatrix&, ConstMatrix, Matrix,
-                                          const LrState&) {
+StepStats DenseBlockCuda::train_step_host(const CsrMatrix&, ConstMatrix, Matrix, const LrState&) {
   no_cuda();
 }
 void DenseBlockCuda::scores(ConstMatrix, int64_t, Matrix) { no_cuda(); }

@@ -42,8 +42,7 @@ class DenseBlockCuda {
   // (to read the loss back).
   StepStats train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh, const LrState& lr);
   // The same with HOST views h, dh (copies through device workspaces; tests, benchmarks).
-  StepStats train_step_host(const CsrMatrix& targets, ConstMatrix h, Matrix dh,
-                            const LrState& lr);
+  StepStats train_step_host(const CsrMatrix& targets, ConstMatrix h, Matrix dh, const LrState& lr);
 
   // out [B×c] = scores of labels [lo, lo+c) (global lo within this block's range);
   // h and out are DEVICE views. Not const: the bf16 path rounds h into a workspace.
@@ -83,18 +82,18 @@ class DenseBlockCuda {
   OptimizerConfig optim_;
   DenseCudaOptions opts_;
   uint64_t seed_;
-  DeviceBuffer<float> w_;      // [n×d] (fp32 mode)
-  DeviceBuffer<Bf16> w16_;     // [n×d] (bf16 mode)
-  DeviceBuffer<float> b_;      // [n]
+  DeviceBuffer<float> w_;   // [n×d] (fp32 mode)
+  DeviceBuffer<Bf16> w16_;  // [n×d] (bf16 mode)
+  DeviceBuffer<float> b_;   // [n]
   DeviceBuffer<float> w_s1_, w_s2_, b_s1_, b_s2_;
-  DeviceBuffer<float> z_;      // [max_batch×chunk] logits / gradients
-  DeviceBuffer<Bf16> g16_;     // [max_batch×chunk] bf16 copy of G (bf16 mode)
-  DeviceBuffer<Bf16> h16_;     // [max_batch×d] bf16 copy of h (bf16 mode)
-  DeviceBuffer<float> dw_, db_;           // [chunk×d], [chunk]
-  DeviceBuffer<float> smax_max_, smax_sum_;  // [max_batch] softmax running stats
-  DeviceBuffer<LossAccum> acc_;           // [1]
-  DeviceBuffer<int64_t> t_indptr_;        // [max_batch+1]
-  DeviceBuffer<uint32_t> t_indices_;      // [capacity], grows with the batch's nnz
+  DeviceBuffer<float> z_;                       // [max_batch×chunk] logits / gradients
+  DeviceBuffer<Bf16> g16_;                      // [max_batch×chunk] bf16 copy of G (bf16 mode)
+  DeviceBuffer<Bf16> h16_;                      // [max_batch×d] bf16 copy of h (bf16 mode)
+  DeviceBuffer<float> dw_, db_;                 // [chunk×d], [chunk]
+  DeviceBuffer<float> smax_max_, smax_sum_;     // [max_batch] softmax running stats
+  DeviceBuffer<LossAccum> acc_;                 // [1]
+  DeviceBuffer<int64_t> t_indptr_;              // [max_batch+1]
+  DeviceBuffer<uint32_t> t_indices_;            // [capacity], grows with the batch's nnz
   DeviceBuffer<float> h_host_io_, dh_host_io_;  // [max_batch×d], train_step_host only
 };
 

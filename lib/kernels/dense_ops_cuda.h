@@ -51,14 +51,14 @@ void from_bf16(const CudaContext& ctx, const Bf16* src, float* dst, int64_t n);
 // --- loss gradients on a label chunk [lo, lo+c) ---
 // Batch targets on the device: CSR [B×L], global label ids, sorted within a row.
 struct DeviceCsr {
-  const int64_t* indptr = nullptr;   // [rows+1]
-  const uint32_t* indices = nullptr; // [nnz]
+  const int64_t* indptr = nullptr;    // [rows+1]
+  const uint32_t* indices = nullptr;  // [nnz]
   int64_t rows = 0;
   int64_t cols = 0;
 };
 // Per-step accumulators on the device, so a step reads back one small struct, once.
 struct LossAccum {
-  double loss = 0.0;                // summed over entries, not yet divided by B
+  double loss = 0.0;                  // summed over entries, not yet divided by B
   unsigned long long zero_grads = 0;  // exactly-zero gradient entries
 };
 
@@ -66,9 +66,9 @@ struct LossAccum {
 // G = dLoss/d(logit + bias) / batch_size; adds the chunk's loss and zero count to *acc
 // (device). bias: c entries (device). g_bf16 (optional, [B×c]): a bf16 copy of G for
 // the bf16 GEMMs.
-void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
-                           const float* bias, const DeviceCsr& targets, int64_t lo,
-                           int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16 = {});
+void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
+                           const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
+                           Bf16Matrix g_bf16 = {});
 
 // Softmax running statistics per row (online logsumexp), device arrays [B].
 struct DeviceSoftmaxStats {
@@ -89,14 +89,13 @@ void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
 // --- optimizer updates (model/optimizer.h semantics) ---
 // params[i] -= ... for i in [0, n); grad, state1, state2 as in optimizer_update
 // (state arrays nullptr when the optimizer needs none). All device pointers.
-void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
-                      int64_t step, float* params, const float* grad, float* state1,
-                      float* state2, int64_t n);
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      float* params, const float* grad, float* state1, float* state2, int64_t n);
 // bf16 weights: the update is computed in fp32 from the bf16 value and written back
 // rounded to nearest even, or stochastically (unbiased) when stochastic_seed != 0: the
 // random bits depend on (seed, step, i) only, so a run is reproducible.
-void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
-                      int64_t step, Bf16* params, const float* grad, float* state1,
-                      float* state2, int64_t n, uint64_t stochastic_seed = 0);
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed = 0);
 
 }  // namespace xmc::gpu

@@ -121,8 +121,8 @@ CsrMatrix synthetic_targets(int64_t batch, int64_t labels, uint64_t seed) {
   return t;
 }
 
-json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64_t chunk,
-               bool bf16, int iters, const Ceilings& ceil) {
+json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64_t chunk, bool bf16,
+               int iters, const Ceilings& ceil) {
   OptimizerConfig cfg;  // adam, the most memory-hungry update
   const int64_t c = std::min(chunk, labels);
   const double gemm_flops = 2.0 * batch * labels * d;
@@ -145,13 +145,15 @@ json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64
   {
     MemoryLedger scratch;  // not the run's ledger: these buffers are not the block's
     CudaContext& x = ctx;
-    DeviceBuffer<float> h(scratch, MemTag::workspace, batch * d), dh(scratch, MemTag::workspace, batch * d);
-    DeviceBuffer<float> z(scratch, MemTag::workspace, batch * c), dw(scratch, MemTag::workspace, c * d);
+    DeviceBuffer<float> h(scratch, MemTag::workspace, batch * d),
+        dh(scratch, MemTag::workspace, batch * d);
+    DeviceBuffer<float> z(scratch, MemTag::workspace, batch * c),
+        dw(scratch, MemTag::workspace, c * d);
     DeviceBuffer<float> bias(scratch, MemTag::workspace, c), db(scratch, MemTag::workspace, c);
     DeviceBuffer<float> m(scratch, MemTag::workspace, c * d), v(scratch, MemTag::workspace, c * d);
     DeviceBuffer<float> w(scratch, MemTag::workspace, c * d);
-    DeviceBuffer<Bf16> w16(scratch, MemTag::workspace, c * d), h16(scratch, MemTag::workspace, batch * d),
-        g16(scratch, MemTag::workspace, batch * c);
+    DeviceBuffer<Bf16> w16(scratch, MemTag::workspace, c * d),
+        h16(scratch, MemTag::workspace, batch * d), g16(scratch, MemTag::workspace, batch * c);
     fill_random(x, h, 3, 1.0f);
     fill_random(x, w, 4, 0.05f);
     fill_random(x, z, 5, 1.0f);
@@ -190,7 +192,8 @@ json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64
     ms = time_ms(x, iters, [&] {
       if (bf16)
         gpu::gemm_nn(x, gpu::ConstBf16Matrix(g16.data(), batch, c),
-                     gpu::ConstBf16Matrix(w16.data(), c, d), Matrix(dh.data(), batch, d), 1.0f, 1.0f);
+                     gpu::ConstBf16Matrix(w16.data(), c, d), Matrix(dh.data(), batch, d), 1.0f,
+                     1.0f);
       else
         gpu::gemm_nn(x, ConstMatrix(z.data(), batch, c), ConstMatrix(w.data(), c, d),
                      Matrix(dh.data(), batch, d), 1.0f, 1.0f);
@@ -223,10 +226,11 @@ json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64
   const int64_t baseline = gpu::device_mem_info().used_bytes();
   json step;
   {
-    gpu::DenseBlockCuda block(ctx, d, 0, labels, batch, chunk, LossType::bce, cfg, 1,
-                              {bf16 ? gpu::WeightPrecision::bf16 : gpu::WeightPrecision::fp32,
-                               false});
-    DeviceBuffer<float> h(ledger, MemTag::activations, batch * d), dh(ledger, MemTag::activations, batch * d);
+    gpu::DenseBlockCuda block(
+        ctx, d, 0, labels, batch, chunk, LossType::bce, cfg, 1,
+        {bf16 ? gpu::WeightPrecision::bf16 : gpu::WeightPrecision::fp32, false});
+    DeviceBuffer<float> h(ledger, MemTag::activations, batch * d),
+        dh(ledger, MemTag::activations, batch * d);
     fill_random(ctx, h, 11, 1.0f);
     const CsrMatrix t = synthetic_targets(batch, labels, 12);
     int64_t s = 0;
@@ -238,8 +242,8 @@ json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64
     const double tflops = 3.0 * gemm_flops / (ms * 1e9);
     const gpu::MemCrossCheck mc = gpu::memory_cross_check(ctx.ledger(), baseline);
     // The run's ledger holds the context's cuBLASLt workspace and the block.
-    const int64_t block_ledger = ctx.ledger().total_peak(MemSpace::device) -
-                                 static_cast<int64_t>(ctx.lt_workspace_bytes());
+    const int64_t block_ledger =
+        ctx.ledger().total_peak(MemSpace::device) - static_cast<int64_t>(ctx.lt_workspace_bytes());
     step = {{"ms", ms},
             {"tflops", tflops},
             {"ratio_to_gemm_ceiling", tflops / gemm_ceiling},
@@ -247,9 +251,15 @@ json bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64
             {"ledger_device_peak_bytes", block_ledger},
             {"driver_used_bytes", mc.driver_bytes}};
   }
-  return {{"batch", batch},     {"dim", d},     {"labels", labels}, {"chunk", c},
-          {"precision", bf16 ? "bf16" : "fp32"}, {"loss", "bce"}, {"optimizer", "adam"},
-          {"ops", ops},         {"step", step}};
+  return {{"batch", batch},
+          {"dim", d},
+          {"labels", labels},
+          {"chunk", c},
+          {"precision", bf16 ? "bf16" : "fp32"},
+          {"loss", "bce"},
+          {"optimizer", "adam"},
+          {"ops", ops},
+          {"step", step}};
 }
 
 }  // namespace
@@ -262,17 +272,23 @@ int main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--batch") batch = std::stoll(v);
-    else if (k == "--dim") dim = std::stoll(v);
-    else if (k == "--labels") label_counts = parse_list(v);
-    else if (k == "--chunk") chunk = std::stoll(v);
-    else if (k == "--iters") iters = std::stoi(v);
+    if (k == "--batch")
+      batch = std::stoll(v);
+    else if (k == "--dim")
+      dim = std::stoll(v);
+    else if (k == "--labels")
+      label_counts = parse_list(v);
+    else if (k == "--chunk")
+      chunk = std::stoll(v);
+    else if (k == "--iters")
+      iters = std::stoi(v);
     else if (k == "--precision") {
       precisions.clear();
       std::stringstream ss(v);
       std::string p;
       while (std::getline(ss, p, ',')) precisions.push_back(p);
-    } else if (k == "--json") json_path = v;
+    } else if (k == "--json")
+      json_path = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -302,7 +318,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: L=%lld %s\n", static_cast<long long>(labels), p.c_str());
         MemoryLedger run_ledger;
         CudaContext run_ctx(run_ledger, 0);
-        out["runs"].push_back(bench_one(run_ctx, batch, dim, labels, chunk, p == "bf16", iters, ceil));
+        out["runs"].push_back(
+            bench_one(run_ctx, batch, dim, labels, chunk, p == "bf16", iters, ceil));
       }
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
     // Short table last.

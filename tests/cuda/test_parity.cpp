@@ -155,8 +155,8 @@ void test_gemm(CudaContext& ctx, Rng& rng) {
     int64_t m, n, k;
   };
   for (Size s : {Size{1, 1, 1}, Size{7, 13, 5}, Size{33, 257, 100}, Size{256, 1000, 768}}) {
-    const std::string tag = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                            std::to_string(s.k);
+    const std::string tag =
+        std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
     const double abs = 1e-5 * static_cast<double>(s.k);
     for (int op = 0; op < 3; ++op) {
       // A, B shapes by op: nt A[m×k] B[n×k]; nn A[m×k] B[k×n]; tn A[k×m] B[k×n].
@@ -236,13 +236,13 @@ void test_losses(CudaContext& ctx, Rng& rng) {
   struct Size {
     int64_t b, c, lo, chunks;
   };
-  for (Size s : {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3},
-                 Size{256, 3000, 7, 2}}) {
+  for (Size s :
+       {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3}, Size{256, 3000, 7, 2}}) {
     const int64_t labels = s.lo + s.c * s.chunks + 11;
     const CsrMatrix t = random_targets(rng, s.b, labels, 6);
     DevCsr dt = upload_csr(ctx, t);
-    const std::string tag = std::to_string(s.b) + "x" + std::to_string(s.c) + "x" +
-                            std::to_string(s.chunks);
+    const std::string tag =
+        std::to_string(s.b) + "x" + std::to_string(s.c) + "x" + std::to_string(s.chunks);
     // Logits of scale 3: the squared hinge meets the margin on a good share of entries.
     std::vector<std::vector<float>> z, bias;
     for (int64_t k = 0; k < s.chunks; ++k) {
@@ -259,8 +259,8 @@ void test_losses(CudaContext& ctx, Rng& rng) {
         const int64_t lo = s.lo + k * s.c;
         auto ref = z[static_cast<size_t>(k)];
         kernels::add_row_vector(Matrix(ref.data(), s.b, s.c), bias[static_cast<size_t>(k)].data());
-        ref_loss += elementwise_loss_grad(type, Matrix(ref.data(), s.b, s.c), t, lo, s.b,
-                                          &ref_zeros);
+        ref_loss +=
+            elementwise_loss_grad(type, Matrix(ref.data(), s.b, s.c), t, lo, s.b, &ref_zeros);
         auto dz = upload(ctx, z[static_cast<size_t>(k)]);
         auto db = upload(ctx, bias[static_cast<size_t>(k)]);
         DeviceBuffer<Bf16> g16(ctx.ledger(), MemTag::workspace, ref.size());
@@ -324,8 +324,7 @@ void test_losses(CudaContext& ctx, Rng& rng) {
         auto& r = ref[static_cast<size_t>(k)];
         ref_loss += softmax_loss_grad(Matrix(r.data(), s.b, s.c), stats, t, lo, s.b);
         gpu::softmax_loss_grad(ctx, Matrix(dz[static_cast<size_t>(k)].data(), s.b, s.c),
-                               db[static_cast<size_t>(k)].data(), ds, dt.view, lo, s.b,
-                               acc.data());
+                               db[static_cast<size_t>(k)].data(), ds, dt.view, lo, s.b, acc.data());
         expect_close(name + " gradient chunk " + std::to_string(k),
                      download(ctx, dz[static_cast<size_t>(k)], r.size()), r, 1e-7, 1e-4);
       }
@@ -520,8 +519,10 @@ void test_topk_merge(CudaContext& ctx, Rng& rng) {
       const TopK want = acc.result();
       auto ds = upload(ctx, s);
       const auto rk = static_cast<size_t>(rows * k);
-      DeviceBuffer<float> rs(ctx.ledger(), MemTag::workspace, rk), ts(ctx.ledger(), MemTag::workspace, rk);
-      DeviceBuffer<uint32_t> rl(ctx.ledger(), MemTag::workspace, rk), tl(ctx.ledger(), MemTag::workspace, rk);
+      DeviceBuffer<float> rs(ctx.ledger(), MemTag::workspace, rk),
+          ts(ctx.ledger(), MemTag::workspace, rk);
+      DeviceBuffer<uint32_t> rl(ctx.ledger(), MemTag::workspace, rk),
+          tl(ctx.ledger(), MemTag::workspace, rk);
       gpu::topk_reset(rs.data(), rl.data(), rows, k, ctx.stream());
       for (int64_t c0 = 0; c0 < cols; c0 += chunk) {
         const int64_t c = std::min(chunk, cols - c0);
@@ -530,7 +531,8 @@ void test_topk_merge(CudaContext& ctx, Rng& rng) {
       }
       const auto gl = download(ctx, rl, rk);
       const auto gs = download(ctx, rs, rk);
-      const std::string name = "topk merge k=" + std::to_string(k) + " rows=" + std::to_string(rows);
+      const std::string name =
+          "topk merge k=" + std::to_string(k) + " rows=" + std::to_string(rows);
       expect_true(name + " labels", gl == want.labels);
       expect_close(name + " scores", gs, want.scores, 0.0, 0.0);
     }
@@ -566,9 +568,9 @@ void test_dense_topk(CudaContext& ctx, Rng& rng) {
         const float hs = have.row_scores(r)[j];
         const uint32_t hl = have.row_labels(r)[j];
         const bool score_ok = std::abs(hs - ws) <= tol_abs + std::abs(ws) * tol_rel;
-        const bool label_ok = hl < static_cast<uint32_t>(n) &&
-                              std::abs(all[static_cast<size_t>(r * n + hl)] - ws) <=
-                                  2 * (tol_abs + std::abs(ws) * tol_rel);
+        const bool label_ok =
+            hl < static_cast<uint32_t>(n) && std::abs(all[static_cast<size_t>(r * n + hl)] - ws) <=
+                                                 2 * (tol_abs + std::abs(ws) * tol_rel);
         if (!score_ok || !label_ok) ++bad;
       }
       // No label twice in a row's list.
@@ -593,8 +595,8 @@ void test_memory(CudaContext& ctx) {
     const int64_t ctx_bytes = ledger.total_current(MemSpace::device) - before;
     gpu::DenseBlockCuda block(local, 256, 0, 100000, 256, 8192, LossType::bce, cfg, 1);
     const int64_t recorded = ledger.total_current(MemSpace::device) - before - ctx_bytes;
-    expect_scalar("ledger bytes of a dense block == analytic size",
-                  static_cast<double>(recorded), static_cast<double>(block.analytic_bytes()), 0, 0);
+    expect_scalar("ledger bytes of a dense block == analytic size", static_cast<double>(recorded),
+                  static_cast<double>(block.analytic_bytes()), 0, 0);
     const gpu::MemCrossCheck mc = gpu::memory_cross_check(ledger, baseline);
     std::printf("memory: ledger %lld bytes, driver %lld bytes (excess %.1f%%)\n",
                 static_cast<long long>(mc.ledger_bytes), static_cast<long long>(mc.driver_bytes),
@@ -606,8 +608,8 @@ void test_memory(CudaContext& ctx) {
     expect_true("driver memory <= 1.1 × ledger + 256 MiB",
                 static_cast<double>(mc.driver_bytes) <= 1.1 * mc.ledger_bytes + (256 << 20));
   }
-  expect_scalar("ledger device bytes back to zero", static_cast<double>(ledger.total_current(MemSpace::device)),
-                0, 0, 0);
+  expect_scalar("ledger device bytes back to zero",
+                static_cast<double>(ledger.total_current(MemSpace::device)), 0, 0, 0);
 }
 
 }  // namespace
