@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+struct CUstream_st;  // cudaStream_t = CUstream_st*
+
 namespace xmc::gpu {
 
 bool built_with_cuda();
@@ -33,5 +35,17 @@ void topk_device(const float* scores, int64_t rows, int64_t cols, int k, int64_t
 // back. out_* have rows*k elements.
 void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t label_offset,
                float* out_scores, uint32_t* out_labels);
+
+// Running top-k over label chunks (evaluation, predict), all pointers on the device, on
+// `stream`, no synchronisation. run_scores / run_labels [rows×k] hold each row's best k
+// so far, best first; topk_reset fills them with (-FLT_MAX, UINT32_MAX) pads.
+// topk_merge_chunk takes the top-k of the chunk scores [rows×cols] (row stride ld,
+// labels = column + label_offset) into tmp_* [rows×k] and merges it into run_*. Order as
+// in eval/topk.h: score descending, ties to the lower label; the pad ranks last.
+// 1 <= k <= 64.
+void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CUstream_st* stream);
+void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
+                      int64_t label_offset, float* tmp_scores, uint32_t* tmp_labels,
+                      float* run_scores, uint32_t* run_labels, CUstream_st* stream);
 
 }  // namespace xmc::gpu

@@ -1,6 +1,11 @@
-// Compiled only when CUDA is off: every GPU entry point fails loudly.
+// Compiled only when CUDA is off: every GPU entry point fails loudly (never a silent CPU
+// fallback). Nothing can have been allocated on a device, so the free functions, called
+// from destructors of empty buffers, do nothing.
+#include "core/cuda_context.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "kernels/dense_block_cuda.h"
+#include "kernels/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -13,5 +18,91 @@ bool built_with_cuda() { return false; }
 std::vector<DeviceInfo> query_devices() { no_cuda(); }
 void topk_device(const float*, int64_t, int64_t, int, int64_t, float*, uint32_t*) { no_cuda(); }
 void topk_host(const float*, int64_t, int64_t, int, int64_t, float*, uint32_t*) { no_cuda(); }
+void topk_reset(float*, uint32_t*, int64_t, int, CUstream_st*) { no_cuda(); }
+void topk_merge_chunk(const float*, int64_t, int64_t, int64_t, int, int64_t, float*, uint32_t*,
+                      float*, uint32_t*, CUstream_st*) {
+  no_cuda();
+}
+
+// core/cuda_context.h
+void* device_alloc(size_t) { no_cuda(); }
+void device_free(void*) noexcept {}
+void* pinned_alloc(size_t) { no_cuda(); }
+void pinned_free(void*) noexcept {}
+void copy_to_device(void*, const void*, size_t, Stream) { no_cuda(); }
+void copy_to_host(void*, const void*, size_t, Stream) { no_cuda(); }
+void copy_device(void*, const void*, size_t, Stream) { no_cuda(); }
+void memset_device(void*, int, size_t, Stream) { no_cuda(); }
+void synchronize(Stream) { no_cuda(); }
+DeviceMemInfo device_mem_info() { no_cuda(); }
+MemCrossCheck memory_cross_check(const MemoryLedger&, int64_t) { no_cuda(); }
+CudaContext::CudaContext(MemoryLedger& ledger, int) : ledger_(&ledger) { no_cuda(); }
+CudaContext::~CudaContext() = default;
+void CudaContext::release() noexcept {}
+
+// kernels/dense_ops_cuda.h
+void gemm_nt(const CudaContext&, ConstMatrix, ConstMatrix, Matrix, float, float) { no_cuda(); }
+void gemm_nt(const CudaContext&, ConstBf16Matrix, ConstBf16Matrix, Matrix, float, float) {
+  no_cuda();
+}
+void gemm_nn(const CudaContext&, ConstMatrix, ConstMatrix, Matrix, float, float) { no_cuda(); }
+void gemm_nn(const CudaContext&, ConstBf16Matrix, ConstBf16Matrix, Matrix, float, float) {
+  no_cuda();
+}
+void gemm_tn(const CudaContext&, ConstMatrix, ConstMatrix, Matrix, float, float) { no_cuda(); }
+void gemm_tn(const CudaContext&, ConstBf16Matrix, ConstBf16Matrix, Matrix, float, float) {
+  no_cuda();
+}
+void column_sums(const CudaContext&, ConstMatrix, float*) { no_cuda(); }
+void add_row_vector(const CudaContext&, Matrix, const float*) { no_cuda(); }
+void to_bf16(const CudaContext&, ConstMatrix, Bf16Matrix) { no_cuda(); }
+void from_bf16(const CudaContext&, const Bf16*, float*, int64_t) { no_cuda(); }
+void elementwise_loss_grad(const CudaContext&, LossType, Matrix, const float*, const DeviceCsr&,
+                           int64_t, int64_t, LossAccum*, Bf16Matrix) {
+  no_cuda();
+}
+void softmax_reset(const CudaContext&, DeviceSoftmaxStats, int64_t) { no_cuda(); }
+void softmax_accumulate(const CudaContext&, ConstMatrix, const float*, DeviceSoftmaxStats) {
+  no_cuda();
+}
+void softmax_loss_grad(const CudaContext&, Matrix, const float*, DeviceSoftmaxStats,
+                       const DeviceCsr&, int64_t, int64_t, LossAccum*, Bf16Matrix) {
+  no_cuda();
+}
+void optimizer_update(const CudaContext&, const OptimizerConfig&, double, int64_t, float*,
+                      const float*, float*, float*, int64_t) {
+  no_cuda();
+}
+void optimizer_update(const CudaContext&, const OptimizerConfig&, double, int64_t, Bf16*,
+                      const float*, float*, float*, int64_t, uint64_t) {
+  no_cuda();
+}
+
+// kernels/dense_block_cuda.h
+DenseBlockCuda::DenseBlockCuda(CudaContext& ctx, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               LossType loss, const OptimizerConfig& optim, uint64_t,
+                               DenseCudaOptions opts)
+    : ctx_(&ctx),
+      d_(0),
+      lo_(0),
+      n_(0),
+      max_batch_(0),
+      chunk_(0),
+      loss_(loss),
+      optim_(optim),
+      opts_(opts),
+      seed_(0) {
+  no_cuda();
+}
+StepStats DenseBlockCuda::train_step(const CsrMatrix&, ConstMatrix, Matrix, const LrState&) {
+  no_cuda();
+}
+StepStats DenseBlockCuda::train_step_host(const CsrMatrix&, ConstMatrix, Matrix, const LrState&) {
+  no_cuda();
+}
+void DenseBlockCuda::scores(ConstMatrix, int64_t, Matrix) { no_cuda(); }
+TopK DenseBlockCuda::topk(ConstMatrix, int) { no_cuda(); }
+DenseBlockCuda::HostState DenseBlockCuda::download() const { no_cuda(); }
+int64_t DenseBlockCuda::analytic_bytes() const { no_cuda(); }
 
 }  // namespace xmc::gpu

@@ -1,0 +1,353 @@
+// Loss-gradient kernels of the dense op family (model/loss.h semantics) and the small
+// elementwise helpers around the GEMMs. Each loss kernel reads a logit chunk written by
+// the GEMM without bias, adds the bias, and overwrites the entry with dL/dz / B — one
+// read and one write of the chunk. Loss and zero counts are reduced per warp and added
+// to a device accumulator, so a training step reads back one small struct at its end.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cmath>
+
+#include "cuda_check.h"
+#include "kernels/dense_ops_cuda.h"
+
+namespace xmc::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Columns per block of the 2-D (column tiles × rows) grids.
+constexpr int kColsPerBlock = kThreads * 4;
+
+__host__ __device__ __forceinline__ __nv_bfloat16* as_bf16(Bf16* p) {
+  return reinterpret_cast<__nv_bfloat16*>(p);
+}
+
+// Is `label` among the sorted targets [first, last)? Binary search: rows hold few
+// positives, and the row's indices stay in L1 across the block.
+__device__ __forceinline__ bool is_positive(const uint32_t* __restrict__ first, int64_t n,
+                                            uint32_t label) {
+  int64_t lo = 0;
+  int64_t hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    const uint32_t v = first[mid];
+    if (v == label) return true;
+    if (v < label) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return false;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// One warp-level atomic per accumulator; every thread of the block must call it.
+__device__ __forceinline__ void add_to_accum(LossAccum* acc, double loss,
+                                             unsigned long long zeros) {
+  loss = warp_sum(loss);
+  zeros = warp_sum(zeros);
+  if ((threadIdx.x & 31) == 0) {
+    if (loss != 0.0) atomicAdd(&acc->loss, loss);
+    if (zeros != 0) atomicAdd(&acc->zero_grads, zeros);
+  }
+}
+
+// Stable log(1 + exp(x)) and sigmoid, fp32.
+__device__ __forceinline__ float softplus(float x) {
+  return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+}
+__device__ __forceinline__ float sigmoid(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  const float e = expf(x);
+  return e / (1.0f + e);
+}
+
+// grid (column tiles, rows); z [rows×c] with leading dimension ld.
+template <LossType T>
+__global__ void elementwise_kernel(float* __restrict__ z, int64_t c, int64_t ld,
+                                   const float* __restrict__ bias,
+                                   const int64_t* __restrict__ indptr,
+                                   const uint32_t* __restrict__ indices, int64_t lo, float inv_b,
+                                   LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16,
+                                   int64_t ld16) {
+  const int64_t r = blockIdx.y;
+  const int64_t p0 = indptr[r];
+  const int64_t np = indptr[r + 1] - p0;
+  const uint32_t* pos_first = indices + p0;
+  float* row = z + r * ld;
+  double loss = 0.0;
+  unsigned long long zeros = 0;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
+  const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const float x = row[j] + bias[j];
+    const bool pos = is_positive(pos_first, np, static_cast<uint32_t>(lo + j));
+    float g;
+    if constexpr (T == LossType::bce) {
+      // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
+      loss += static_cast<double>(softplus(x)) - (pos ? static_cast<double>(x) : 0.0);
+      g = sigmoid(x) - (pos ? 1.0f : 0.0f);
+    } else {
+      const float y = pos ? 1.0f : -1.0f;
+      const float m = 1.0f - y * x;
+      if (m > 0.0f) {
+        loss += static_cast<double>(m) * m;
+        g = -2.0f * y * m;
+      } else {
+        g = 0.0f;  // margin met: exactly zero
+      }
+    }
+    const float gf = g * inv_b;
+    row[j] = gf;
+    if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
+    if (gf == 0.0f) ++zeros;
+  }
+  add_to_accum(acc, loss, zeros);
+}
+
+// One block per row: merges the chunk's max and sum of exp into the running stats.
+__global__ void softmax_accumulate_kernel(const float* __restrict__ z, int64_t c, int64_t ld,
+                                          const float* __restrict__ bias,
+                                          float* __restrict__ run_max,
+                                          float* __restrict__ run_sum) {
+  __shared__ float s_red[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float* row = z + r * ld;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, row[j] + bias[j]);
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+  if (lane == 0) s_red[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float bm = s_red[0];
+    for (int w = 1; w < kThreads / 32; ++w) bm = fmaxf(bm, s_red[w]);
+    s_red[0] = fmaxf(bm, run_max[r]);
+  }
+  __syncthreads();
+  const float new_max = s_red[0];
+  __syncthreads();
+
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(row[j] + bias[j] - new_max);
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (lane == 0) s_red[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) total += s_red[w];
+    // Rescale the running sum to the new max; 0 on the first chunk (exp(-inf) = 0).
+    const float old = run_sum[r];
+    const float rescaled = old == 0.0f ? 0.0f : old * expf(run_max[r] - new_max);
+    run_sum[r] = rescaled + total;
+    run_max[r] = new_max;
+  }
+}
+
+__global__ void softmax_grad_kernel(
+    float* __restrict__ z, int64_t c, int64_t ld, const float* __restrict__ bias,
+    const float* __restrict__ run_max, const float* __restrict__ run_sum,
+    const int64_t* __restrict__ indptr, const uint32_t* __restrict__ indices, int64_t lo,
+    float inv_b, LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16, int64_t ld16) {
+  const int64_t r = blockIdx.y;
+  const int64_t p0 = indptr[r];
+  const int64_t np = indptr[r + 1] - p0;
+  const uint32_t* pos_first = indices + p0;
+  float* row = z + r * ld;
+  const float lse = run_max[r] + logf(run_sum[r]);
+  const float t = np > 0 ? 1.0f / static_cast<float>(np) : 0.0f;
+  double loss = 0.0;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
+  const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    float gf = 0.0f;  // a row without positives has loss 0 and gradient 0
+    if (np > 0) {
+      const float x = row[j] + bias[j];
+      float g = expf(x - lse);
+      if (is_positive(pos_first, np, static_cast<uint32_t>(lo + j))) {
+        loss += static_cast<double>(t) * (static_cast<double>(lse) - x);  // -t·log p
+        g -= t;
+      }
+      gf = g * inv_b;
+    }
+    row[j] = gf;
+    if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
+  }
+  add_to_accum(acc, loss, 0ull);
+}
+
+__global__ void softmax_reset_kernel(float* run_max, float* run_sum, int64_t rows) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows) {
+    run_max[i] = -INFINITY;
+    run_sum[i] = 0.0f;
+  }
+}
+
+// Block (32 columns × 8 row groups): each thread sums every 8th row of its column, the
+// 8 partials are added in a fixed order, so the result does not depend on the launch.
+// 2-D so that a B×16k chunk still fills the GPU (one thread per column would not).
+constexpr int kSumCols = 32;
+constexpr int kSumRowGroups = 8;
+__global__ void column_sums_kernel(const float* __restrict__ a, int64_t rows, int64_t cols,
+                                   int64_t ld, float* __restrict__ out) {
+  __shared__ float part[kSumRowGroups][kSumCols + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  float s = 0.0f;
+  if (j < cols)
+    for (int64_t i = threadIdx.y; i < rows; i += kSumRowGroups) s += a[i * ld + j];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float total = 0.0f;
+    for (int g = 0; g < kSumRowGroups; ++g) total += part[g][threadIdx.x];
+    out[j] = total;
+  }
+}
+
+__global__ void add_row_vector_kernel(float* __restrict__ m, int64_t cols, int64_t ld,
+                                      const float* __restrict__ bias) {
+  float* row = m + static_cast<int64_t>(blockIdx.y) * ld;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    row[j] += bias[j];
+}
+
+__global__ void to_bf16_kernel(const float* __restrict__ src, int64_t cols, int64_t lds,
+                               __nv_bfloat16* __restrict__ dst, int64_t ldd) {
+  const int64_t r = blockIdx.y;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
+}
+
+__global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst,
+                                 int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+unsigned col_blocks(int64_t cols, int64_t per_block) {
+  const int64_t b = (cols + per_block - 1) / per_block;
+  return static_cast<unsigned>(b < 65535 ? b : 65535);
+}
+
+void check_rows(int64_t rows) { XMC_CUDA_REQUIRE(rows >= 0 && rows <= 65535, rows); }
+
+void check_targets(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size) {
+  XMC_CUDA_REQUIRE(logits.rows == t.rows, t.rows);
+  XMC_CUDA_REQUIRE(batch_size > 0, batch_size);
+  XMC_CUDA_REQUIRE(lo >= 0 && lo + logits.cols <= t.cols, lo + logits.cols);
+  check_rows(logits.rows);
+}
+
+void check_g16(ConstMatrix logits, Bf16Matrix g16) {
+  if (g16.data) {
+    XMC_CUDA_REQUIRE(g16.rows == logits.rows, g16.rows);
+    XMC_CUDA_REQUIRE(g16.cols == logits.cols, g16.cols);
+  }
+}
+
+}  // namespace
+
+void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
+                           const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
+                           Bf16Matrix g_bf16) {
+  check_targets(logits, targets, lo, batch_size);
+  check_g16(logits, g_bf16);
+  XMC_CUDA_REQUIRE(type != LossType::softmax, static_cast<int64_t>(type));
+  if (logits.empty()) return;
+  const dim3 grid(static_cast<unsigned>((logits.cols + kColsPerBlock - 1) / kColsPerBlock),
+                  static_cast<unsigned>(logits.rows));
+  const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
+  if (type == LossType::bce) {
+    elementwise_kernel<LossType::bce><<<grid, kThreads, 0, ctx.stream()>>>(
+        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
+        as_bf16(g_bf16.data), g_bf16.ld);
+  } else {
+    elementwise_kernel<LossType::squared_hinge><<<grid, kThreads, 0, ctx.stream()>>>(
+        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
+        as_bf16(g_bf16.data), g_bf16.ld);
+  }
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t rows) {
+  if (rows == 0) return;
+  softmax_reset_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
+                         ctx.stream()>>>(stats.max, stats.sumexp, rows);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float* bias,
+                        DeviceSoftmaxStats stats) {
+  if (logits.empty()) return;
+  XMC_CUDA_REQUIRE(logits.rows <= 2147483647, logits.rows);
+  softmax_accumulate_kernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, ctx.stream()>>>(
+      logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
+                       DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
+                       int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16) {
+  check_targets(logits, targets, lo, batch_size);
+  check_g16(logits, g_bf16);
+  if (logits.empty()) return;
+  const dim3 grid(static_cast<unsigned>((logits.cols + kColsPerBlock - 1) / kColsPerBlock),
+                  static_cast<unsigned>(logits.rows));
+  const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
+  softmax_grad_kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+      logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
+      targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) {
+  if (a.cols == 0) return;
+  const dim3 block(kSumCols, kSumRowGroups);
+  column_sums_kernel<<<static_cast<unsigned>((a.cols + kSumCols - 1) / kSumCols), block, 0,
+                       ctx.stream()>>>(a.data, a.rows, a.cols, a.ld, out);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias) {
+  if (m.empty()) return;
+  check_rows(m.rows);
+  const dim3 grid(col_blocks(m.cols, kThreads), static_cast<unsigned>(m.rows));
+  add_row_vector_kernel<<<grid, kThreads, 0, ctx.stream()>>>(m.data, m.cols, m.ld, bias);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
+  XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
+  XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
+  if (src.empty()) return;
+  check_rows(src.rows);
+  const dim3 grid(col_blocks(src.cols, kThreads), static_cast<unsigned>(src.rows));
+  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.cols, src.ld, as_bf16(dst.data),
+                                                      dst.ld);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void from_bf16(const CudaContext& ctx, const Bf16* src, float* dst, int64_t n) {
+  if (n == 0) return;
+  from_bf16_kernel<<<col_blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
+      reinterpret_cast<const __nv_bfloat16*>(src), dst, n);  // same 16 bits
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xmc::gpu

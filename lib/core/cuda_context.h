@@ -1,0 +1,181 @@
+#pragma once
+// CUDA context and device memory, host side. Nothing here needs the CUDA headers: the
+// stream and library handles are forward-declared opaque pointers (the same types
+// cuda_runtime.h, cublas_v2.h and cublasLt.h declare), so host code compiled without CUDA
+// includes this file too. Implementation: cuda/cuda_context.cpp; in a build without CUDA
+// every function throws "xmctrain was built without CUDA support" (core/gpu_stubs.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "core/gpu.h"
+#include "core/memory_ledger.h"
+
+struct CUstream_st;      // cudaStream_t = CUstream_st*
+struct cublasContext;    // cublasHandle_t = cublasContext*
+struct cublasLtContext;  // cublasLtHandle_t = cublasLtContext*
+
+namespace xmc::gpu {
+
+using Stream = CUstream_st*;
+
+// Raw device memory (cudaMalloc / cudaFree). device_free never throws (destructors).
+void* device_alloc(size_t bytes);
+void device_free(void* p) noexcept;
+// Page-locked host memory (cudaMallocHost / cudaFreeHost), for asynchronous copies.
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* p) noexcept;
+
+// Asynchronous copies and memset on `stream` (nullptr: the legacy default stream).
+// Host memory that is not pinned makes the copy synchronous with respect to the host.
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream);
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream);
+void copy_device(void* dst, const void* src, size_t bytes, Stream stream);
+void memset_device(void* dst, int value, size_t bytes, Stream stream);
+void synchronize(Stream stream);
+
+// The driver's view of the current device's memory (cudaMemGetInfo).
+struct DeviceMemInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+  int64_t used_bytes() const { return total_bytes - free_bytes; }
+};
+DeviceMemInfo device_mem_info();
+
+// Cross-check of the ledger's device total against the driver: the driver's used bytes
+// minus a baseline taken before the buffers were allocated should be the ledger's
+// current device total plus allocator rounding and library workspaces (cuBLAS).
+struct MemCrossCheck {
+  int64_t ledger_bytes = 0;  // ledger total_current(MemSpace::device)
+  int64_t driver_bytes = 0;  // device_mem_info().used_bytes() - baseline_used
+  // driver_bytes / ledger_bytes - 1 (0 when the ledger is empty).
+  double relative_excess() const {
+    return ledger_bytes > 0 ? static_cast<double>(driver_bytes) / ledger_bytes - 1.0 : 0.0;
+  }
+};
+MemCrossCheck memory_cross_check(const MemoryLedger& ledger, int64_t baseline_used);
+
+// One GPU: the selected device, a non-blocking stream, cuBLAS and cuBLASLt handles bound
+// to that stream, and a cuBLASLt workspace (recorded in the ledger, tag workspace).
+// Every op of cuda/ takes the context and runs on its stream.
+class CudaContext {
+ public:
+  // Selects device `device_index` (InputError if it does not exist).
+  CudaContext(MemoryLedger& ledger, int device_index = 0);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device_index() const { return device_; }
+  const DeviceInfo& info() const { return info_; }
+  MemoryLedger& ledger() const { return *ledger_; }
+  Stream stream() const { return stream_; }
+  cublasContext* cublas() const { return cublas_; }
+  cublasLtContext* cublaslt() const { return cublaslt_; }
+  void* lt_workspace() const { return lt_workspace_; }
+  size_t lt_workspace_bytes() const { return lt_workspace_bytes_; }
+  // Waits for everything queued on the stream.
+  void synchronize() const { gpu::synchronize(stream_); }
+
+ private:
+  void release() noexcept;
+
+  MemoryLedger* ledger_;
+  int device_ = 0;
+  DeviceInfo info_;
+  Stream stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  cublasLtContext* cublaslt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  size_t lt_workspace_bytes_ = 0;
+  LedgerEntry lt_workspace_entry_;
+};
+
+// Owning device array of n T's, recorded in the ledger (MemSpace::device) under a tag;
+// cudaFree on destruction. Not zero-initialised (use zero()).
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(MemoryLedger& ledger, MemTag tag, size_t n)
+      : data_(n ? static_cast<T*>(device_alloc(n * sizeof(T))) : nullptr),
+        size_(n),
+        entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), MemSpace::device) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        entry_(std::move(o.entry_)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      device_free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      entry_ = std::move(o.entry_);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { device_free(data_); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+  // Host <-> device copies of the first n elements (n <= size()) on `stream`.
+  void upload(const T* host, size_t n, Stream stream) {
+    copy_to_device(data_, host, n * sizeof(T), stream);
+  }
+  void download(T* host, size_t n, Stream stream) const {
+    copy_to_host(host, data_, n * sizeof(T), stream);
+  }
+  void zero(Stream stream) { memset_device(data_, 0, bytes(), stream); }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  LedgerEntry entry_;
+};
+
+// Owning page-locked host array of n T's (for asynchronous host<->device copies),
+// recorded in the ledger (MemSpace::host).
+template <class T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(MemoryLedger& ledger, MemTag tag, size_t n)
+      : data_(n ? static_cast<T*>(pinned_alloc(n * sizeof(T))) : nullptr),
+        size_(n),
+        entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), MemSpace::host) {}
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        entry_(std::move(o.entry_)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      pinned_free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      entry_ = std::move(o.entry_);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { pinned_free(data_); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  LedgerEntry entry_;
+};
+
+}  // namespace xmc::gpu

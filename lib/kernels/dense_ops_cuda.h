@@ -1,0 +1,101 @@
+#pragma once
+// The dense op family on the GPU: the same operations as kernels/dense_ops.h,
+// model/loss.h and model/optimizer.h, on device memory and the context's stream. All
+// matrices are row-major views whose data pointers are DEVICE pointers; shapes are
+// checked and a mismatch throws xmc::Error with the values. Nothing synchronises unless
+// it says so. Implementation in cuda/ (dense_gemm.cpp, dense_loss.cu, optimizer.cu);
+// stubs that throw in a build without CUDA (core/gpu_stubs.cpp).
+#include <cstdint>
+
+#include "core/cuda_context.h"
+#include "core/matrix.h"
+#include "model/loss.h"
+#include "model/optimizer.h"
+
+namespace xmc::gpu {
+
+// bfloat16 storage (the bits of __nv_bfloat16); arithmetic happens in fp32 on the device.
+struct Bf16 {
+  uint16_t bits;
+};
+using Bf16Matrix = MatrixView<Bf16>;
+using ConstBf16Matrix = MatrixView<const Bf16>;
+
+// --- GEMMs (cuBLAS; fp32: sgemm without TF32, bf16: GemmEx with fp32 accumulation) ---
+// C [m×n] = alpha · A [m×k] · B [n×k]ᵀ + beta · C
+void gemm_nt(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f,
+             float beta = 0.0f);
+void gemm_nt(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+// C [m×n] = alpha · A [m×k] · B [k×n] + beta · C
+void gemm_nn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f,
+             float beta = 0.0f);
+void gemm_nn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+// C [m×n] = alpha · A [k×m]ᵀ · B [k×n] + beta · C
+void gemm_tn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f,
+             float beta = 0.0f);
+void gemm_tn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+
+// --- elementwise helpers ---
+// out[j] = sum_i a(i, j); out has a.cols entries (device).
+void column_sums(const CudaContext& ctx, ConstMatrix a, float* out);
+// Each row of m += bias (bias: m.cols entries, device).
+void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias);
+// dst = round-to-nearest-even bf16 of src, same shape.
+void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst);
+// dst = fp32 of src (n elements).
+void from_bf16(const CudaContext& ctx, const Bf16* src, float* dst, int64_t n);
+
+// --- loss gradients on a label chunk [lo, lo+c) ---
+// Batch targets on the device: CSR [B×L], global label ids, sorted within a row.
+struct DeviceCsr {
+  const int64_t* indptr = nullptr;    // [rows+1]
+  const uint32_t* indices = nullptr;  // [nnz]
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+// Per-step accumulators on the device, so a step reads back one small struct, once.
+struct LossAccum {
+  double loss = 0.0;                  // summed over entries, not yet divided by B
+  unsigned long long zero_grads = 0;  // exactly-zero gradient entries
+};
+
+// bce / squared_hinge (model/loss.h semantics): logits [B×c] (without bias) in, on return
+// G = dLoss/d(logit + bias) / batch_size; adds the chunk's loss and zero count to *acc
+// (device). bias: c entries (device). g_bf16 (optional, [B×c]): a bf16 copy of G for
+// the bf16 GEMMs.
+void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
+                           const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
+                           Bf16Matrix g_bf16 = {});
+
+// Softmax running statistics per row (online logsumexp), device arrays [B].
+struct DeviceSoftmaxStats {
+  float* max = nullptr;     // init -inf
+  float* sumexp = nullptr;  // relative to max, init 0
+};
+// Resets the stats of `rows` rows (max = -inf, sumexp = 0).
+void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t rows);
+// Pass 1 on one chunk: logits [B×c] (+ bias) merged into the running max / sumexp.
+void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float* bias,
+                        DeviceSoftmaxStats stats);
+// Pass 2 on one chunk: logits (+ bias) -> (softmax - t) / B with t = 1/|y| on the
+// positives (rows without positives: 0); adds -Σ t·log p of the chunk to acc->loss.
+void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
+                       DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
+                       int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16 = {});
+
+// --- optimizer updates (model/optimizer.h semantics) ---
+// params[i] -= ... for i in [0, n); grad, state1, state2 as in optimizer_update
+// (state arrays nullptr when the optimizer needs none). All device pointers.
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      float* params, const float* grad, float* state1, float* state2, int64_t n);
+// bf16 weights: the update is computed in fp32 from the bf16 value and written back
+// rounded to nearest even, or stochastically (unbiased) when stochastic_seed != 0: the
+// random bits depend on (seed, step, i) only, so a run is reproducible.
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed = 0);
+
+}  // namespace xmc::gpu
