@@ -1,0 +1,201 @@
+#include "sampling/lsh_candidates.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace xmc {
+
+LshQuery parse_lsh_query(std::string_view name) {
+  if (name == "embedding") return LshQuery::embedding;
+  if (name == "label") return LshQuery::label;
+  if (name == "none") return LshQuery::none;
+  throw_input("unknown LSH query '{}' (known: embedding, label, none)", name);
+}
+
+namespace {
+
+constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
+
+uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void CandidateSampler::Scratch::next_epoch() {
+  if (++epoch == 0) {
+    std::fill(stamp.begin(), stamp.end(), 0u);
+    epoch = 1;
+  }
+}
+
+CandidateSampler::CandidateSampler(MemoryLedger& ledger, int64_t num_labels,
+                                   const CandidateParams& p)
+    : num_labels_(num_labels), p_(p) {
+  if (p.max_candidates < 1 || p.min_candidates < 0)
+    throw_input("candidate bounds need max_candidates >= 1 and min_candidates >= 0; got {} and {}",
+                p.max_candidates, p.min_candidates);
+  const int threads = std::max(1, omp_get_max_threads());
+  scratch_.resize(static_cast<size_t>(threads));
+  for (auto& s : scratch_) {
+    s.stamp.assign(static_cast<size_t>(num_labels), 0u);
+    s.count.assign(static_cast<size_t>(num_labels), 0u);
+  }
+  scratch_entry_ = LedgerEntry(ledger, MemTag::workspace, int64_t{threads} * num_labels * 8);
+}
+
+void CandidateSampler::build_row(const LshTables* tables, const std::vector<const float*>& queries,
+                                 const uint32_t* pos, int64_t npos, int64_t max_candidates,
+                                 int64_t min_candidates, Rng& rng, Scratch& s,
+                                 std::vector<uint32_t>& out) const {
+  s.next_epoch();
+  const uint32_t ep = s.epoch;
+  out.clear();
+  for (int64_t q = 0; q < npos; ++q) {
+    const uint32_t l = pos[q];
+    if (s.stamp[l] == ep) continue;
+    s.stamp[l] = ep;
+    s.count[l] = kPositive;
+    out.push_back(l);
+  }
+  s.retrieved.clear();
+  if (tables) {
+    s.codes.resize(static_cast<size_t>(tables->tables()));
+    for (const float* x : queries) {
+      tables->hash(x, s.codes.data());
+      for (int t = 0; t < tables->tables(); ++t) {
+        for (uint32_t l : tables->bucket(t, s.codes[t])) {
+          if (s.stamp[l] != ep) {
+            s.stamp[l] = ep;
+            s.count[l] = 1;
+            s.retrieved.push_back(l);
+          } else if (s.count[l] != kPositive) {
+            ++s.count[l];
+          }
+        }
+      }
+    }
+  }
+  const auto room = static_cast<size_t>(
+      std::max<int64_t>(0, max_candidates - static_cast<int64_t>(out.size())));
+  const uint64_t salt = rng.next();
+  auto better = [&](uint32_t a, uint32_t b) {
+    if (s.count[a] != s.count[b]) return s.count[a] > s.count[b];
+    const uint64_t ka = mix64(salt ^ a), kb = mix64(salt ^ b);
+    return ka != kb ? ka < kb : a < b;
+  };
+  if (s.retrieved.size() > room) {
+    std::partial_sort(s.retrieved.begin(), s.retrieved.begin() + static_cast<int64_t>(room),
+                      s.retrieved.end(), better);
+    // Labels cut by the cap may still be drawn as random padding.
+    for (size_t q = room; q < s.retrieved.size(); ++q) s.stamp[s.retrieved[q]] = 0;
+    s.retrieved.resize(room);
+  } else {
+    std::sort(s.retrieved.begin(), s.retrieved.end(), better);
+  }
+  out.insert(out.end(), s.retrieved.begin(), s.retrieved.end());
+
+  const auto target = static_cast<size_t>(std::min(min_candidates, num_labels_));
+  if (out.size() >= target) return;
+  if (2 * target > static_cast<size_t>(num_labels_)) {
+    // Dense padding: a random subset of the unmarked labels by a partial shuffle.
+    std::vector<uint32_t> rest;
+    for (int64_t l = 0; l < num_labels_; ++l)
+      if (s.stamp[l] != ep) rest.push_back(static_cast<uint32_t>(l));
+    const size_t need = target - out.size();
+    for (size_t q = 0; q < need; ++q) {
+      const size_t r = q + static_cast<size_t>(rng.below(rest.size() - q));
+      std::swap(rest[q], rest[r]);
+      s.stamp[rest[q]] = ep;
+      out.push_back(rest[q]);
+    }
+    return;
+  }
+  while (out.size() < target) {
+    const auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(num_labels_)));
+    if (s.stamp[l] == ep) continue;
+    s.stamp[l] = ep;
+    out.push_back(l);
+  }
+}
+
+CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
+                                   const CsrMatrix& positives, uint64_t step) {
+  XMC_CHECK(tables || p_.query == LshQuery::none, "LSH query without tables");
+  XMC_CHECK(positives.rows == h.rows, "candidates: {} label rows for {} points", positives.rows,
+            h.rows);
+  XMC_CHECK(p_.query != LshQuery::label || w.rows == num_labels_,
+            "label queries need w [{}×d], got {} rows", num_labels_, w.rows);
+  for (uint32_t l : positives.indices)
+    XMC_CHECK(l < num_labels_, "positive label {} >= {}", l, num_labels_);
+  const LshTables* retrieval = p_.query == LshQuery::none ? nullptr : tables;
+  const int64_t batch = h.rows;
+  const uint64_t step_seed = mix64(p_.seed ^ mix64(step));
+  CsrMatrix out;
+  out.cols = num_labels_;
+  if (p_.shared) {
+    std::vector<uint32_t> pos;
+    std::vector<const float*> queries;
+    for (int64_t i = 0; i < batch; ++i) {
+      const uint32_t* pi = positives.row_indices(i);
+      pos.insert(pos.end(), pi, pi + positives.row_nnz(i));
+      if (p_.query == LshQuery::embedding) queries.push_back(h.row(i));
+    }
+    if (p_.query == LshQuery::label) {
+      std::vector<uint32_t> u = pos;
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+      for (uint32_t l : u) queries.push_back(w.row(l));
+    }
+    Rng rng = Rng::stream(step_seed, 0);
+    std::vector<uint32_t> row;
+    build_row(retrieval, queries, pos.data(), static_cast<int64_t>(pos.size()), p_.max_candidates,
+              p_.min_candidates, rng, scratch_[0], row);
+    out.rows = 1;
+    out.indices = std::move(row);
+    out.indptr = {0, static_cast<int64_t>(out.indices.size())};
+    return out;
+  }
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(batch));
+#pragma omp parallel num_threads(threads())
+  {
+    Scratch& s = scratch_[static_cast<size_t>(omp_get_thread_num())];
+    std::vector<const float*> queries;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < batch; ++i) {
+      const uint32_t* pi = positives.row_indices(i);
+      const int64_t np = positives.row_nnz(i);
+      queries.clear();
+      if (p_.query == LshQuery::embedding) queries.push_back(h.row(i));
+      if (p_.query == LshQuery::label)
+        for (int64_t q = 0; q < np; ++q) queries.push_back(w.row(pi[q]));
+      Rng rng = Rng::stream(step_seed, static_cast<uint64_t>(i));
+      build_row(retrieval, queries, pi, np, p_.max_candidates, p_.min_candidates, rng, s,
+                rows[i]);
+    }
+  }
+  out.rows = batch;
+  out.indptr.assign(1, 0);
+  for (auto& r : rows) {
+    out.indices.insert(out.indices.end(), r.begin(), r.end());
+    out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
+  }
+  return out;
+}
+
+void CandidateSampler::retrieve(const LshTables& tables, const float* x, int64_t cap, int thread,
+                                std::vector<uint32_t>& out) {
+  Scratch& s = scratch_[static_cast<size_t>(thread) % scratch_.size()];
+  Rng rng(p_.seed);
+  const std::vector<const float*> queries{x};
+  build_row(&tables, queries, nullptr, 0, cap, 0, rng, s, out);
+}
+
+}  // namespace xmc
