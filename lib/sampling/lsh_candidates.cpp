@@ -29,41 +29,74 @@ uint64_t mix64(uint64_t z) {
 
 }  // namespace
 
-void CandidateSampler::Scratch::next_epoch() {
-  if (++epoch == 0) {
-    std::fill(stamp.begin(), stamp.end(), 0u);
-    epoch = 1;
+constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
+
+void CandidateSampler::LabelMap::clear() {
+  for (uint32_t u : used) keys[u] = 0;
+  used.clear();
+  if (keys.empty()) {
+    keys.assign(256, 0u);
+    vals.assign(256, 0u);
   }
 }
 
-CandidateSampler::CandidateSampler(MemoryLedger& ledger, int64_t num_labels,
+uint32_t* CandidateSampler::LabelMap::find(uint32_t label) {
+  const auto mask = static_cast<uint32_t>(keys.size() - 1);
+  for (auto u = static_cast<uint32_t>(mix64(label)) & mask;; u = (u + 1) & mask) {
+    if (keys[u] == label + 1) return &vals[u];
+    if (keys[u] == 0) return nullptr;
+  }
+}
+
+uint32_t& CandidateSampler::LabelMap::insert(uint32_t label, uint32_t v, bool* inserted) {
+  if (2 * (used.size() + 1) > keys.size()) grow();
+  const auto mask = static_cast<uint32_t>(keys.size() - 1);
+  for (auto u = static_cast<uint32_t>(mix64(label)) & mask;; u = (u + 1) & mask) {
+    if (keys[u] == label + 1) {
+      *inserted = false;
+      return vals[u];
+    }
+    if (keys[u] == 0) {
+      keys[u] = label + 1;
+      vals[u] = v;
+      used.push_back(u);
+      *inserted = true;
+      return vals[u];
+    }
+  }
+}
+
+void CandidateSampler::LabelMap::grow() {
+  std::vector<std::pair<uint32_t, uint32_t>> items;
+  items.reserve(used.size());
+  for (uint32_t u : used) items.emplace_back(keys[u] - 1, vals[u]);
+  keys.assign(keys.size() * 2, 0u);
+  vals.assign(keys.size(), 0u);
+  used.clear();
+  bool ins = false;
+  for (auto [l, v] : items) insert(l, v, &ins);
+}
+
+CandidateSampler::CandidateSampler(MemoryLedger& /*ledger*/, int64_t num_labels,
                                    const CandidateParams& p)
     : num_labels_(num_labels), p_(p) {
   if (p.max_candidates < 1 || p.min_candidates < 0)
     throw_input("candidate bounds need max_candidates >= 1 and min_candidates >= 0; got {} and {}",
                 p.max_candidates, p.min_candidates);
-  const int threads = std::max(1, omp_get_max_threads());
-  scratch_.resize(static_cast<size_t>(threads));
-  for (auto& s : scratch_) {
-    s.stamp.assign(static_cast<size_t>(num_labels), 0u);
-    s.count.assign(static_cast<size_t>(num_labels), 0u);
-  }
-  scratch_entry_ = LedgerEntry(ledger, MemTag::workspace, int64_t{threads} * num_labels * 8);
+  scratch_.resize(static_cast<size_t>(std::max(1, omp_get_max_threads())));
 }
 
 void CandidateSampler::build_row(const LshTables* tables, const std::vector<const float*>& queries,
                                  const uint32_t* pos, int64_t npos, int64_t max_candidates,
                                  int64_t min_candidates, Rng& rng, Scratch& s,
                                  std::vector<uint32_t>& out) const {
-  s.next_epoch();
-  const uint32_t ep = s.epoch;
+  LabelMap& m = s.map;
+  m.clear();
   out.clear();
+  bool inserted = false;
   for (int64_t q = 0; q < npos; ++q) {
-    const uint32_t l = pos[q];
-    if (s.stamp[l] == ep) continue;
-    s.stamp[l] = ep;
-    s.count[l] = kPositive;
-    out.push_back(l);
+    m.insert(pos[q], kPositive, &inserted);
+    if (inserted) out.push_back(pos[q]);
   }
   s.retrieved.clear();
   if (tables) {
@@ -72,13 +105,9 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
       tables->hash(x, s.codes.data());
       for (int t = 0; t < tables->tables(); ++t) {
         for (uint32_t l : tables->bucket(t, s.codes[t])) {
-          if (s.stamp[l] != ep) {
-            s.stamp[l] = ep;
-            s.count[l] = 1;
-            s.retrieved.push_back(l);
-          } else if (s.count[l] != kPositive) {
-            ++s.count[l];
-          }
+          uint32_t& c = m.insert(l, 0u, &inserted);
+          if (inserted) s.retrieved.push_back(l);
+          if (c != kPositive) ++c;
         }
       }
     }
@@ -86,44 +115,51 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
   const auto room = static_cast<size_t>(
       std::max<int64_t>(0, max_candidates - static_cast<int64_t>(out.size())));
   const uint64_t salt = rng.next();
-  auto better = [&](uint32_t a, uint32_t b) {
-    if (s.count[a] != s.count[b]) return s.count[a] > s.count[b];
-    const uint64_t ka = mix64(salt ^ a), kb = mix64(salt ^ b);
-    return ka != kb ? ka < kb : a < b;
+  // Counts are looked up once into pairs so the sort does not probe the map.
+  std::vector<std::pair<uint32_t, uint32_t>>& ranked = s.ranked;
+  ranked.clear();
+  for (uint32_t l : s.retrieved) ranked.emplace_back(*m.find(l), l);
+  auto better = [&](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
+    if (a.first != b.first) return a.first > b.first;
+    const uint64_t ka = mix64(salt ^ a.second), kb = mix64(salt ^ b.second);
+    return ka != kb ? ka < kb : a.second < b.second;
   };
-  if (s.retrieved.size() > room) {
-    std::partial_sort(s.retrieved.begin(), s.retrieved.begin() + static_cast<int64_t>(room),
-                      s.retrieved.end(), better);
+  if (ranked.size() > room) {
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<int64_t>(room), ranked.end(),
+                      better);
     // Labels cut by the cap may still be drawn as random padding.
-    for (size_t q = room; q < s.retrieved.size(); ++q) s.stamp[s.retrieved[q]] = 0;
-    s.retrieved.resize(room);
+    for (size_t q = room; q < ranked.size(); ++q) *m.find(ranked[q].second) = kCut;
+    ranked.resize(room);
   } else {
-    std::sort(s.retrieved.begin(), s.retrieved.end(), better);
+    std::sort(ranked.begin(), ranked.end(), better);
   }
-  out.insert(out.end(), s.retrieved.begin(), s.retrieved.end());
+  for (const auto& r : ranked) out.push_back(r.second);
 
   const auto target = static_cast<size_t>(std::min(min_candidates, num_labels_));
   if (out.size() >= target) return;
+  auto take = [&](uint32_t l) {
+    uint32_t& c = m.insert(l, kPositive, &inserted);
+    if (!inserted && c != kCut) return false;
+    c = kPositive;
+    out.push_back(l);
+    return true;
+  };
   if (2 * target > static_cast<size_t>(num_labels_)) {
-    // Dense padding: a random subset of the unmarked labels by a partial shuffle.
+    // Dense padding (small L): a random subset of the labels not yet taken.
     std::vector<uint32_t> rest;
-    for (int64_t l = 0; l < num_labels_; ++l)
-      if (s.stamp[l] != ep) rest.push_back(static_cast<uint32_t>(l));
+    for (int64_t l = 0; l < num_labels_; ++l) {
+      const uint32_t* c = m.find(static_cast<uint32_t>(l));
+      if (!c || *c == kCut) rest.push_back(static_cast<uint32_t>(l));
+    }
     const size_t need = target - out.size();
     for (size_t q = 0; q < need; ++q) {
       const size_t r = q + static_cast<size_t>(rng.below(rest.size() - q));
       std::swap(rest[q], rest[r]);
-      s.stamp[rest[q]] = ep;
-      out.push_back(rest[q]);
+      take(rest[q]);
     }
     return;
   }
-  while (out.size() < target) {
-    const auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(num_labels_)));
-    if (s.stamp[l] == ep) continue;
-    s.stamp[l] = ep;
-    out.push_back(l);
-  }
+  while (out.size() < target) take(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(num_labels_))));
 }
 
 CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,

@@ -10,6 +10,7 @@
 // thread count nor on any state carried between steps.
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/matrix.h"
@@ -31,7 +32,8 @@ struct CandidateParams {
 
 class CandidateSampler {
  public:
-  // Labels [0, num_labels); scratch for `threads` threads recorded as workspace.
+  // Labels [0, num_labels). The per-thread scratch is a few KiB per thread, sized by the
+  // candidate sets and not by num_labels, so it is not recorded in the ledger.
   CandidateSampler(MemoryLedger& ledger, int64_t num_labels, const CandidateParams& p);
 
   // h [B×d] the batch embeddings, w [L×d] the label weights (label queries), positives
@@ -49,17 +51,26 @@ class CandidateSampler {
   const CandidateParams& params() const { return p_; }
   // Threads with their own scratch: parallel callers of retrieve use at most this many.
   int threads() const { return static_cast<int>(scratch_.size()); }
-  int64_t scratch_bytes() const { return scratch_entry_.bytes(); }
+  int64_t scratch_bytes() const { return 0; }
 
  private:
-  // Per-thread marks: stamp_[l] == epoch means l is in the set being built; count_[l]
-  // is then its number of collisions.
+  // Open-addressing map label -> collision count, sized by the candidates of one row
+  // (never by L): memory and cache footprint stay constant as the label count grows.
+  struct LabelMap {
+    std::vector<uint32_t> keys;  // label + 1; 0 = empty slot
+    std::vector<uint32_t> vals;
+    std::vector<uint32_t> used;  // occupied slots, for an O(size) clear
+    void clear();
+    uint32_t* find(uint32_t label);
+    // The value of label, inserted with v when absent; *inserted tells which.
+    uint32_t& insert(uint32_t label, uint32_t v, bool* inserted);
+    void grow();
+  };
   struct Scratch {
-    std::vector<uint32_t> stamp, count;
+    LabelMap map;
     std::vector<uint32_t> retrieved;
+    std::vector<std::pair<uint32_t, uint32_t>> ranked;  // (count, label)
     std::vector<uint32_t> codes;
-    uint32_t epoch = 0;
-    void next_epoch();
   };
   // One candidate row into out: pos [npos], then labels retrieved by the query vectors
   // (tables null: none), capped, then random padding.
@@ -69,8 +80,7 @@ class CandidateSampler {
 
   int64_t num_labels_;
   CandidateParams p_;
-  std::vector<Scratch> scratch_;  // one per OpenMP thread
-  LedgerEntry scratch_entry_;
+  std::vector<Scratch> scratch_;  // one per OpenMP thread (small, grows with the candidates)
 };
 
 }  // namespace xmc

@@ -296,7 +296,7 @@ TEST_CASE("lsh_sampled refresh schedule and tables after refreshes") {
   CHECK(ctx.ledger().total_current() >= layer.analytic_bytes());
 }
 
-TEST_CASE("lsh_sampled evaluation: exact top-k equals full scoring; lsh search reports recall") {
+TEST_CASE("lsh_sampled evaluation: exact top-k equals full scoring, lsh search reports recall") {
   const int64_t batch = 20, d = 16, n = 500;
   Context ctx(Device::cpu, 2);
   LshSampledConfig cfg;
