@@ -115,24 +115,23 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
   const auto room = static_cast<size_t>(
       std::max<int64_t>(0, max_candidates - static_cast<int64_t>(out.size())));
   const uint64_t salt = rng.next();
-  // Counts are looked up once into pairs so the sort does not probe the map.
-  std::vector<std::pair<uint32_t, uint32_t>>& ranked = s.ranked;
+  // Rank key = (collisions << 32) | seeded hash of the label: one integer compare per
+  // comparison, ties between equal counts broken at random but reproducibly.
+  auto& ranked = s.ranked;
   ranked.clear();
-  for (uint32_t l : s.retrieved) ranked.emplace_back(*m.find(l), l);
-  auto better = [&](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
-    if (a.first != b.first) return a.first > b.first;
-    const uint64_t ka = mix64(salt ^ a.second), kb = mix64(salt ^ b.second);
-    return ka != kb ? ka < kb : a.second < b.second;
+  for (uint32_t l : s.retrieved)
+    ranked.emplace_back((uint64_t{*m.find(l)} << 32) | (mix64(salt ^ l) >> 32), l);
+  auto better = [](const std::pair<uint64_t, uint32_t>& a, const std::pair<uint64_t, uint32_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
   if (ranked.size() > room) {
-    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<int64_t>(room), ranked.end(),
-                      better);
+    std::nth_element(ranked.begin(), ranked.begin() + static_cast<int64_t>(room), ranked.end(),
+                     better);
     // Labels cut by the cap may still be drawn as random padding.
     for (size_t q = room; q < ranked.size(); ++q) *m.find(ranked[q].second) = kCut;
     ranked.resize(room);
-  } else {
-    std::sort(ranked.begin(), ranked.end(), better);
   }
+  std::sort(ranked.begin(), ranked.end(), better);
   for (const auto& r : ranked) out.push_back(r.second);
 
   const auto target = static_cast<size_t>(std::min(min_candidates, num_labels_));

@@ -69,7 +69,7 @@ class CandidateSampler {
   struct Scratch {
     LabelMap map;
     std::vector<uint32_t> retrieved;
-    std::vector<std::pair<uint32_t, uint32_t>> ranked;  // (count, label)
+    std::vector<std::pair<uint64_t, uint32_t>> ranked;  // (rank key, label)
     std::vector<uint32_t> codes;
   };
   // One candidate row into out: pos [npos], then labels retrieved by the query vectors
