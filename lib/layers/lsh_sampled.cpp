@@ -1,0 +1,313 @@
+#include "layers/lsh_sampled.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/dense_ops.h"
+
+namespace xmc {
+
+namespace {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+}  // namespace
+
+LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg)
+    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+      cfg_(cfg),
+      loss_(parse_loss(cfg.loss)),
+      optim_(init.optim),
+      chunk_(std::min(cfg.chunk_size, init.num_labels)) {
+  XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
+  if (loss_ == LossType::squared_hinge)
+    throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);
+  const int64_t n = init.num_labels, d = init.input_dim;
+  auto& ledger = init.ctx->ledger();
+  const auto wn = static_cast<size_t>(n * d);
+  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
+  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
+  const int states = optimizer_state_arrays(optim_);
+  if (states >= 1) {
+    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
+  }
+  if (states >= 2) {
+    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
+  }
+  dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
+  sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
+  slot_of_ = HostBuffer<int32_t>(ledger, MemTag::workspace, static_cast<size_t>(n));
+  std::fill(slot_of_.data(), slot_of_.data() + n, -1);
+  sched_[0] = cfg.rebuild_interval;
+
+  // Same initialisation as dense: row r from its own stream, uniform(±1/sqrt(d)).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    Rng rng = Rng::stream(init.seed, static_cast<uint64_t>(r));
+    float* row = w_.data() + r * d;
+    for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
+  }
+
+  CandidateParams cp;
+  cp.query = parse_lsh_query(cfg.query);
+  cp.max_candidates = cfg.max_candidates;
+  cp.min_candidates = cfg.min_candidates;
+  cp.shared = cfg.shared_candidates;
+  cp.seed = init.seed ^ 0xC4D1DA7E5ULL;
+  sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
+  if (cp.query != LshQuery::none || cfg.eval_search == "lsh") {
+    LshParams p;
+    p.family = parse_lsh_family(cfg.hash);
+    p.k = static_cast<int>(cfg.k);
+    p.tables = static_cast<int>(cfg.tables);
+    p.capacity = static_cast<int>(cfg.bucket_capacity);
+    p.policy = parse_bucket_policy(cfg.insertion);
+    p.sparse_projection = cfg.projection == "sparse";
+    p.density = cfg.projection_density;
+    p.bin = static_cast<int>(cfg.dwta_bin);
+    p.seed = init.seed ^ 0x15B7AB1E5ULL;
+    tables_ = std::make_unique<LshTables>(ledger, d, n, p);
+    tables_->build(weights());
+  }
+}
+
+CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
+  return sampler_->sample(tables_.get(), h, weights(), batch.labels, static_cast<uint64_t>(step));
+}
+
+StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                           const LrState& lr) {
+  const int64_t nb = h.rows, d = input_dim();
+  const CsrMatrix cand = candidates(batch, h, lr.step);
+  const bool shared = cfg_.shared_candidates;
+  auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
+  // Entry e of point i: candidate j of its row; g [E] = dL/dlogit, already divided by B.
+  std::vector<int64_t> off(static_cast<size_t>(nb + 1), 0);
+  for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
+  const int64_t entries = off[nb];
+  std::vector<float> g(static_cast<size_t>(entries));
+  const float* w = w_.data();
+  const float* bias = b_.data();
+  const double inv_b = 1.0 / static_cast<double>(nb);
+  double loss_sum = 0.0;
+  int64_t zeros = 0;
+
+  // Phase 1, parallel over points: logits, loss gradient, dh_i = Σ_j g_ij·w_cj (weights
+  // before this step's update).
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : loss_sum, zeros)
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint32_t* c = cand.row_indices(cand_row(i));
+    const int64_t nc = cand.row_nnz(cand_row(i));
+    float* gi = g.data() + off[i];
+    const float* hi = h.row(i);
+    for (int64_t j = 0; j < nc; ++j) gi[j] = dot(w + int64_t{c[j]} * d, hi, d) + bias[c[j]];
+    std::vector<uint32_t> pos(batch.labels.row_indices(i),
+                              batch.labels.row_indices(i) + batch.labels.row_nnz(i));
+    std::sort(pos.begin(), pos.end());
+    auto is_pos = [&](uint32_t l) { return std::binary_search(pos.begin(), pos.end(), l); };
+    if (loss_ == LossType::softmax) {
+      if (pos.empty()) {
+        std::fill(gi, gi + nc, 0.0f);  // rows without positives contribute nothing
+      } else {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(gi[j]));
+        double se = 0.0;
+        for (int64_t j = 0; j < nc; ++j) se += std::exp(gi[j] - mx);
+        const double lse = mx + std::log(se);
+        const double t = 1.0 / static_cast<double>(pos.size());
+        for (int64_t j = 0; j < nc; ++j) {
+          const double p = std::exp(gi[j] - lse);
+          const bool y = is_pos(c[j]);
+          if (y) loss_sum += -t * (gi[j] - lse);
+          gi[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < nc; ++j) {
+        const double y = is_pos(c[j]) ? 1.0 : -1.0;
+        const double m = -y * gi[j];  // loss = log(1 + e^m), stable either side
+        loss_sum += m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
+        const double sig = 1.0 / (1.0 + std::exp(-m));
+        gi[j] = static_cast<float>(-y * sig * inv_b);
+      }
+    }
+    float* dhi = dh.row(i);
+    std::fill(dhi, dhi + d, 0.0f);
+    for (int64_t j = 0; j < nc; ++j) {
+      if (gi[j] == 0.0f) {
+        ++zeros;
+        continue;
+      }
+      const float* wr = w + int64_t{c[j]} * d;
+      for (int64_t q = 0; q < d; ++q) dhi[q] += gi[j] * wr[q];
+    }
+  }
+
+  // Phase 2: group the entries by label (counting sort over touched slots), then each
+  // touched row is summed and updated by exactly one thread.
+  std::vector<uint32_t> touched;
+  std::vector<int32_t> slot(static_cast<size_t>(entries));
+  std::vector<int32_t> point(static_cast<size_t>(entries));
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint32_t* c = cand.row_indices(cand_row(i));
+    for (int64_t e = off[i]; e < off[i + 1]; ++e) {
+      const uint32_t l = c[e - off[i]];
+      if (slot_of_[l] < 0) {
+        slot_of_[l] = static_cast<int32_t>(touched.size());
+        touched.push_back(l);
+      }
+      slot[e] = slot_of_[l];
+      point[e] = static_cast<int32_t>(i);
+    }
+  }
+  const auto nt = static_cast<int64_t>(touched.size());
+  std::vector<int64_t> start(static_cast<size_t>(nt + 1), 0);
+  for (int64_t e = 0; e < entries; ++e) ++start[slot[e] + 1];
+  for (int64_t u = 0; u < nt; ++u) start[u + 1] += start[u];
+  std::vector<int64_t> order(static_cast<size_t>(entries));
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t e = 0; e < entries; ++e) order[fill[slot[e]]++] = e;
+  }
+  OptimizerConfig bias_cfg = optim_;
+  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
+  auto st = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
+#pragma omp parallel
+  {
+    std::vector<float> gw(static_cast<size_t>(d));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t u = 0; u < nt; ++u) {
+      const uint32_t l = touched[u];
+      std::fill(gw.begin(), gw.end(), 0.0f);
+      float gb = 0.0f;
+      for (int64_t q = start[u]; q < start[u + 1]; ++q) {
+        const int64_t e = order[q];
+        const float ge = g[e];
+        gb += ge;
+        const float* hp = h.row(point[e]);
+        for (int64_t j = 0; j < d; ++j) gw[j] += ge * hp[j];
+      }
+      const int64_t o = int64_t{l} * d;
+      optimizer_update(optim_, lr.lr, lr.step, w_.data() + o, gw.data(), st(w_s1_, o),
+                       st(w_s2_, o), d);
+      optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l),
+                       1);
+      dirty_[l] = 1;
+    }
+  }
+  for (uint32_t l : touched) slot_of_[l] = -1;
+
+  StepStats stats;
+  stats.loss = loss_sum * inv_b;
+  stats.grads = entries;
+  stats.zero_grads = zeros;
+  return stats;
+}
+
+void LshSampledLayer::refresh_tables() {
+  if (!tables_) return;
+  if (cfg_.reinsert == "all") {
+    tables_->build(weights());
+  } else {
+    std::vector<uint32_t> labels;
+    for (int64_t l = 0; l < num_labels(); ++l)
+      if (dirty_[l]) labels.push_back(static_cast<uint32_t>(l));
+    tables_->reinsert(labels, weights());
+  }
+  std::fill(dirty_.data(), dirty_.data() + dirty_.size(), 0u);
+}
+
+void LshSampledLayer::on_step_impl(const TrainerView& t) {
+  if (!tables_ || t.step < sched_[0]) return;
+  refresh_tables();
+  ++sched_[1];
+  const double interval = static_cast<double>(cfg_.rebuild_interval) *
+                          std::pow(cfg_.rebuild_growth, static_cast<double>(sched_[1]));
+  sched_[0] = t.step + std::max<int64_t>(1, std::llround(std::min(interval, 1e15)));
+}
+
+void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * input_dim(), out.cols, input_dim()), out);
+  kernels::add_row_vector(out, b_.data() + lo);
+}
+
+TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
+  if (cfg_.eval_search == "lsh") return lsh_topk(h, k);
+  return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+}
+
+TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
+  const int64_t d = input_dim();
+  TopKAccumulator acc(h.rows, k);
+#pragma omp parallel num_threads(sampler_->threads())
+  {
+    const int th = omp_get_thread_num();
+    std::vector<uint32_t> c;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t i = 0; i < h.rows; ++i) {
+      sampler_->retrieve(*tables_, h.row(i), cfg_.eval_candidates, th, c);
+      for (uint32_t l : c) acc.add(i, l, dot(w_.data() + int64_t{l} * d, h.row(i), d) + b_[l]);
+    }
+  }
+  TopK approx = acc.result();
+  // Recall@k against exact scoring, reported so the approximation is never silent.
+  const TopK exact =
+      stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+  int64_t hit = 0, total = 0;
+  for (int64_t i = 0; i < h.rows; ++i) {
+    const uint32_t* e = exact.row_labels(i);
+    const uint32_t* a = approx.row_labels(i);
+    for (int q = 0; q < k; ++q) {
+      if (e[q] == TopK::kNoLabel) continue;
+      ++total;
+      hit += std::find(a, a + k, e[q]) != a + k ? 1 : 0;
+    }
+  }
+  last_recall_ = total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0;
+  spdlog::info("lsh_sampled eval_search=lsh: recall@{} against exact scoring {:.4f} ({} points)",
+               k, last_recall_, h.rows);
+  return approx;
+}
+
+std::vector<TensorRef> LshSampledLayer::state_impl() {
+  const int64_t n = num_labels(), d = input_dim();
+  std::vector<TensorRef> out = {{"output/weight", {n, d}, w_.data()},
+                                {"output/bias", {n}, b_.data()}};
+  if (w_s1_.size()) {
+    out.push_back({"output/weight_opt1", {n, d}, w_s1_.data()});
+    out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
+  }
+  if (w_s2_.size()) {
+    out.push_back({"output/weight_opt2", {n, d}, w_s2_.data()});
+    out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
+  }
+  out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
+  out.push_back({"output/lsh/schedule", {2}, sched_.data()});
+  if (tables_)
+    for (auto& t : tables_->state("output/lsh/")) out.push_back(std::move(t));
+  return out;
+}
+
+int64_t LshSampledLayer::analytic_bytes_impl() const {
+  const int64_t n = num_labels(), d = input_dim();
+  const int64_t states = optimizer_state_arrays(optim_);
+  int64_t bytes = 4 * (n * d + n) * (1 + states);
+  bytes += 4 * n + 16 + 4 * n;  // dirty flags, schedule, slot map
+  bytes += sampler_->scratch_bytes();
+  if (tables_) bytes += tables_->bytes();
+  return bytes;
+}
+
+}  // namespace xmc

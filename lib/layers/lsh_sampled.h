@@ -1,0 +1,137 @@
+#pragma once
+// Backend `lsh_sampled` (LNS, SLIDE): W [L×d] + bias; each step scores and updates only
+// each point's candidates = positives ∪ labels retrieved from LSH tables over the rows of
+// W (hard negatives that adapt to the input and the parameters), padded with uniform
+// random labels. The tables are refreshed every R steps (interval optionally growing by a
+// factor after each refresh) by re-inserting the labels updated since the last refresh.
+//
+// CPU training: points of a batch in parallel (OpenMP) compute their candidate logits,
+// loss gradient and dh; the per-candidate gradients are then grouped by label and each
+// touched row of W is summed and updated by one thread — no races, deterministic for any
+// thread count. The optimizer is lazy (as sparse Adam): only touched rows and their state
+// move, with the global step for Adam's bias correction; weight decay applies to touched
+// rows only.
+// Evaluation: exact top-k over all labels (default), or `eval_search: lsh` — top-k over
+// the labels retrieved by h, with its recall@k against exact logged.
+#include <memory>
+#include <string>
+
+#include "config/field_constraints.h"
+#include "core/memory_ledger.h"
+#include "layers/layer_init.h"
+#include "layers/output_layer.h"
+#include "model/loss.h"
+#include "model/optimizer.h"
+#include "sampling/lsh.h"
+#include "sampling/lsh_candidates.h"
+
+namespace xmc {
+
+struct LshSampledConfig {
+  std::string loss = "softmax";
+  std::string hash = "simhash";
+  int64_t k = 6;
+  int64_t tables = 32;
+  int64_t bucket_capacity = 128;
+  std::string insertion = "fifo";
+  std::string projection = "dense";
+  double projection_density = 1.0 / 3.0;
+  int64_t dwta_bin = 8;
+  std::string query = "embedding";
+  int64_t max_candidates = 1024;
+  int64_t min_candidates = 256;
+  bool shared_candidates = false;
+  int64_t rebuild_interval = 50;
+  double rebuild_growth = 1.0;
+  std::string reinsert = "updated";
+  std::string eval_search = "exact";
+  int64_t eval_candidates = 4096;
+  int64_t chunk_size = 8192;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("loss", loss, "Loss over each point's candidates", Choices{"softmax", "bce"});
+    v.field("hash", hash, "LSH family: signed random projections or densified winner-take-all",
+            Choices{"simhash", "dwta"});
+    v.field("k", k, "Projections (simhash) or WTA codes (dwta) per table", Range{1, 24});
+    v.field("tables", tables, "Number of hash tables", Range{1, 1024});
+    v.field("bucket_capacity", bucket_capacity, "Labels kept per bucket", Range{1, 1 << 16});
+    v.field("insertion", insertion, "What a full bucket does with a new label",
+            Choices{"fifo", "reservoir"});
+    v.field("projection", projection, "simhash projections: Gaussian, or sparse ±1",
+            Choices{"dense", "sparse"});
+    v.field("projection_density", projection_density,
+            "Fraction of coordinates a sparse ±1 projection reads", Range{0.0, 1.0, true, false});
+    v.field("dwta_bin", dwta_bin, "dwta: coordinates per WTA bin (⌈log2 bin⌉ bits per code)",
+            Range{2, 256});
+    v.field("query", query,
+            "Table query: the embedding h, the true labels' weight vectors, or none (uniform "
+            "random negatives only)",
+            Choices{"embedding", "label", "none"});
+    v.field("max_candidates", max_candidates,
+            "Cap on positives ∪ retrieved labels per point (per batch when shared)",
+            Range{1, 1 << 24});
+    v.field("min_candidates", min_candidates,
+            "Candidate sets are padded with uniform random labels up to this size",
+            Range{0, 1 << 24});
+    v.field("shared_candidates", shared_candidates, "One candidate set for the whole batch");
+    v.field("rebuild_interval", rebuild_interval, "Steps between table refreshes (R)",
+            Range{1, 1e12});
+    v.field("rebuild_growth", rebuild_growth,
+            "Each refresh multiplies the interval by this (1 = fixed; >1 = decaying schedule)",
+            Range{1.0, 100.0});
+    v.field("reinsert", reinsert,
+            "Refresh re-inserts the labels updated since the last one, or rebuilds all",
+            Choices{"updated", "all"});
+    v.field("eval_search", eval_search,
+            "Evaluation: exact scoring of all labels, or scoring of the labels retrieved by h",
+            Choices{"exact", "lsh"});
+    v.field("eval_candidates", eval_candidates, "eval_search lsh: labels scored per point",
+            Range{1, 1 << 24});
+    v.field("chunk_size", chunk_size, "Labels per chunk of exact scoring", Range{1, int64_t{1} << 24});
+  }
+};
+
+class LshSampledLayer final : public OutputLayer {
+ public:
+  LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg);
+
+  // The candidate sets train_step uses at `step` for this batch (tests, benchmarks).
+  CsrMatrix candidates(const Batch& batch, ConstMatrix h, int64_t step);
+  // Refresh the tables now (what on_step does when the schedule says so).
+  void refresh_tables();
+  const LshTables* tables() const { return tables_.get(); }
+  // Recall@k of the last lsh-search evaluation against exact (-1 before any).
+  double last_eval_recall() const { return last_recall_; }
+  int64_t next_refresh_step() const { return sched_[0]; }
+
+ private:
+  StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                            const LrState& lr) override;
+  void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
+  TopK topk_impl(ConstMatrix h, int k) const override;
+  int64_t chunk_labels() const override { return chunk_; }
+  void on_step_impl(const TrainerView& t) override;
+  std::vector<TensorRef> state_impl() override;
+  int64_t analytic_bytes_impl() const override;
+
+  ConstMatrix weights() const { return {w_.data(), num_labels(), input_dim()}; }
+  TopK lsh_topk(ConstMatrix h, int k) const;
+
+  LshSampledConfig cfg_;
+  LossType loss_;
+  OptimizerConfig optim_;
+  int64_t chunk_;
+  HostBuffer<float> w_, b_;        // [L×d], [L]
+  HostBuffer<float> w_s1_, w_s2_;  // optimizer state of W (lazy: touched rows only)
+  HostBuffer<float> b_s1_, b_s2_;
+  std::unique_ptr<LshTables> tables_;  // null when query = none
+  // mutable: evaluation through the tables uses the sampler's per-thread scratch.
+  mutable std::unique_ptr<CandidateSampler> sampler_;
+  HostBuffer<uint32_t> dirty_;     // [L] 1 = updated since the last refresh
+  HostBuffer<int64_t> sched_;      // [2] next refresh step, refreshes so far
+  HostBuffer<int32_t> slot_of_;    // [L] workspace: label -> touched slot, -1 otherwise
+  mutable double last_recall_ = -1.0;
+};
+
+}  // namespace xmc

@@ -1,0 +1,116 @@
+#pragma once
+// LSH tables over label weight vectors (LNS / SLIDE): T tables, each hashing a vector of
+// width d to one of 2^bits buckets; a bucket holds up to `capacity` label ids (uint32).
+// Families:
+//   simhash — K signed random projections, bit k = [r_k·x >= 0]; r_k dense Gaussian or
+//             sparse ±1 on a random fraction of the coordinates. bits = K.
+//   dwta    — densified winner-take-all: K bins of `bin` random coordinates each, code k =
+//             argmax of x over bin k (⌈log2 bin⌉ bits); an empty bin (all zero) borrows the
+//             code of another bin chosen by a seeded probe sequence. bits = K·⌈log2 bin⌉, so
+//             the bucket index is the concatenation of the codes and every bucket is
+//             reachable when bin is a power of two.
+// Buckets keep their entries oldest first: FIFO drops the oldest when full, reservoir keeps
+// a uniform sample of everything inserted since the bucket was last emptied.
+// Each table is written by one thread at a time (build and insert parallelise over
+// tables), so a parallel build gives exactly the tables of a serial build.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/matrix.h"
+#include "core/memory_ledger.h"
+#include "core/rng.h"
+#include "core/tensor_ref.h"
+
+namespace xmc {
+
+enum class LshFamily { simhash, dwta };
+enum class BucketPolicy { fifo, reservoir };
+LshFamily parse_lsh_family(std::string_view name);      // throws InputError
+BucketPolicy parse_bucket_policy(std::string_view name);  // throws InputError
+
+struct LshParams {
+  LshFamily family = LshFamily::simhash;
+  int k = 8;                 // projections (simhash) or WTA codes (dwta) per table
+  int tables = 16;           // T
+  int capacity = 64;         // labels per bucket
+  BucketPolicy policy = BucketPolicy::fifo;
+  bool sparse_projection = false;  // simhash: ±1 on a fraction `density` of coordinates
+  double density = 1.0 / 3.0;
+  int bin = 8;               // dwta: coordinates per bin
+  uint64_t seed = 0;
+};
+
+// The hash functions alone: bucket ids of a vector in every table.
+class LshHasher {
+ public:
+  LshHasher(int64_t dim, const LshParams& p);
+  // x [dim] -> out [tables] bucket ids in [0, 2^bits).
+  void hash(const float* x, uint32_t* out) const;
+  // rows of x [n×dim] -> out [n×tables] (OpenMP over rows).
+  void hash_rows(ConstMatrix x, uint32_t* out) const;
+  int bits() const { return bits_; }
+  int64_t dim() const { return dim_; }
+  int tables() const { return p_.tables; }
+
+ private:
+  int64_t dim_;
+  LshParams p_;
+  int bits_ = 0;
+  int code_bits_ = 0;  // dwta: ⌈log2 bin⌉
+  // simhash dense: proj_ [T·K × dim]; sparse: per projection, coordinates + signs.
+  std::vector<float> proj_;
+  std::vector<int64_t> sp_ptr_;
+  std::vector<uint32_t> sp_idx_;
+  std::vector<float> sp_sign_;
+  // dwta: bin coordinates [T·K × bin].
+  std::vector<uint32_t> bin_idx_;
+};
+
+class LshTables {
+ public:
+  // Labels are ids in [0, num_labels). Tables are recorded in the ledger as MemTag::index.
+  LshTables(MemoryLedger& ledger, int64_t dim, int64_t num_labels, const LshParams& p);
+
+  const LshHasher& hasher() const { return hasher_; }
+  int tables() const { return p_.tables; }
+  int64_t buckets_per_table() const { return nb_; }
+  int capacity() const { return p_.capacity; }
+
+  // Empty every bucket, then insert every label l with vector w.row(l), in label order.
+  void build(ConstMatrix w);
+  // Re-insert the given labels (distinct ids): each leaves the bucket it was last put in
+  // (when still there) and enters the bucket of its current vector w.row(l).
+  void reinsert(std::span<const uint32_t> labels, ConstMatrix w);
+
+  // Contents of bucket b of table t, oldest first.
+  std::span<const uint32_t> bucket(int t, uint32_t b) const;
+  // Bucket ids of x in every table -> codes [tables].
+  void hash(const float* x, uint32_t* codes) const { hasher_.hash(x, codes); }
+  // Bucket of table t that label l was last inserted into.
+  uint32_t label_bucket(uint32_t l, int t) const { return where_[l * tables() + t]; }
+
+  // Everything needed to continue: buckets, sizes, inserted counts, last bucket per label,
+  // per-table RNG state (reservoir). Shapes are fixed at construction.
+  std::vector<TensorRef> state(const std::string& prefix);
+  int64_t bytes() const;
+
+ private:
+  void insert_one(int t, uint32_t b, uint32_t label);
+  void remove_one(int t, uint32_t b, uint32_t label);
+
+  LshParams p_;
+  LshHasher hasher_;
+  int64_t num_labels_;
+  int64_t nb_;                      // buckets per table = 2^bits
+  HostBuffer<uint32_t> slots_;      // [T×nb×capacity]
+  HostBuffer<uint32_t> size_;       // [T×nb]
+  HostBuffer<uint32_t> seen_;       // [T×nb] inserted since the bucket was emptied
+  HostBuffer<uint32_t> where_;      // [num_labels×T]
+  HostBuffer<int64_t> rng_state_;   // [T×4] reservoir RNG per table
+};
+
+}  // namespace xmc

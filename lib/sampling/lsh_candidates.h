@@ -1,0 +1,86 @@
+#pragma once
+// Candidate sets of the lsh_sampled backend: for each training point, its positives ∪ the
+// labels retrieved from the LSH tables, capped at max_candidates, padded with uniform
+// random labels up to min_candidates. Retrieved labels are ranked by the number of tables
+// they collide in (ties broken by a seeded hash, not by label id), so the cap keeps the
+// labels most similar to the query.
+// Queries: `embedding` hashes the point's h [d]; `label` hashes the current weight vector
+// of each of its positives; `none` retrieves nothing (uniform random sampling).
+// The random draws come from a stream per (step, point): the result depends neither on the
+// thread count nor on any state carried between steps.
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/matrix.h"
+#include "core/memory_ledger.h"
+#include "sampling/lsh.h"
+
+namespace xmc {
+
+enum class LshQuery { embedding, label, none };
+LshQuery parse_lsh_query(std::string_view name);  // throws InputError
+
+struct CandidateParams {
+  LshQuery query = LshQuery::embedding;
+  int64_t max_candidates = 1024;  // cap on |positives ∪ retrieved| (positives always kept)
+  int64_t min_candidates = 256;   // padded with uniform random labels up to this size
+  bool shared = false;            // one candidate set for the whole batch
+  uint64_t seed = 0;
+};
+
+class CandidateSampler {
+ public:
+  // Labels [0, num_labels). The per-thread scratch is a few KiB per thread, sized by the
+  // candidate sets and not by num_labels, so it is not recorded in the ledger.
+  CandidateSampler(MemoryLedger& ledger, int64_t num_labels, const CandidateParams& p);
+
+  // h [B×d] the batch embeddings, w [L×d] the label weights (label queries), positives
+  // [B×L] (global ids). tables may be null only when query = none.
+  // Returns CSR [B×L] (per point) or [1×L] (shared): each row holds distinct labels,
+  // positives first (in their order), then retrieved (best ranked first), then random.
+  CsrMatrix sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
+                   const CsrMatrix& positives, uint64_t step);
+
+  // Labels retrieved for one query vector x [d] (no positives, no padding), ranked, at
+  // most `cap` (evaluation through the tables). Uses the scratch of thread `thread`.
+  void retrieve(const LshTables& tables, const float* x, int64_t cap, int thread,
+                std::vector<uint32_t>& out);
+
+  const CandidateParams& params() const { return p_; }
+  // Threads with their own scratch: parallel callers of retrieve use at most this many.
+  int threads() const { return static_cast<int>(scratch_.size()); }
+  int64_t scratch_bytes() const { return 0; }
+
+ private:
+  // Open-addressing map label -> collision count, sized by the candidates of one row
+  // (never by L): memory and cache footprint stay constant as the label count grows.
+  struct LabelMap {
+    std::vector<uint32_t> keys;  // label + 1; 0 = empty slot
+    std::vector<uint32_t> vals;
+    std::vector<uint32_t> used;  // occupied slots, for an O(size) clear
+    void clear();
+    uint32_t* find(uint32_t label);
+    // The value of label, inserted with v when absent; *inserted tells which.
+    uint32_t& insert(uint32_t label, uint32_t v, bool* inserted);
+    void grow();
+  };
+  struct Scratch {
+    LabelMap map;
+    std::vector<uint32_t> retrieved;
+    std::vector<std::pair<uint64_t, uint32_t>> ranked;  // (rank key, label)
+    std::vector<uint32_t> codes;
+  };
+  // One candidate row into out: pos [npos], then labels retrieved by the query vectors
+  // (tables null: none), capped, then random padding.
+  void build_row(const LshTables* tables, const std::vector<const float*>& queries,
+                 const uint32_t* pos, int64_t npos, int64_t max_candidates,
+                 int64_t min_candidates, Rng& rng, Scratch& s, std::vector<uint32_t>& out) const;
+
+  int64_t num_labels_;
+  CandidateParams p_;
+  std::vector<Scratch> scratch_;  // one per OpenMP thread (small, grows with the candidates)
+};
+
+}  // namespace xmc
