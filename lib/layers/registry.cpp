@@ -1,5 +1,6 @@
 #include "layers/registry.h"
 
+#include "layers/anns_sampled.h"
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
 
@@ -10,6 +11,8 @@ const std::vector<OutputBackend>& output_backends() {
       make_backend<DenseLayer, DenseConfig>("dense", "Full one-vs-all layer W[L×d] + bias"),
       make_backend<BottleneckLayer, BottleneckConfig>(
           "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)"),
+      make_backend<AnnsSampledLayer, AnnsSampledConfig>(
+          "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives"),
   };
   return table;
 }
