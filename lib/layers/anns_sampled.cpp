@@ -91,6 +91,14 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
 
 AnnsSampledLayer::~AnnsSampledLayer() {
   if (worker_.joinable()) worker_.join();
+  log_eval_recall();
+}
+
+void AnnsSampledLayer::log_eval_recall() const {
+  if (recall_total_ == 0 || recall_logged_) return;
+  spdlog::info("anns_sampled: hnsw eval recall@{} against exact top-k: {:.4f} ({} sampled points)",
+               recall_k_, eval_recall(), recall_points_);
+  recall_logged_ = true;
 }
 
 std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const {
@@ -161,6 +169,7 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
 StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                             const LrState& lr) {
   install_refresh(/*block=*/false);
+  log_eval_recall();  // of the evaluation that ran since the last step
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
   std::vector<float> grad(c.labels.size());
@@ -268,16 +277,15 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   };
   if (cfg_.search == "exact") return exact_topk(h, k);
   if (!eval_index_ || index_version_ != version_) {
-    if (recall_total_ > 0)
-      spdlog::info("anns_sampled: hnsw eval recall@{} {:.4f} over {} sampled points", k,
-                   eval_recall(), recall_total_ / k);
+    log_eval_recall();
     Stopwatch sw;
     eval_index_.reset();
-    HnswParams p{cfg_.m, cfg_.ef_construction, cfg_.ef};
+    HnswParams p{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous};
     eval_index_ = std::make_unique<HnswIndex>(augmented_weights().view(), p, seed_ ^ 0xe7a1ULL,
                                               &ctx_->ledger());
     index_version_ = version_;
-    recall_hits_ = recall_total_ = 0;
+    recall_hits_ = recall_total_ = recall_points_ = 0;
+    recall_logged_ = false;
     spdlog::info("anns_sampled: eval index over {} labels built in {:.2f}s", num_labels(),
                  sw.seconds());
   }
@@ -296,6 +304,8 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   const int64_t sample = std::min(cfg_.recall_sample, h.rows);
   if (sample > 0) {
     TopK exact = exact_topk(h.rows_range(0, sample), k);
+    recall_points_ += sample;
+    recall_k_ = k;
     for (int64_t i = 0; i < sample; ++i) {
       const uint32_t* a = out.row_labels(i);
       for (int j = 0; j < k; ++j) {
@@ -388,7 +398,7 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
   Stopwatch sw;
   LedgerEntry snapshot(ctx_->ledger(), MemTag::workspace,
                        static_cast<int64_t>(vectors.bytes() + queries.bytes()));
-  HnswIndex index(vectors.view(), HnswParams{cfg_.m, cfg_.ef_construction, cfg_.ef}, seed,
+  HnswIndex index(vectors.view(), HnswParams{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous}, seed,
                   &ctx_->ledger());
   const double build_s = sw.seconds();
   sw.reset();

@@ -15,7 +15,8 @@
 // inside on_epoch.
 //
 // Determinism: in background mode the step at which a new set arrives depends on timing,
-// so runs (and --resume) are reproducible only with `synchronous: true`. A checkpoint
+// so runs (and --resume) are reproducible only with `synchronous: true` (which also builds
+// the index from one thread, so the graph is the same every run). A checkpoint
 // holds the set in use; a refresh still in flight when it is written is not saved.
 #include <cstdint>
 #include <exception>
@@ -65,7 +66,8 @@ struct AnnsSampledConfig {
     v.field("refresh_every", refresh_every, "τr: epochs between index refreshes",
             Range{1, 1 << 20});
     v.field("synchronous", synchronous,
-            "Refresh inside on_epoch instead of a background thread (deterministic, resumable)");
+            "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
+            "false: background thread, parallel build");
     v.field("m", m, "HNSW graph degree M", Range{2, 256});
     v.field("ef_construction", ef_construction, "HNSW candidate list size while building",
             Range{1, 1 << 16});
@@ -123,6 +125,8 @@ class AnnsSampledLayer final : public OutputLayer {
   int64_t analytic_bytes_impl() const override;
 
   bool refresh_due(int epochs_done, int epochs) const;
+  // Logs the recall of the last hnsw evaluation once (info).
+  void log_eval_recall() const;
   void start_refresh(const TrainerView& t);
   // Retrieval of k_h labels per point into the back buffer (runs on the worker thread).
   void compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
@@ -160,7 +164,9 @@ class AnnsSampledLayer final : public OutputLayer {
   int64_t version_ = 0;  // bumped by every train step
   mutable std::unique_ptr<HnswIndex> eval_index_;
   mutable int64_t index_version_ = -1;
-  mutable int64_t recall_hits_ = 0, recall_total_ = 0;
+  mutable int64_t recall_hits_ = 0, recall_total_ = 0, recall_points_ = 0;
+  mutable int recall_k_ = 0;
+  mutable bool recall_logged_ = false;
 };
 
 }  // namespace xmc

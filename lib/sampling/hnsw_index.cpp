@@ -3,11 +3,13 @@
 #include <hnswlib/hnswlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace xmc {
 
@@ -38,15 +40,24 @@ HnswIndex::HnswIndex(ConstMatrix vectors, const HnswParams& params, uint64_t see
   bytes_ = level0 + upper;
   if (ledger) entry_ = LedgerEntry(*ledger, MemTag::index, bytes_);
 
+  // Level of row r: floor(-ln(U)·mult) as hnswlib draws it, but from a stream of our own
+  // per row, so the levels do not depend on the insertion order (hnswlib takes a level
+  // > 0 as given; for level 0 its own draw is discarded).
+  const double mult = impl_->graph.mult_;
+  auto level = [&](int64_t r) {
+    Rng rng = Rng::stream(seed, static_cast<uint64_t>(r));
+    const double u = std::max(rng.uniform(), 1e-300);
+    return static_cast<int>(-std::log(u) * mult);
+  };
   // The first point alone sets the entry point; the rest go in from every thread.
   // Worker exceptions are captured and rethrown on this thread.
-  impl_->graph.addPoint(vectors.row(0), 0);
+  impl_->graph.addPoint(vectors.row(0), 0, level(0));
   std::exception_ptr error;
   std::mutex error_mu;
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for schedule(dynamic, 64) if (!params.deterministic)
   for (int64_t r = 1; r < size_; ++r) {
     try {
-      impl_->graph.addPoint(vectors.row(r), static_cast<size_t>(r));
+      impl_->graph.addPoint(vectors.row(r), static_cast<size_t>(r), level(r));
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu);
       if (!error) error = std::current_exception();

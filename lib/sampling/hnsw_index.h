@@ -15,14 +15,15 @@ struct HnswParams {
   int64_t m = 16;                 // graph degree (2·m links per node on level 0)
   int64_t ef_construction = 200;  // candidate list while inserting
   int64_t ef = 64;                // candidate list while searching (raised to k when smaller)
+  bool deterministic = false;     // insert from one thread in row order: the same graph every run
 };
 
 class HnswIndex {
  public:
-  // Indexes every row of vectors [n×dim] (copied; row r gets id r). The build inserts
-  // from all OpenMP threads (hnswlib's addPoint is thread-safe), so the graph — not the
-  // recall — depends on the thread count. ledger (optional): the index's bytes under
-  // MemTag::index.
+  // Indexes every row of vectors [n×dim] (copied; row r gets id r). Node levels come
+  // from our own seeded RNG. The build inserts from all OpenMP threads (hnswlib's
+  // addPoint is thread-safe), so the graph — not its quality — depends on thread timing,
+  // unless params.deterministic. ledger (optional): the index's bytes under MemTag::index.
   HnswIndex(ConstMatrix vectors, const HnswParams& params, uint64_t seed,
             MemoryLedger* ledger = nullptr);
   ~HnswIndex();

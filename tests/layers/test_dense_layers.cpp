@@ -253,7 +253,7 @@ TEST_CASE("dense layer memory in the ledger equals the analytic size") {
 TEST_CASE("registry lists the backends and rejects an unknown one") {
   std::vector<std::string> names;
   for (const auto& b : output_backends()) names.push_back(b.config.name);
-  CHECK(names == std::vector<std::string>{"dense", "bottleneck"});
+  CHECK(names == std::vector<std::string>{"dense", "bottleneck", "anns_sampled"});
   Context ctx(Device::cpu, 1);
   LayerInit init;
   init.ctx = &ctx;
