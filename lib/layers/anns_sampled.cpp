@@ -205,8 +205,8 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
 }
 
 // dW_l = Σ_i g_il·h_i over the rows i that have l as a candidate. Entries are grouped
-// by label (sorted by label, then row), so each label's row is summed and updated by
-// exactly one thread in a fixed order: race-free and independent of the thread count.
+// by label (sorted by label, then row), so each label's row is summed by exactly one
+// thread in a fixed order: race-free and independent of the thread count.
 void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
                                    const std::vector<float>& grad, const LrState& lr) {
   struct Entry {
@@ -228,30 +228,62 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
     if (e == 0 || entries[e].label != entries[e - 1].label) starts.push_back(e);
   starts.push_back(entries.size());
 
+  // The touched rows u = 0..U-1 are gathered into contiguous [U×d] arrays (gradient,
+  // parameters, optimizer state), updated by one optimizer_update call, and scattered
+  // back: one call instead of one per row (per-row calls would each open a nested
+  // OpenMP region).
+  const auto touched = static_cast<int64_t>(starts.size()) - 1;
+  const int states = optimizer_state_arrays(optim_);
+  const auto td = static_cast<size_t>(touched * d_);
+  std::vector<float> dw(td), db(static_cast<size_t>(touched)), pw(td), pb(db.size());
+  std::vector<float> sw1(states >= 1 ? td : 0), sw2(states >= 2 ? td : 0);
+  std::vector<float> sb1(states >= 1 ? db.size() : 0), sb2(states >= 2 ? db.size() : 0);
+  auto rows_of = [&](int64_t u) { return static_cast<int64_t>(entries[starts[static_cast<size_t>(u)]].label); };
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t u = 0; u < touched; ++u) {
+    float* g = dw.data() + u * d_;
+    float gb = 0.0f;
+    for (size_t e = starts[static_cast<size_t>(u)]; e < starts[static_cast<size_t>(u) + 1]; ++e) {
+      const float ge = entries[e].g;
+      const float* hr = h.row(entries[e].row);
+      for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
+      gb += ge;
+    }
+    const auto su = static_cast<size_t>(u);
+    db[su] = gb;
+    const int64_t l = rows_of(u);
+    const int64_t off = l * d_;
+    std::copy(w_.data() + off, w_.data() + off + d_, pw.data() + u * d_);
+    pb[su] = b_[static_cast<size_t>(l)];
+    if (states >= 1) {
+      std::copy(w_s1_.data() + off, w_s1_.data() + off + d_, sw1.data() + u * d_);
+      sb1[su] = b_s1_[static_cast<size_t>(l)];
+    }
+    if (states >= 2) {
+      std::copy(w_s2_.data() + off, w_s2_.data() + off + d_, sw2.data() + u * d_);
+      sb2[su] = b_s2_[static_cast<size_t>(l)];
+    }
+  }
+  auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  optimizer_update(optim_, lr.lr, lr.step, pw.data(), dw.data(), ptr(sw1), ptr(sw2),
+                   touched * d_);
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as in `dense`
-  const auto ngroups = static_cast<int64_t>(starts.size()) - 1;
-#pragma omp parallel
-  {
-    std::vector<float> dw(static_cast<size_t>(d_));
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t gi = 0; gi < ngroups; ++gi) {
-      std::fill(dw.begin(), dw.end(), 0.0f);
-      float db = 0.0f;
-      const uint32_t l = entries[starts[static_cast<size_t>(gi)]].label;
-      for (size_t e = starts[static_cast<size_t>(gi)]; e < starts[static_cast<size_t>(gi) + 1];
-           ++e) {
-        const float g = entries[e].g;
-        const float* hr = h.row(entries[e].row);
-        for (int64_t j = 0; j < d_; ++j) dw[static_cast<size_t>(j)] += g * hr[j];
-        db += g;
-      }
-      const int64_t off = static_cast<int64_t>(l) * d_;
-      auto state = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
-      optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw.data(), state(w_s1_, off),
-                       state(w_s2_, off), d_);
-      optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l, &db, state(b_s1_, l),
-                       state(b_s2_, l), 1);
+  optimizer_update(bias_cfg, lr.lr, lr.step, pb.data(), db.data(), ptr(sb1), ptr(sb2), touched);
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < touched; ++u) {
+    const auto su = static_cast<size_t>(u);
+    const int64_t l = rows_of(u);
+    const int64_t off = l * d_;
+    std::copy(pw.data() + u * d_, pw.data() + (u + 1) * d_, w_.data() + off);
+    b_[static_cast<size_t>(l)] = pb[su];
+    if (states >= 1) {
+      std::copy(sw1.data() + u * d_, sw1.data() + (u + 1) * d_, w_s1_.data() + off);
+      b_s1_[static_cast<size_t>(l)] = sb1[su];
+    }
+    if (states >= 2) {
+      std::copy(sw2.data() + u * d_, sw2.data() + (u + 1) * d_, w_s2_.data() + off);
+      b_s2_[static_cast<size_t>(l)] = sb2[su];
     }
   }
 }
