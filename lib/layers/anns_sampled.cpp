@@ -112,6 +112,9 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   const auto nlab = static_cast<uint64_t>(num_labels());
   std::vector<std::vector<uint32_t>> cand(static_cast<size_t>(rows));
   std::vector<int64_t> npos(static_cast<size_t>(rows));
+  std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives
+  std::vector<float> rweight(static_cast<size_t>(rows), 1.0f);
+  const bool unbiased = cfg_.negative_weight == "unbiased";
   const bool use_hard = has_hard_negatives() && k_h_ > 0;
   for (int64_t id : batch.ids)
     XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
@@ -139,6 +142,10 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
     }
     // k_r distinct uniform labels outside `taken`; all remaining ones when fewer are left.
     const uint64_t available = nlab - taken.size();
+    nfixed[static_cast<size_t>(i)] = static_cast<int64_t>(out.size());
+    if (unbiased && k_r_ > 0 && available > static_cast<uint64_t>(k_r_))
+      rweight[static_cast<size_t>(i)] =
+          static_cast<float>(static_cast<double>(available) / static_cast<double>(k_r_));
     if (static_cast<uint64_t>(k_r_) >= available) {
       for (uint32_t l = 0; l < nlab; ++l)
         if (!contains_sorted(taken, l)) out.push_back(l);
@@ -159,8 +166,12 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   for (int64_t i = 0; i < rows; ++i) {
     const auto& v = cand[static_cast<size_t>(i)];
     c.labels.insert(c.labels.end(), v.begin(), v.end());
-    for (size_t j = 0; j < v.size(); ++j)
+    for (size_t j = 0; j < v.size(); ++j) {
       c.positive.push_back(static_cast<int64_t>(j) < npos[static_cast<size_t>(i)] ? 1 : 0);
+      c.weight.push_back(static_cast<int64_t>(j) < nfixed[static_cast<size_t>(i)]
+                             ? 1.0f
+                             : rweight[static_cast<size_t>(i)]);
+    }
     c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
   }
   return c;
@@ -188,8 +199,9 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
       float z = b_[l];
       for (int64_t j = 0; j < d_; ++j) z += wl[j] * hi[j];
       float g = 0.0f;
-      loss += loss_and_grad(loss_, z, c.positive[static_cast<size_t>(p)] ? 1.0f : -1.0f, &g);
-      g *= inv_batch;
+      const float wt = c.weight[static_cast<size_t>(p)];
+      loss += wt * loss_and_grad(loss_, z, c.positive[static_cast<size_t>(p)] ? 1.0f : -1.0f, &g);
+      g *= wt * inv_batch;
       if (g == 0.0f) ++zeros;
       grad[static_cast<size_t>(p)] = g;
       for (int64_t j = 0; j < d_; ++j) dhi[j] += g * wl[j];

@@ -47,6 +47,7 @@ struct AnnsSampledConfig {
   int64_t m = 16;
   int64_t ef_construction = 200;
   int64_t ef = 64;
+  std::string negative_weight = "none";
   std::string search = "exact";
   int64_t recall_sample = 64;
   int64_t chunk_size = 8192;
@@ -65,6 +66,10 @@ struct AnnsSampledConfig {
             Range{1, 1 << 20});
     v.field("refresh_every", refresh_every, "τr: epochs between index refreshes",
             Range{1, 1 << 20});
+    v.field("negative_weight", negative_weight,
+            "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
+            "sampled loss estimates the dense loss)",
+            Choices{"none", "unbiased"});
     v.field("synchronous", synchronous,
             "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
             "false: background thread, parallel build");
@@ -88,6 +93,7 @@ struct SampledCandidates {
   std::vector<int64_t> ptr{0};     // [B+1]
   std::vector<uint32_t> labels;    // global ids
   std::vector<uint8_t> positive;   // 1 for a positive
+  std::vector<float> weight;       // loss weight: 1, or (labels left)/k_r for uniform ones
 };
 
 class AnnsSampledLayer final : public OutputLayer {

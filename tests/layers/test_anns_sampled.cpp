@@ -196,12 +196,14 @@ TEST_CASE("anns_sampled candidates: no positive among the negatives, exact set s
 // One SGD step with lr = 1 exposes the gradient as old - new; the reference is the dense
 // loss of all labels restricted to the step's candidates, in double.
 TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the candidates") {
+  for (std::string weighting : {"none", "unbiased"})
   for (std::string loss : {"bce", "squared_hinge"}) {
-    DYNAMIC_SECTION(loss) {
+    DYNAMIC_SECTION(loss << " negative_weight " << weighting) {
       const int64_t d = 6, num_labels = 40, n = 30, batch = 5;
       Setup s(d, num_labels, batch, n);
       AnnsSampledConfig cfg;
       cfg.loss = loss;
+      cfg.negative_weight = weighting;
       cfg.hard_negatives = 6;
       cfg.random_negatives = 5;
       cfg.synchronous = true;
@@ -242,7 +244,12 @@ TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the can
             ref_loss += m * m;
             g = -2.0 * y * m;
           }
-          g /= static_cast<double>(batch);
+          // Uniform negatives carry (labels left)/k_r when unbiased, else 1.
+          const double wt = c.weight[static_cast<size_t>(p)];
+          CHECK((wt == 1.0 || (weighting == "unbiased" && !c.positive[static_cast<size_t>(p)])));
+          if (wt != 1.0) ref_loss += (wt - 1.0) * (loss == "bce" ? std::log1p(std::exp(-y * z))
+                                                                : std::pow(std::max(0.0, 1.0 - y * z), 2));
+          g *= wt / static_cast<double>(batch);
           for (int64_t j = 0; j < d; ++j) {
             gw[l * d + j] += g * h.values[static_cast<size_t>(i * d + j)];
             gh[static_cast<size_t>(i * d + j)] += g * w[l * d + j];
