@@ -17,6 +17,7 @@ struct LayerInit {
   uint64_t seed = 0;
   std::vector<int64_t> label_freq;  // training count per label [L]
   int64_t total_steps = 0;          // planned steps of the run (rewiring schedules)
+  int64_t num_train = 0;            // training points N (per-point state, e.g. ANNS negatives)
 };
 
 }  // namespace xmc

@@ -1,5 +1,6 @@
 #include "layers/registry.h"
 
+#include "layers/anns_sampled.h"
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
@@ -13,6 +14,8 @@ const std::vector<OutputBackend>& output_backends() {
           "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)"),
       make_backend<LshSampledLayer, LshSampledConfig>(
           "lsh_sampled", "LSH tables over label weights give adaptive hard negatives (LNS, SLIDE)"),
+      make_backend<AnnsSampledLayer, AnnsSampledConfig>(
+          "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives"),
   };
   return table;
 }

@@ -90,6 +90,7 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   init.seed = cfg.seed ^ 0x6f75747075745eULL;
   init.label_freq = meta_.label_freq;
   init.total_steps = total_steps;
+  init.num_train = meta_.n_train;
   const int64_t before = ctx.ledger().total_current();
   output_ = create_output_layer(init, cfg.model.output);
   output_ledger_bytes_ = ctx.ledger().total_current() - before;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "core/rng.h"
@@ -253,7 +254,11 @@ TEST_CASE("dense layer memory in the ledger equals the analytic size") {
 TEST_CASE("registry lists the backends and rejects an unknown one") {
   std::vector<std::string> names;
   for (const auto& b : output_backends()) names.push_back(b.config.name);
-  CHECK(names == std::vector<std::string>{"dense", "bottleneck", "lsh_sampled"});
+  // Every backend once; the baselines first.
+  REQUIRE(names.size() >= 2);
+  CHECK(names[0] == "dense");
+  CHECK(names[1] == "bottleneck");
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
   Context ctx(Device::cpu, 1);
   LayerInit init;
   init.ctx = &ctx;

@@ -1,0 +1,506 @@
+#include "layers/anns_sampled.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/resources.h"
+#include "core/rng.h"
+#include "kernels/dense_ops.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+namespace {
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+// Loss of one logit z with target y in {-1, +1}, and dLoss/dz.
+inline double loss_and_grad(LossType type, float z, float y, float* grad) {
+  if (type == LossType::bce) {
+    // log(1 + exp(-y·z)) computed stably; d/dz = -y·σ(-y·z).
+    const double m = -static_cast<double>(y) * z;
+    const double loss = m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
+    const double s = m > 0 ? 1.0 / (1.0 + std::exp(-m)) : std::exp(m) / (1.0 + std::exp(m));
+    *grad = static_cast<float>(-y * s);
+    return loss;
+  }
+  const float margin = std::max(0.0f, 1.0f - y * z);
+  *grad = -2.0f * y * margin;
+  return static_cast<double>(margin) * margin;
+}
+
+bool contains_sorted(const std::vector<uint32_t>& v, uint32_t x) {
+  return std::binary_search(v.begin(), v.end(), x);
+}
+
+void insert_sorted(std::vector<uint32_t>& v, uint32_t x) {
+  v.insert(std::upper_bound(v.begin(), v.end(), x), x);
+}
+
+}  // namespace
+
+AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfig& cfg)
+    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+      d_(init.input_dim),
+      n_train_(init.num_train),
+      k_h_(cfg.hard_negatives),
+      k_r_(cfg.random_negatives),
+      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      cfg_(cfg),
+      loss_(parse_loss(cfg.loss)),
+      optim_(init.optim),
+      seed_(init.seed),
+      ctx_(init.ctx) {
+  XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
+  if (loss_ == LossType::softmax)
+    throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");
+  if (n_train_ < 1)
+    throw_input("anns_sampled needs the number of training points (got {})", n_train_);
+  const int64_t num_labels = init.num_labels;
+  auto& ledger = ctx_->ledger();
+  const auto wn = static_cast<size_t>(num_labels * d_);
+  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
+  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(num_labels));
+  const int states = optimizer_state_arrays(optim_);
+  if (states >= 1) {
+    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(num_labels));
+  }
+  if (states >= 2) {
+    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
+    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(num_labels));
+  }
+  for (auto& h : hard_) {
+    h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
+    std::fill(h.data(), h.data() + h.size(), kNone);
+  }
+  // Same initialisation as `dense`: row r from its own stream, uniform(±1/sqrt(d)).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < num_labels; ++r) {
+    Rng rng = Rng::stream(seed_, static_cast<uint64_t>(r));
+    float* row = w_.data() + r * d_;
+    for (int64_t j = 0; j < d_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
+  }
+}
+
+AnnsSampledLayer::~AnnsSampledLayer() {
+  if (worker_.joinable()) worker_.join();
+  log_eval_recall();
+}
+
+void AnnsSampledLayer::log_eval_recall() const {
+  if (recall_total_ == 0 || recall_logged_) return;
+  spdlog::info("anns_sampled: hnsw eval recall@{} against exact top-k: {:.4f} ({} sampled points)",
+               recall_k_, eval_recall(), recall_points_);
+  recall_logged_ = true;
+}
+
+std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const {
+  XMC_CHECK(point >= 0 && point < n_train_, "hard_negatives: point {} outside [0, {})", point,
+            n_train_);
+  return {hard_[front_].data() + point * k_h_, static_cast<size_t>(k_h_)};
+}
+
+SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
+  const int64_t rows = batch.size();
+  const auto nlab = static_cast<uint64_t>(num_labels());
+  std::vector<std::vector<uint32_t>> cand(static_cast<size_t>(rows));
+  std::vector<int64_t> npos(static_cast<size_t>(rows));
+  std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives
+  std::vector<float> rweight(static_cast<size_t>(rows), 1.0f);
+  const bool unbiased = cfg_.negative_weight == "unbiased";
+  const bool use_hard = has_hard_negatives() && k_h_ > 0;
+  for (int64_t id : batch.ids)
+    XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
+              "batch row id {} outside the {} training points", id, n_train_);
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t id = batch.ids[static_cast<size_t>(i)];
+    std::vector<uint32_t> pos(batch.labels.row_indices(i),
+                              batch.labels.row_indices(i) + batch.labels.row_nnz(i));
+    std::sort(pos.begin(), pos.end());
+    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    std::vector<uint32_t>& out = cand[static_cast<size_t>(i)];
+    out = pos;
+    npos[static_cast<size_t>(i)] = static_cast<int64_t>(pos.size());
+    // taken: sorted labels already in the candidate set.
+    std::vector<uint32_t> taken = pos;
+    if (use_hard) {
+      const uint32_t* hard = hard_[front_].data() + id * k_h_;
+      for (int64_t j = 0; j < k_h_; ++j) {
+        const uint32_t l = hard[j];
+        if (l == kNone || contains_sorted(taken, l)) continue;
+        out.push_back(l);
+        insert_sorted(taken, l);
+      }
+    }
+    // k_r distinct uniform labels outside `taken`; all remaining ones when fewer are left.
+    const uint64_t available = nlab - taken.size();
+    nfixed[static_cast<size_t>(i)] = static_cast<int64_t>(out.size());
+    if (unbiased && k_r_ > 0 && available > static_cast<uint64_t>(k_r_))
+      rweight[static_cast<size_t>(i)] =
+          static_cast<float>(static_cast<double>(available) / static_cast<double>(k_r_));
+    if (static_cast<uint64_t>(k_r_) >= available) {
+      for (uint32_t l = 0; l < nlab; ++l)
+        if (!contains_sorted(taken, l)) out.push_back(l);
+    } else {
+      Rng rng = Rng::stream(seed_ ^ (static_cast<uint64_t>(step) * 0xA24BAED4963EE407ULL),
+                            static_cast<uint64_t>(id));
+      int64_t drawn = 0;
+      while (drawn < k_r_) {
+        const auto l = static_cast<uint32_t>(rng.below(nlab));
+        if (contains_sorted(taken, l)) continue;
+        out.push_back(l);
+        insert_sorted(taken, l);
+        ++drawn;
+      }
+    }
+  }
+  SampledCandidates c;
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto& v = cand[static_cast<size_t>(i)];
+    c.labels.insert(c.labels.end(), v.begin(), v.end());
+    for (size_t j = 0; j < v.size(); ++j) {
+      c.positive.push_back(static_cast<int64_t>(j) < npos[static_cast<size_t>(i)] ? 1 : 0);
+      c.weight.push_back(static_cast<int64_t>(j) < nfixed[static_cast<size_t>(i)]
+                             ? 1.0f
+                             : rweight[static_cast<size_t>(i)]);
+    }
+    c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
+  }
+  return c;
+}
+
+StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                            const LrState& lr) {
+  install_refresh(/*block=*/false);
+  log_eval_recall();  // of the evaluation that ran since the last step
+  const int64_t rows = h.rows;
+  const SampledCandidates c = sample_candidates(batch, lr.step);
+  std::vector<float> grad(c.labels.size());
+  const float inv_batch = 1.0f / static_cast<float>(rows);
+  double loss = 0.0;
+  int64_t zeros = 0;
+  // Scores, loss gradient and dh_i = Σ_c g_ic·w_c with the weights before the update.
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : loss, zeros)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* hi = h.row(i);
+    float* dhi = dh.row(i);
+    std::fill(dhi, dhi + d_, 0.0f);
+    for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
+      const uint32_t l = c.labels[static_cast<size_t>(p)];
+      const float* wl = w_.data() + static_cast<int64_t>(l) * d_;
+      float z = b_[l];
+      for (int64_t j = 0; j < d_; ++j) z += wl[j] * hi[j];
+      float g = 0.0f;
+      const float wt = c.weight[static_cast<size_t>(p)];
+      loss += wt * loss_and_grad(loss_, z, c.positive[static_cast<size_t>(p)] ? 1.0f : -1.0f, &g);
+      g *= wt * inv_batch;
+      if (g == 0.0f) ++zeros;
+      grad[static_cast<size_t>(p)] = g;
+      for (int64_t j = 0; j < d_; ++j) dhi[j] += g * wl[j];
+    }
+  }
+  update_rows(c, h, grad, lr);
+  ++version_;
+  StepStats s;
+  s.loss = loss / static_cast<double>(rows);
+  s.zero_grads = zeros;
+  s.grads = static_cast<int64_t>(c.labels.size());
+  return s;
+}
+
+// dW_l = Σ_i g_il·h_i over the rows i that have l as a candidate. Entries are grouped
+// by label (sorted by label, then row), so each label's row is summed by exactly one
+// thread in a fixed order: race-free and independent of the thread count.
+void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
+                                   const std::vector<float>& grad, const LrState& lr) {
+  struct Entry {
+    uint32_t label;
+    uint32_t row;
+    float g;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(c.labels.size());
+  for (size_t i = 0; i + 1 < c.ptr.size(); ++i)
+    for (int64_t p = c.ptr[i]; p < c.ptr[i + 1]; ++p)
+      entries.push_back({c.labels[static_cast<size_t>(p)], static_cast<uint32_t>(i),
+                         grad[static_cast<size_t>(p)]});
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.label != b.label ? a.label < b.label : a.row < b.row;
+  });
+  std::vector<size_t> starts;
+  for (size_t e = 0; e < entries.size(); ++e)
+    if (e == 0 || entries[e].label != entries[e - 1].label) starts.push_back(e);
+  starts.push_back(entries.size());
+
+  // The touched rows u = 0..U-1 are gathered into contiguous [U×d] arrays (gradient,
+  // parameters, optimizer state), updated by one optimizer_update call, and scattered
+  // back: one call instead of one per row (per-row calls would each open a nested
+  // OpenMP region).
+  const auto touched = static_cast<int64_t>(starts.size()) - 1;
+  const int states = optimizer_state_arrays(optim_);
+  const auto td = static_cast<size_t>(touched * d_);
+  std::vector<float> dw(td), db(static_cast<size_t>(touched)), pw(td), pb(db.size());
+  std::vector<float> sw1(states >= 1 ? td : 0), sw2(states >= 2 ? td : 0);
+  std::vector<float> sb1(states >= 1 ? db.size() : 0), sb2(states >= 2 ? db.size() : 0);
+  auto rows_of = [&](int64_t u) { return static_cast<int64_t>(entries[starts[static_cast<size_t>(u)]].label); };
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t u = 0; u < touched; ++u) {
+    float* g = dw.data() + u * d_;
+    float gb = 0.0f;
+    for (size_t e = starts[static_cast<size_t>(u)]; e < starts[static_cast<size_t>(u) + 1]; ++e) {
+      const float ge = entries[e].g;
+      const float* hr = h.row(entries[e].row);
+      for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
+      gb += ge;
+    }
+    const auto su = static_cast<size_t>(u);
+    db[su] = gb;
+    const int64_t l = rows_of(u);
+    const int64_t off = l * d_;
+    std::copy(w_.data() + off, w_.data() + off + d_, pw.data() + u * d_);
+    pb[su] = b_[static_cast<size_t>(l)];
+    if (states >= 1) {
+      std::copy(w_s1_.data() + off, w_s1_.data() + off + d_, sw1.data() + u * d_);
+      sb1[su] = b_s1_[static_cast<size_t>(l)];
+    }
+    if (states >= 2) {
+      std::copy(w_s2_.data() + off, w_s2_.data() + off + d_, sw2.data() + u * d_);
+      sb2[su] = b_s2_[static_cast<size_t>(l)];
+    }
+  }
+  auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  optimizer_update(optim_, lr.lr, lr.step, pw.data(), dw.data(), ptr(sw1), ptr(sw2),
+                   touched * d_);
+  OptimizerConfig bias_cfg = optim_;
+  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as in `dense`
+  optimizer_update(bias_cfg, lr.lr, lr.step, pb.data(), db.data(), ptr(sb1), ptr(sb2), touched);
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < touched; ++u) {
+    const auto su = static_cast<size_t>(u);
+    const int64_t l = rows_of(u);
+    const int64_t off = l * d_;
+    std::copy(pw.data() + u * d_, pw.data() + (u + 1) * d_, w_.data() + off);
+    b_[static_cast<size_t>(l)] = pb[su];
+    if (states >= 1) {
+      std::copy(sw1.data() + u * d_, sw1.data() + (u + 1) * d_, w_s1_.data() + off);
+      b_s1_[static_cast<size_t>(l)] = sb1[su];
+    }
+    if (states >= 2) {
+      std::copy(sw2.data() + u * d_, sw2.data() + (u + 1) * d_, w_s2_.data() + off);
+      b_s2_[static_cast<size_t>(l)] = sb2[su];
+    }
+  }
+}
+
+void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * d_, out.cols, d_), out);
+  kernels::add_row_vector(out, b_.data() + lo);
+}
+
+DenseMatrix AnnsSampledLayer::augmented_weights() const {
+  DenseMatrix v(num_labels(), d_ + 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t l = 0; l < num_labels(); ++l) {
+    std::copy(w_.data() + l * d_, w_.data() + (l + 1) * d_, v.values.data() + l * (d_ + 1));
+    v.values[static_cast<size_t>(l * (d_ + 1) + d_)] = b_[static_cast<size_t>(l)];
+  }
+  return v;
+}
+
+TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
+  auto exact_topk = [this](ConstMatrix q, int kk) {
+    return stream_topk(q.rows, kk, chunk_, [&](int64_t lo, Matrix out) { scores_impl(q, lo, out); });
+  };
+  if (cfg_.search == "exact") return exact_topk(h, k);
+  if (!eval_index_ || index_version_ != version_) {
+    log_eval_recall();
+    Stopwatch sw;
+    eval_index_.reset();
+    HnswParams p{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous};
+    eval_index_ = std::make_unique<HnswIndex>(augmented_weights().view(), p, seed_ ^ 0xe7a1ULL,
+                                              &ctx_->ledger());
+    index_version_ = version_;
+    recall_hits_ = recall_total_ = recall_points_ = 0;
+    recall_logged_ = false;
+    spdlog::info("anns_sampled: eval index over {} labels built in {:.2f}s", num_labels(),
+                 sw.seconds());
+  }
+  DenseMatrix q(h.rows, d_ + 1);
+  for (int64_t i = 0; i < h.rows; ++i) {
+    std::copy(h.row(i), h.row(i) + d_, q.values.data() + i * (d_ + 1));
+    q.values[static_cast<size_t>(i * (d_ + 1) + d_)] = 1.0f;
+  }
+  TopK out;
+  out.rows = h.rows;
+  out.k = k;
+  out.labels.resize(static_cast<size_t>(h.rows * k));
+  out.scores.resize(static_cast<size_t>(h.rows * k));
+  eval_index_->search(q.view(), k, out.labels.data(), out.scores.data());
+  // Recall against exact top-k on the first recall_sample rows of this call.
+  const int64_t sample = std::min(cfg_.recall_sample, h.rows);
+  if (sample > 0) {
+    TopK exact = exact_topk(h.rows_range(0, sample), k);
+    recall_points_ += sample;
+    recall_k_ = k;
+    for (int64_t i = 0; i < sample; ++i) {
+      const uint32_t* a = out.row_labels(i);
+      for (int j = 0; j < k; ++j) {
+        const uint32_t l = exact.row_labels(i)[j];
+        if (l == TopK::kNoLabel) continue;
+        recall_hits_ += std::count(a, a + k, l);
+        ++recall_total_;
+      }
+    }
+    spdlog::debug("anns_sampled: hnsw eval recall@{} so far {:.4f}", k, eval_recall());
+  }
+  return out;
+}
+
+double AnnsSampledLayer::eval_recall() const {
+  if (recall_total_ == 0) return std::numeric_limits<double>::quiet_NaN();
+  return static_cast<double>(recall_hits_) / static_cast<double>(recall_total_);
+}
+
+bool AnnsSampledLayer::refresh_due(int epochs_done, int epochs) const {
+  if (k_h_ == 0) return false;
+  if (epochs > 0 && epochs_done >= epochs) return false;  // no training follows
+  if (epochs_done < cfg_.start_epoch) return false;
+  return (epochs_done - cfg_.start_epoch) % cfg_.refresh_every == 0;
+}
+
+void AnnsSampledLayer::on_epoch_impl(const TrainerView& t) {
+  if (!refresh_due(t.epoch + 1, t.epochs)) return;
+  XMC_CHECK(static_cast<bool>(t.embed_train), "anns_sampled: refresh needs embed_train");
+  start_refresh(t);
+}
+
+void AnnsSampledLayer::start_refresh(const TrainerView& t) {
+  // One refresh at a time: a previous one still running is finished first.
+  if (worker_.joinable()) {
+    spdlog::info("anns_sampled: waiting for the previous refresh before starting another");
+    install_refresh(/*block=*/true);
+  }
+  Stopwatch sw;
+  // Snapshots taken on the training thread (the encoder and W change while the worker
+  // runs): queries [h_i | 1] [N×(d+1)], vectors [w_l | b_l] [L×(d+1)].
+  DenseMatrix h = t.embed_train();
+  XMC_CHECK(h.rows == n_train_ && h.cols == d_,
+            "anns_sampled: embed_train gave [{}×{}], expected [{}×{}]", h.rows, h.cols, n_train_,
+            d_);
+  auto queries = std::make_shared<DenseMatrix>(n_train_, d_ + 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n_train_; ++i) {
+    std::copy(h.values.data() + i * d_, h.values.data() + (i + 1) * d_,
+              queries->values.data() + i * (d_ + 1));
+    queries->values[static_cast<size_t>(i * (d_ + 1) + d_)] = 1.0f;
+  }
+  auto vectors = std::make_shared<DenseMatrix>(augmented_weights());
+  const double embed_s = sw.seconds();
+  const uint64_t seed = seed_ ^ (0x5eedULL + static_cast<uint64_t>(started_));
+  ++started_;
+  spdlog::info("anns_sampled: refresh {} after epoch {}: embedded {} points in {:.2f}s ({})",
+               started_, t.epoch + 1, n_train_, embed_s,
+               cfg_.synchronous ? "synchronous" : "background");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = false;
+    worker_error_ = nullptr;
+  }
+  if (cfg_.synchronous) {
+    compute_hard_set(*vectors, *queries, seed);
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  } else {
+    worker_ = std::thread([this, vectors, queries, seed] {
+      std::exception_ptr err;
+      try {
+        compute_hard_set(*vectors, *queries, seed);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      worker_error_ = err;
+      done_ = true;
+    });
+    return;
+  }
+  install_refresh(/*block=*/true);
+}
+
+void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
+                                        uint64_t seed) {
+  HostBuffer<uint32_t>& back = hard_[1 - front_];
+  std::fill(back.data(), back.data() + back.size(), kNone);
+  Stopwatch sw;
+  LedgerEntry snapshot(ctx_->ledger(), MemTag::workspace,
+                       static_cast<int64_t>(vectors.bytes() + queries.bytes()));
+  HnswIndex index(vectors.view(), HnswParams{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous}, seed,
+                  &ctx_->ledger());
+  const double build_s = sw.seconds();
+  sw.reset();
+  // Two halves, so that a test pause in between exposes any early swap.
+  const int64_t half = n_train_ / 2;
+  const int k = static_cast<int>(k_h_);
+  index.search(queries.view().rows_range(0, half), k, back.data(), nullptr);
+  if (pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
+  index.search(queries.view().rows_range(half, n_train_ - half), k, back.data() + half * k_h_,
+               nullptr);
+  spdlog::info("anns_sampled: index over {} labels built in {:.2f}s ({:.1f} MiB), {} points "
+               "retrieved (k_h={}) in {:.2f}s",
+               vectors.rows, build_s, index.bytes() / 1048576.0, n_train_, k_h_, sw.seconds());
+}
+
+void AnnsSampledLayer::install_refresh(bool block) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_ && !block) return;
+  }
+  if (worker_.joinable()) worker_.join();
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) return;  // nothing was started
+    done_ = false;
+    err = worker_error_;
+    worker_error_ = nullptr;
+  }
+  if (err) std::rethrow_exception(err);
+  front_ = 1 - front_;
+  meta_[0] = 1;
+  ++meta_[1];
+}
+
+void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
+
+std::vector<TensorRef> AnnsSampledLayer::state_impl() {
+  const int64_t nl = num_labels();
+  std::vector<TensorRef> out = {{"output/weight", {nl, d_}, w_.data()},
+                                {"output/bias", {nl}, b_.data()}};
+  if (w_s1_.size()) {
+    out.push_back({"output/weight_opt1", {nl, d_}, w_s1_.data()});
+    out.push_back({"output/bias_opt1", {nl}, b_s1_.data()});
+  }
+  if (w_s2_.size()) {
+    out.push_back({"output/weight_opt2", {nl, d_}, w_s2_.data()});
+    out.push_back({"output/bias_opt2", {nl}, b_s2_.data()});
+  }
+  if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
+  out.push_back({"output/anns_meta", {2}, meta_});
+  return out;
+}
+
+int64_t AnnsSampledLayer::analytic_bytes_impl() const {
+  const int64_t params = num_labels() * d_ + num_labels();
+  const int64_t states = optimizer_state_arrays(optim_);
+  return 4 * params * (1 + states) + 2 * 4 * n_train_ * k_h_;
+}
+
+}  // namespace xmc

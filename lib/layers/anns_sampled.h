@@ -1,0 +1,178 @@
+#pragma once
+// Backend `anns_sampled` (ASTRA): W [L×d] + bias trained on sampled candidates. Each step
+// a point's candidates are its positives, its stale hard negatives (minus positives) and
+// k_r uniform random labels (minus positives and the hard ones); the loss (bce or
+// squared hinge) runs over those candidates only, and only the touched rows of W, b and
+// their optimizer state are updated.
+//
+// Hard negatives: uniform negatives only for the first τs epochs; after epoch τs, τs+τr,
+// τs+2τr, ... (1-based; not after the last epoch) every training point is embedded with
+// the current encoder, an HNSW index (inner product) is built over [w_l | b_l] and the
+// k_h best-scoring labels of [h_i | 1] are kept per point (uint32 [N×k_h]) until the next
+// refresh. Build + retrieval run in a background thread into a second buffer while
+// training continues on the old set; the new set is swapped in at the start of the first
+// step after it is complete (double-buffered). With `synchronous: true` the refresh runs
+// inside on_epoch.
+//
+// Determinism: in background mode the step at which a new set arrives depends on timing,
+// so runs (and --resume) are reproducible only with `synchronous: true` (which also builds
+// the index from one thread, so the graph is the same every run). A checkpoint
+// holds the set in use; a refresh still in flight when it is written is not saved.
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/field_constraints.h"
+
+#include "core/memory_ledger.h"
+#include "layers/layer_init.h"
+#include "layers/output_layer.h"
+#include "model/loss.h"
+#include "sampling/hnsw_index.h"
+
+namespace xmc {
+
+struct AnnsSampledConfig {
+  std::string loss = "bce";
+  int64_t hard_negatives = 32;    // k_h
+  int64_t random_negatives = 64;  // k_r
+  int64_t start_epoch = 1;        // τs
+  int64_t refresh_every = 1;      // τr
+  bool synchronous = false;
+  int64_t m = 16;
+  int64_t ef_construction = 200;
+  int64_t ef = 64;
+  std::string negative_weight = "none";
+  std::string search = "exact";
+  int64_t recall_sample = 64;
+  int64_t chunk_size = 8192;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("loss", loss, "Loss over the candidates (positives + sampled negatives)",
+            Choices{"bce", "squared_hinge"});
+    v.field("hard_negatives", hard_negatives,
+            "k_h: stale hard negatives retrieved per training point at each refresh",
+            Range{0, 4096});
+    v.field("random_negatives", random_negatives,
+            "k_r: uniform random negatives drawn per point and step", Range{0, 1 << 20});
+    v.field("start_epoch", start_epoch,
+            "τs: epochs trained with uniform negatives only before the first index refresh",
+            Range{1, 1 << 20});
+    v.field("refresh_every", refresh_every, "τr: epochs between index refreshes",
+            Range{1, 1 << 20});
+    v.field("negative_weight", negative_weight,
+            "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
+            "sampled loss estimates the dense loss)",
+            Choices{"none", "unbiased"});
+    v.field("synchronous", synchronous,
+            "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
+            "false: background thread, parallel build");
+    v.field("m", m, "HNSW graph degree M", Range{2, 256});
+    v.field("ef_construction", ef_construction, "HNSW candidate list size while building",
+            Range{1, 1 << 16});
+    v.field("ef", ef, "HNSW candidate list size while searching (retrieval and hnsw eval)",
+            Range{1, 1 << 16});
+    v.field("search", search, "Evaluation top-k: exact (streamed) or through the HNSW index",
+            Choices{"exact", "hnsw"});
+    v.field("recall_sample", recall_sample,
+            "search: hnsw — rows per top-k call also scored exactly to measure the index recall",
+            Range{0, 1 << 20});
+    v.field("chunk_size", chunk_size, "Labels per chunk of the exact top-k and scores",
+            Range{1, int64_t{1} << 24});
+  }
+};
+
+// Candidate sets of one batch (CSR over rows): positives first, then negatives.
+struct SampledCandidates {
+  std::vector<int64_t> ptr{0};     // [B+1]
+  std::vector<uint32_t> labels;    // global ids
+  std::vector<uint8_t> positive;   // 1 for a positive
+  std::vector<float> weight;       // loss weight: 1, or (labels left)/k_r for uniform ones
+};
+
+class AnnsSampledLayer final : public OutputLayer {
+ public:
+  AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfig& cfg);
+  ~AnnsSampledLayer() override;
+
+  // The candidates train_step uses for this batch at this step (deterministic in the
+  // seed, the step and the dataset row; independent of the thread count).
+  SampledCandidates sample_candidates(const Batch& batch, int64_t step) const;
+
+  // The hard negatives in use for training point `point` [k_h] (UINT32_MAX = none).
+  std::span<const uint32_t> hard_negatives(int64_t point) const;
+  bool has_hard_negatives() const { return meta_[0] != 0; }
+  int64_t refreshes_installed() const { return meta_[1]; }
+  int64_t refreshes_started() const { return started_; }
+  bool refresh_pending() const { return worker_.joinable(); }
+  // Blocks until a background refresh is complete and swaps it in.
+  void wait_for_refresh();
+  // search: hnsw — recall@k of the index against exact top-k over the sampled rows of
+  // every top-k call since the index was last built (NaN before any).
+  double eval_recall() const;
+  // Tests: the worker pauses this long halfway through writing a new set, so a swap
+  // before completion would expose a half-written set.
+  void set_refresh_pause_for_testing(int milliseconds) { pause_ms_ = milliseconds; }
+
+ private:
+  StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                            const LrState& lr) override;
+  void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
+  TopK topk_impl(ConstMatrix h, int k) const override;
+  int64_t chunk_labels() const override { return chunk_; }
+  void on_epoch_impl(const TrainerView& t) override;
+  std::vector<TensorRef> state_impl() override;
+  int64_t analytic_bytes_impl() const override;
+
+  bool refresh_due(int epochs_done, int epochs) const;
+  // Logs the recall of the last hnsw evaluation once (info).
+  void log_eval_recall() const;
+  void start_refresh(const TrainerView& t);
+  // Retrieval of k_h labels per point into the back buffer (runs on the worker thread).
+  void compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
+                        uint64_t seed);
+  // Joins a finished (or, when block, any) refresh and swaps its set in.
+  void install_refresh(bool block);
+  // [W | b] [L×(d+1)], the index's vectors.
+  DenseMatrix augmented_weights() const;
+  void update_rows(const SampledCandidates& c, ConstMatrix h, const std::vector<float>& grad,
+                   const LrState& lr);
+
+  int64_t d_, n_train_, k_h_, k_r_, chunk_;
+  AnnsSampledConfig cfg_;
+  LossType loss_;
+  OptimizerConfig optim_;
+  uint64_t seed_;
+  Context* ctx_;
+  HostBuffer<float> w_, b_;          // [L×d], [L]
+  HostBuffer<float> w_s1_, w_s2_;    // optimizer state of W
+  HostBuffer<float> b_s1_, b_s2_;    // optimizer state of b
+  HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
+  int front_ = 0;
+  int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed
+
+  // Background refresh: the worker writes hard_[1 - front_] and sets done_; only the
+  // training thread swaps, after joining the worker.
+  std::thread worker_;
+  std::mutex mu_;
+  bool done_ = false;
+  std::exception_ptr worker_error_;
+  int64_t started_ = 0;
+  int pause_ms_ = 0;
+
+  // search: hnsw — the index over the weights as of `index_version_`.
+  int64_t version_ = 0;  // bumped by every train step
+  mutable std::unique_ptr<HnswIndex> eval_index_;
+  mutable int64_t index_version_ = -1;
+  mutable int64_t recall_hits_ = 0, recall_total_ = 0, recall_points_ = 0;
+  mutable int recall_k_ = 0;
+  mutable bool recall_logged_ = false;
+};
+
+}  // namespace xmc
