@@ -2,6 +2,7 @@
 
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
+#include "layers/fixed_fanin.h"
 
 namespace xmc {
 
@@ -10,6 +11,8 @@ const std::vector<OutputBackend>& output_backends() {
       make_backend<DenseLayer, DenseConfig>("dense", "Full one-vs-all layer W[L×d] + bias"),
       make_backend<BottleneckLayer, BottleneckConfig>(
           "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)"),
+      make_backend<FixedFaninLayer, FixedFaninConfig>(
+          "fixed_fanin", "Constant fan-in sparse layer [L×F] with prune-and-regrow (Schultheis & Babbar 2023)"),
   };
   return table;
 }

@@ -253,7 +253,10 @@ TEST_CASE("dense layer memory in the ledger equals the analytic size") {
 TEST_CASE("registry lists the backends and rejects an unknown one") {
   std::vector<std::string> names;
   for (const auto& b : output_backends()) names.push_back(b.config.name);
-  CHECK(names == std::vector<std::string>{"dense", "bottleneck"});
+  // Other backends join the table; the baselines come first.
+  REQUIRE(names.size() >= 2);
+  CHECK(names[0] == "dense");
+  CHECK(names[1] == "bottleneck");
   Context ctx(Device::cpu, 1);
   LayerInit init;
   init.ctx = &ctx;
