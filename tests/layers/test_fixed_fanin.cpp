@@ -581,10 +581,11 @@ TEST_CASE("xmctrain train with fixed_fanin learns and resumes to the same metric
   CHECK(full.err.find("sparsity") != std::string::npos);
   json res = json::parse(full.out);
   const double p1 = res["metrics"]["P@1"].get<double>();
-  // The popularity baseline on this problem is about 0.2 (see the CLI tests); the dense
-  // layer reaches about 0.55 in 5 epochs.
+  // The popularity baseline on this problem is 0.196 (the generator logs it), the
+  // oracle 0.653; this run reaches about 0.47 in 3 epochs (dense: about 0.55 in 5). The
+  // floor asks for twice the baseline and 0.2 above it.
   INFO("P@1 " << p1);
-  CHECK(p1 > 0.45);
+  CHECK(p1 > 0.40);
   // Squared hinge: most output gradients are exactly zero, and metrics.jsonl says so.
   std::ifstream in(tmp / "a" / "metrics.jsonl");
   std::string line;
