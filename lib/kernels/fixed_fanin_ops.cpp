@@ -11,6 +11,8 @@ namespace xmc::kernels {
 namespace {
 // Batch rows per block: the accumulators of one label stay in registers / L1.
 constexpr int64_t kBatchBlock = 64;
+// Labels per tile: z and g rows are read / written 16 floats (one cache line) at a time.
+constexpr int64_t kLabelTile = 16;
 }  // namespace
 
 void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
@@ -18,22 +20,34 @@ void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias,
   XMC_CHECK(z.cols == n && z.rows == ut.cols, "fixed fan-in forward: z [{}×{}], n={}, ut [{}×{}]",
             z.rows, z.cols, n, ut.rows, ut.cols);
   const int64_t batch = ut.cols;
+  const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
 #pragma omp parallel for schedule(static)
-  for (int64_t l = 0; l < n; ++l) {
-    const uint32_t* il = idx + l * fan_in;
-    const float* wl = w + l * fan_in;
-    const float b0 = bias ? bias[l] : 0.0f;
-    float acc[kBatchBlock];
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t l0 = t * kLabelTile;
+    const int64_t lt = std::min(kLabelTile, n - l0);
+    // acc[label][row] for a tile of labels and a block of rows; written out row by row so
+    // that z [B×n] gets whole cache lines instead of one float per line.
+    alignas(64) float acc[kLabelTile][kBatchBlock];
     for (int64_t r0 = 0; r0 < batch; r0 += kBatchBlock) {
       const int64_t rb = std::min(kBatchBlock, batch - r0);
-      for (int64_t r = 0; r < rb; ++r) acc[r] = b0;
-      for (int64_t j = 0; j < fan_in; ++j) {
-        const float wj = wl[j];
-        const float* col = ut.row(il[j]) + r0;
+      for (int64_t q = 0; q < lt; ++q) {
+        const int64_t l = l0 + q;
+        const uint32_t* il = idx + l * fan_in;
+        const float* wl = w + l * fan_in;
+        float* a = acc[q];
+        const float b0 = bias ? bias[l] : 0.0f;
+        for (int64_t r = 0; r < rb; ++r) a[r] = b0;
+        for (int64_t j = 0; j < fan_in; ++j) {
+          const float wj = wl[j];
+          const float* col = ut.row(il[j]) + r0;
 #pragma omp simd
-        for (int64_t r = 0; r < rb; ++r) acc[r] += wj * col[r];
+          for (int64_t r = 0; r < rb; ++r) a[r] += wj * col[r];
+        }
       }
-      for (int64_t r = 0; r < rb; ++r) z(r0 + r, l) = acc[r];
+      for (int64_t r = 0; r < rb; ++r) {
+        float* zr = z.row(r0 + r) + l0;
+        for (int64_t q = 0; q < lt; ++q) zr[q] = acc[q][r];
+      }
     }
   }
 }
@@ -44,38 +58,62 @@ int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, 
             "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n,
             ut.rows, ut.cols);
   const int64_t batch = g.rows;
+  const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
   int64_t skipped = 0;
 #pragma omp parallel reduction(+ : skipped)
   {
-    // The label's nonzero gradients: rows and values.
+    // gt [tile×B]: the tile's gradient columns, read from g row by row (whole cache
+    // lines); then per label the nonzero rows and values.
+    std::vector<float> gt(static_cast<size_t>(kLabelTile * batch));
     std::vector<int64_t> rows(static_cast<size_t>(batch));
     std::vector<float> vals(static_cast<size_t>(batch));
 #pragma omp for schedule(static)
-    for (int64_t l = 0; l < n; ++l) {
-      int64_t nz = 0;
-      float sum = 0.0f;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t l0 = t * kLabelTile;
+      const int64_t lt = std::min(kLabelTile, n - l0);
       for (int64_t r = 0; r < batch; ++r) {
-        const float v = g(r, l);
-        if (v != 0.0f) {
-          rows[static_cast<size_t>(nz)] = r;
-          vals[static_cast<size_t>(nz)] = v;
-          ++nz;
-          sum += v;
+        const float* gr = g.row(r) + l0;
+        for (int64_t q = 0; q < lt; ++q) gt[static_cast<size_t>(q * batch + r)] = gr[q];
+      }
+      for (int64_t q = 0; q < lt; ++q) {
+        const int64_t l = l0 + q;
+        const float* gl = gt.data() + q * batch;
+        int64_t nz = 0;
+        float sum = 0.0f;
+        for (int64_t r = 0; r < batch; ++r) {
+          const float v = gl[r];
+          if (v != 0.0f) {
+            rows[static_cast<size_t>(nz)] = r;
+            vals[static_cast<size_t>(nz)] = v;
+            ++nz;
+            sum += v;
+          }
         }
-      }
-      if (db) db[l] = sum;
-      float* dwl = dw + l * fan_in;
-      if (nz == 0) {
-        std::memset(dwl, 0, static_cast<size_t>(fan_in) * sizeof(float));
-        ++skipped;
-        continue;
-      }
-      const uint32_t* il = idx + l * fan_in;
-      for (int64_t j = 0; j < fan_in; ++j) {
-        const float* col = ut.row(il[j]);
-        float s = 0.0f;
-        for (int64_t t = 0; t < nz; ++t) s += vals[static_cast<size_t>(t)] * col[rows[static_cast<size_t>(t)]];
-        dwl[j] = s;
+        if (db) db[l] = sum;
+        float* dwl = dw + l * fan_in;
+        if (nz == 0) {
+          std::memset(dwl, 0, static_cast<size_t>(fan_in) * sizeof(float));
+          ++skipped;
+          continue;
+        }
+        const uint32_t* il = idx + l * fan_in;
+        if (nz == batch) {  // no zeros: a contiguous dot product per slot
+          for (int64_t j = 0; j < fan_in; ++j) {
+            const float* col = ut.row(il[j]);
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t r = 0; r < batch; ++r) s += gl[r] * col[r];
+            dwl[j] = s;
+          }
+          continue;
+        }
+        for (int64_t j = 0; j < fan_in; ++j) {
+          const float* col = ut.row(il[j]);
+          float s = 0.0f;
+          for (int64_t k = 0; k < nz; ++k)
+            s += vals[static_cast<size_t>(k)] * col[rows[static_cast<size_t>(k)]];
+          dwl[j] = s;
+        }
       }
     }
   }

@@ -29,7 +29,7 @@ struct RewireConfig {
   template <class V>
   void visit(V& v) {
     v.field("interval", interval, "Steps between prune-and-regrow rounds (0 = never)",
-            Range{0, int64_t{1} << 40});
+            Range{0, 1e9});
     v.field("fraction", fraction, "Fraction of all L·F connections pruned per round (smallest |w|)",
             Range{0.0, 1.0});
     v.field("until", until, "Rewire only during this fraction of the planned training steps",
