@@ -609,3 +609,27 @@ TEST_CASE("xmctrain train with fixed_fanin learns and resumes to the same metric
   REQUIRE(resumed.exit_code == 0);
   CHECK(res["metrics"] == json::parse(resumed.out)["metrics"]);
 }
+
+TEST_CASE("fixed fan-in input dropout zeroes the gradient of dropped inputs") {
+  // bce: every output gradient is nonzero, and with L·F/d = 32 labels per input every
+  // input gets a gradient — so exact zeros in dh come from dropout alone.
+  const int64_t batch = 8, d = 1000, num_labels = 2000;
+  for (double p : {0.0, 0.5}) {
+    Context ctx(Device::cpu, 2);
+    LayerInit init = make_init(ctx, d, num_labels, batch);
+    FixedFaninConfig cfg;
+    cfg.fan_in = 16;
+    cfg.loss = "bce";
+    cfg.dropout = p;
+    FixedFaninLayer layer(init, cfg);
+    auto h = random_h(batch, d, 4, 1.0);
+    std::vector<float> dh(h.size());
+    layer.train_step(make_batch(num_labels, std::vector<std::vector<uint32_t>>(batch, {1})),
+                     ConstMatrix(h.data(), batch, d), Matrix(dh.data(), batch, d), {0.01, 1});
+    const auto zeros = std::count(dh.begin(), dh.end(), 0.0f);
+    const double frac = static_cast<double>(zeros) / static_cast<double>(dh.size());
+    INFO("dropout " << p << ": zero fraction of dh " << frac);
+    if (p == 0.0) CHECK(frac < 0.01);
+    else CHECK(std::abs(frac - p) < 0.05);
+  }
+}
