@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "bench/dense_bench.h"
+#include "bench/fixed_fanin_bench.h"
 #include "commands.h"
 #include "core/error.h"
 #include "sampling/lsh_bench.h"
@@ -40,7 +41,22 @@ Command register_bench(CLI::App& app) {
   lsh->add_option("--min-candidates", lp->min_candidates, "Padding target")->capture_default_str();
   lsh->add_option("--threads", lp->threads, "Threads (0 = all cores)")->capture_default_str();
   lsh->add_flag("--json", *json, "Print JSON");
-  return {sub, [p, lp, json, dense, lsh]() -> int {
+  auto q = std::make_shared<bench::FixedFaninBenchParams>();
+  auto* ff = sub->add_subcommand(
+      "fixed_fanin",
+      "Fixed fan-in ops (forward, weight and input gradient, dense and sparse gradients) "
+      "beside a same-shape and a FLOPs-matched dense GEMM");
+  ff->add_option("--batch", q->batch, "Batch size B")->capture_default_str();
+  ff->add_option("--dim", q->dim, "Inputs m of the sparse layer")->capture_default_str();
+  ff->add_option("--labels", q->labels, "Number of labels L")->capture_default_str();
+  ff->add_option("--fan-in", q->fan_in, "Fan-in F")->capture_default_str();
+  ff->add_option("--chunk", q->chunk, "Labels per block")->capture_default_str();
+  ff->add_option("--nonzero", q->nonzero, "Share of nonzero gradients in the sparse case")
+      ->capture_default_str();
+  ff->add_option("--iters", q->iters, "Timed repetitions")->capture_default_str();
+  ff->add_option("--threads", q->threads, "Threads (0 = all cores)");
+  ff->add_flag("--json", *json, "Print JSON");
+  return {sub, [p, lp, q, json, dense, lsh, ff]() -> int {
             if (lsh->parsed()) {
               if (lp->dim < 1 || lp->batch < 1 || lp->iters < 1 || lp->labels.empty())
                 throw_input("bench lsh: sizes, --iters and --labels must be positive");
@@ -48,6 +64,16 @@ Command register_bench(CLI::App& app) {
                 if (n < 1) throw_input("bench lsh: --labels {} must be positive", n);
               auto j = bench::bench_lsh(*lp);
               std::cout << (*json ? j.dump(2) + "\n" : bench::lsh_bench_table(j));
+            }
+            if (ff->parsed()) {
+              if (q->batch < 1 || q->dim < 1 || q->labels < 1 || q->fan_in < 1 ||
+                  q->fan_in > q->dim || q->chunk < 1 || q->iters < 1)
+                throw_input("bench fixed_fanin: sizes and --iters must be positive and "
+                            "--fan-in ({}) at most --dim ({})", q->fan_in, q->dim);
+              if (!(q->nonzero >= 0.0 && q->nonzero <= 1.0))
+                throw_input("bench fixed_fanin: --nonzero {} is not in [0, 1]", q->nonzero);
+              auto j = bench::bench_fixed_fanin(*q);
+              std::cout << (*json ? j.dump(2) + "\n" : bench::fixed_fanin_bench_table(j));
             }
             if (dense->parsed()) {
               if (p->batch < 1 || p->dim < 1 || p->labels < 1 || p->chunk < 1 || p->iters < 1)

@@ -4,6 +4,7 @@
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
+#include "layers/fixed_fanin.h"
 
 namespace xmc {
 
@@ -16,6 +17,8 @@ const std::vector<OutputBackend>& output_backends() {
           "lsh_sampled", "LSH tables over label weights give adaptive hard negatives (LNS, SLIDE)"),
       make_backend<AnnsSampledLayer, AnnsSampledConfig>(
           "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives"),
+      make_backend<FixedFaninLayer, FixedFaninConfig>(
+          "fixed_fanin", "Constant fan-in sparse layer [L×F] with prune-and-regrow (Schultheis & Babbar 2023)"),
   };
   return table;
 }

@@ -1,0 +1,156 @@
+#include "kernels/fixed_fanin_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace xmc::kernels {
+
+namespace {
+// Batch rows per block: the accumulators of one label stay in registers / L1.
+constexpr int64_t kBatchBlock = 64;
+// Labels per tile: z and g rows are read / written 16 floats (one cache line) at a time.
+constexpr int64_t kLabelTile = 16;
+}  // namespace
+
+void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
+                         int64_t fan_in, ConstMatrix ut, Matrix z) {
+  XMC_CHECK(z.cols == n && z.rows == ut.cols, "fixed fan-in forward: z [{}×{}], n={}, ut [{}×{}]",
+            z.rows, z.cols, n, ut.rows, ut.cols);
+  const int64_t batch = ut.cols;
+  const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t l0 = t * kLabelTile;
+    const int64_t lt = std::min(kLabelTile, n - l0);
+    // acc[label][row] for a tile of labels and a block of rows; written out row by row so
+    // that z [B×n] gets whole cache lines instead of one float per line.
+    alignas(64) float acc[kLabelTile][kBatchBlock];
+    for (int64_t r0 = 0; r0 < batch; r0 += kBatchBlock) {
+      const int64_t rb = std::min(kBatchBlock, batch - r0);
+      for (int64_t q = 0; q < lt; ++q) {
+        const int64_t l = l0 + q;
+        const uint32_t* il = idx + l * fan_in;
+        const float* wl = w + l * fan_in;
+        float* a = acc[q];
+        const float b0 = bias ? bias[l] : 0.0f;
+        for (int64_t r = 0; r < rb; ++r) a[r] = b0;
+        for (int64_t j = 0; j < fan_in; ++j) {
+          const float wj = wl[j];
+          const float* col = ut.row(il[j]) + r0;
+#pragma omp simd
+          for (int64_t r = 0; r < rb; ++r) a[r] += wj * col[r];
+        }
+      }
+      for (int64_t r = 0; r < rb; ++r) {
+        float* zr = z.row(r0 + r) + l0;
+        for (int64_t q = 0; q < lt; ++q) zr[q] = acc[q][r];
+      }
+    }
+  }
+}
+
+int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, ConstMatrix g,
+                                ConstMatrix ut, float* dw, float* db) {
+  XMC_CHECK(g.cols == n && g.rows == ut.cols,
+            "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n,
+            ut.rows, ut.cols);
+  const int64_t batch = g.rows;
+  const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
+  int64_t skipped = 0;
+#pragma omp parallel reduction(+ : skipped)
+  {
+    // gt [tile×B]: the tile's gradient columns, read from g row by row (whole cache
+    // lines); then per label the nonzero rows and values.
+    std::vector<float> gt(static_cast<size_t>(kLabelTile * batch));
+    std::vector<int64_t> rows(static_cast<size_t>(batch));
+    std::vector<float> vals(static_cast<size_t>(batch));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t l0 = t * kLabelTile;
+      const int64_t lt = std::min(kLabelTile, n - l0);
+      for (int64_t r = 0; r < batch; ++r) {
+        const float* gr = g.row(r) + l0;
+        for (int64_t q = 0; q < lt; ++q) gt[static_cast<size_t>(q * batch + r)] = gr[q];
+      }
+      for (int64_t q = 0; q < lt; ++q) {
+        const int64_t l = l0 + q;
+        const float* gl = gt.data() + q * batch;
+        int64_t nz = 0;
+        float sum = 0.0f;
+        for (int64_t r = 0; r < batch; ++r) {
+          const float v = gl[r];
+          if (v != 0.0f) {
+            rows[static_cast<size_t>(nz)] = r;
+            vals[static_cast<size_t>(nz)] = v;
+            ++nz;
+            sum += v;
+          }
+        }
+        if (db) db[l] = sum;
+        float* dwl = dw + l * fan_in;
+        if (nz == 0) {
+          std::memset(dwl, 0, static_cast<size_t>(fan_in) * sizeof(float));
+          ++skipped;
+          continue;
+        }
+        const uint32_t* il = idx + l * fan_in;
+        if (nz == batch) {  // no zeros: a contiguous dot product per slot
+          for (int64_t j = 0; j < fan_in; ++j) {
+            const float* col = ut.row(il[j]);
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t r = 0; r < batch; ++r) s += gl[r] * col[r];
+            dwl[j] = s;
+          }
+          continue;
+        }
+        for (int64_t j = 0; j < fan_in; ++j) {
+          const float* col = ut.row(il[j]);
+          float s = 0.0f;
+          for (int64_t k = 0; k < nz; ++k)
+            s += vals[static_cast<size_t>(k)] * col[rows[static_cast<size_t>(k)]];
+          dwl[j] = s;
+        }
+      }
+    }
+  }
+  return skipped;
+}
+
+void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t fan_in,
+                            ConstMatrix g, Matrix du) {
+  XMC_CHECK(g.cols == n && g.rows == du.rows, "fixed fan-in input gradient: g [{}×{}], n={}, du [{}×{}]",
+            g.rows, g.cols, n, du.rows, du.cols);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const float* gr = g.row(r);
+    float* dur = du.row(r);
+    for (int64_t l = 0; l < n; ++l) {
+      const float v = gr[l];
+      if (v == 0.0f) continue;
+      const uint32_t* il = idx + l * fan_in;
+      const float* wl = w + l * fan_in;
+      for (int64_t j = 0; j < fan_in; ++j) dur[il[j]] += v * wl[j];
+    }
+  }
+}
+
+void transpose(ConstMatrix u, Matrix ut) {
+  XMC_CHECK(ut.rows == u.cols && ut.cols == u.rows, "transpose: u [{}×{}] into [{}×{}]", u.rows,
+            u.cols, ut.rows, ut.cols);
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < u.cols; c0 += kTile) {
+    const int64_t c1 = std::min(u.cols, c0 + kTile);
+    for (int64_t r0 = 0; r0 < u.rows; r0 += kTile) {
+      const int64_t r1 = std::min(u.rows, r0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) ut(c, r) = u(r, c);
+    }
+  }
+}
+
+}  // namespace xmc::kernels

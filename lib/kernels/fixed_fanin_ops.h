@@ -1,0 +1,35 @@
+#pragma once
+// Fixed fan-in sparse layer ops on the CPU (the reference and the CPU fast path, OpenMP).
+// Every label l reads exactly F inputs: indices idx [n×F] uint32 (into [0, m)), weights
+// w [n×F], bias [n]. The layer input is kept transposed, ut [m×B] (row = one input
+// feature over the batch), so the F gathers of a label are contiguous B-vectors and each
+// label's weights and indices are read once per batch block.
+// Gradients g [B×n] are dL/dz as the loss functions write them; entries that are exactly
+// zero (squared hinge with the margin met) are skipped by both backward ops.
+#include <cstdint>
+
+#include "core/matrix.h"
+
+namespace xmc::kernels {
+
+// z [B×n] (ld >= n) = for each b, l: sum_j w[l,j]·ut[idx[l,j], b] + bias[l].
+// ut [m×B]; bias may be nullptr (no bias). Parallel over labels.
+void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
+                         int64_t fan_in, ConstMatrix ut, Matrix z);
+
+// dw [n×F] = sum_b g[b,l]·ut[idx[l,j], b]; db [n] = sum_b g[b,l] (db may be nullptr).
+// Labels whose gradient column is all zero get dw = 0 without touching ut.
+// Returns the number of such all-zero labels. Parallel over labels.
+int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, ConstMatrix g,
+                                ConstMatrix ut, float* dw, float* db);
+
+// du [B×m] += for each nonzero g[b,l]: du[b, idx[l,j]] += g[b,l]·w[l,j].
+// Parallel over batch rows: each thread owns whole rows of du, so there are no races and
+// no per-thread copies, and the result does not depend on the thread count.
+void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t fan_in,
+                            ConstMatrix g, Matrix du);
+
+// ut [m×B] = transpose of u [B×m].
+void transpose(ConstMatrix u, Matrix ut);
+
+}  // namespace xmc::kernels

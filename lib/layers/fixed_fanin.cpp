@@ -1,0 +1,436 @@
+#include "layers/fixed_fanin.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/resources.h"
+#include "core/rng.h"
+#include "kernels/dense_ops.h"
+#include "kernels/fixed_fanin_ops.h"
+#include "model/dropout.h"
+
+namespace xmc {
+
+namespace {
+
+HostBuffer<float> maybe_buffer(MemoryLedger& ledger, MemTag tag, bool needed, int64_t n) {
+  if (!needed || n == 0) return {};
+  return HostBuffer<float>(ledger, tag, static_cast<size_t>(n));
+}
+
+float* data_or_null(HostBuffer<float>& b) { return b.size() ? b.data() : nullptr; }
+
+// Stream ids, so that the layer's random draws do not collide with each other.
+constexpr uint64_t kIndexStream = 0xf1f0'0001ULL;
+constexpr uint64_t kWeightStream = 0xf1f0'0002ULL;
+constexpr uint64_t kInterStream = 0xf1f0'0003ULL;
+constexpr uint64_t kDropoutStream = 0xf1f0'0004ULL;
+constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
+
+// |w| as an order-preserving uint32 key (non-negative floats compare like their bits).
+uint32_t abs_key(float w) { return std::bit_cast<uint32_t>(w) & 0x7fffffffu; }
+
+// The k-th smallest key (k >= 1) of w[0..n) by a two-pass radix select over 16-bit digits:
+// returns {key, number of entries with a smaller key}. O(n) time, O(2^16) memory.
+std::pair<uint32_t, int64_t> select_abs_key(const float* w, int64_t n, int64_t k) {
+  std::vector<int64_t> hist(1 << 16);
+  for (int64_t i = 0; i < n; ++i) ++hist[abs_key(w[i]) >> 16];
+  int64_t below = 0;
+  uint32_t hi = 0;
+  for (; hi < (1u << 16); ++hi) {
+    if (below + hist[hi] >= k) break;
+    below += hist[hi];
+  }
+  std::fill(hist.begin(), hist.end(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = abs_key(w[i]);
+    if ((key >> 16) == hi) ++hist[key & 0xffffu];
+  }
+  uint32_t lo = 0;
+  for (; lo < (1u << 16); ++lo) {
+    if (below + hist[lo] >= k) break;
+    below += hist[lo];
+  }
+  return {(hi << 16) | lo, below};
+}
+
+}  // namespace
+
+FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
+    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+      fan_in_(cfg.fan_in),
+      m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
+      max_batch_(init.batch_size),
+      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      dropout_(cfg.dropout),
+      loss_(parse_loss(cfg.loss)),
+      rewire_cfg_(cfg.rewire),
+      optim_(init.optim),
+      seed_(init.seed),
+      total_steps_(init.total_steps) {
+  const int64_t d = init.input_dim, n = init.num_labels, f = fan_in_;
+  XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
+  if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
+    throw_input("fixed_fanin: loss '{}' is not supported (squared_hinge, bce)", cfg.loss);
+  if (f > m_)
+    throw_input("fixed_fanin: fan_in {} exceeds the {} inputs of the sparse layer ({})", f, m_,
+                cfg.intermediate > 0 ? "model.output.intermediate" : "encoder output width");
+  const bool inter = cfg.intermediate > 0;
+  auto& ledger = init.ctx->ledger();
+  const int states = optimizer_state_arrays(optim_);
+  const int64_t nf = n * f;
+  idx_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(nf));
+  w_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(nf));
+  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
+  w_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, nf);
+  b_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, n);
+  w_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, nf);
+  b_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, n);
+  const int64_t pn = inter ? m_ * d + m_ : 0;
+  p_ = maybe_buffer(ledger, MemTag::weights, inter, pn);
+  p_s1_ = maybe_buffer(ledger, MemTag::optimizer, inter && states >= 1, pn);
+  p_s2_ = maybe_buffer(ledger, MemTag::optimizer, inter && states >= 2, pn);
+  dp_ = maybe_buffer(ledger, MemTag::workspace, inter, pn);
+  xd_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
+  mask_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
+  u_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
+  du_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
+  ut_ = maybe_buffer(ledger, MemTag::workspace, true, m_ * max_batch_);
+  z_ = maybe_buffer(ledger, MemTag::workspace, true, max_batch_ * chunk_);
+  dw_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_ * f);
+  db_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_);
+
+  // Random fan-in without duplicates, sorted (ascending gathers); each label from its own
+  // stream so the result does not depend on the thread count.
+  const float wscale = 1.0f / std::sqrt(static_cast<float>(f));
+  const uint64_t idx_seed = Rng::stream(seed_, kIndexStream).next();
+  const uint64_t w_seed = Rng::stream(seed_, kWeightStream).next();
+#pragma omp parallel
+  {
+    std::vector<uint32_t> pool;  // partial Fisher-Yates when F is a large share of m
+#pragma omp for schedule(static)
+    for (int64_t l = 0; l < n; ++l) {
+      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(l));
+      uint32_t* il = idx_.data() + l * f;
+      if (2 * f > m_) {
+        pool.resize(static_cast<size_t>(m_));
+        for (int64_t i = 0; i < m_; ++i) pool[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
+        for (int64_t j = 0; j < f; ++j) {
+          const auto r = static_cast<size_t>(j + static_cast<int64_t>(rng.below(static_cast<uint64_t>(m_ - j))));
+          std::swap(pool[static_cast<size_t>(j)], pool[r]);
+          il[j] = pool[static_cast<size_t>(j)];
+        }
+      } else {
+        for (int64_t j = 0; j < f; ++j) {
+          uint32_t c;
+          do {
+            c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m_)));
+          } while (std::find(il, il + j, c) != il + j);
+          il[j] = c;
+        }
+      }
+      std::sort(il, il + f);
+      Rng wrng = Rng::stream(w_seed, static_cast<uint64_t>(l));
+      float* wl = w_.data() + l * f;
+      for (int64_t j = 0; j < f; ++j) wl[j] = (2.0f * wrng.uniformf() - 1.0f) * wscale;
+    }
+  }
+  if (inter) {
+    const float pscale = 1.0f / std::sqrt(static_cast<float>(d));
+    const uint64_t p_seed = Rng::stream(seed_, kInterStream).next();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < m_; ++r) {
+      Rng rng = Rng::stream(p_seed, static_cast<uint64_t>(r));
+      float* row = p_.data() + r * d;
+      for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * pscale;
+    }
+  }
+  spdlog::info(
+      "fixed_fanin: L={} fan-in F={} over {} inputs (sparsity F/{}={:.4f}){}, {} parameters "
+      "({:.1f}% of a dense {}×{} layer)",
+      n, f, m_, m_, static_cast<double>(f) / static_cast<double>(m_),
+      inter ? fmt::format(", intermediate {}→{} ReLU", d, m_) : std::string(), nf + n + pn,
+      100.0 * static_cast<double>(nf + n + pn) / static_cast<double>(n * d + n), n, d);
+}
+
+StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                           const LrState& lr) {
+  const int64_t bsz = h.rows, d = input_dim(), n = num_labels(), f = fan_in_;
+  XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
+  const bool inter = p_.size() > 0;
+  StepStats stats;
+  Stopwatch sw;
+  auto mark = [&](double FixedFaninTimings::*field) {
+    timings_.*field += sw.seconds();
+    sw.reset();
+  };
+
+  // x = dropout(h) [B×d]; u = relu(x·Pᵀ + c) [B×m] or x; ut = uᵀ [m×B].
+  ConstMatrix x = h;
+  if (dropout_ > 0.0) {
+    Matrix xd(xd_.data(), bsz, d);
+    for (int64_t r = 0; r < bsz; ++r) std::copy(h.row(r), h.row(r) + d, xd.row(r));
+    Rng rng = Rng::stream(seed_ ^ kDropoutStream, static_cast<uint64_t>(lr.step));
+    dropout_dense(xd, mask_.data(), dropout_, rng);
+    x = xd;
+  }
+  ConstMatrix u = x;
+  ConstMatrix p(p_.data(), m_, d);
+  if (inter) {
+    Matrix um(u_.data(), bsz, m_);
+    const float* c = p_.data() + m_ * d;
+    for (int64_t r = 0; r < bsz; ++r) std::copy(c, c + m_, um.row(r));
+    kernels::gemm_nt(x, p, um, 1.0f, 1.0f);
+    for (int64_t i = 0; i < bsz * m_; ++i) um.data[i] = std::max(um.data[i], 0.0f);
+    u = um;
+  }
+  Matrix ut(ut_.data(), m_, bsz);
+  kernels::transpose(u, ut);
+  // du = dL/du [B×m]: the intermediate's workspace, or dh itself.
+  Matrix du = inter ? Matrix(du_.data(), bsz, m_) : dh;
+  for (int64_t r = 0; r < bsz; ++r) std::fill(du.row(r), du.row(r) + du.cols, 0.0f);
+  mark(&FixedFaninTimings::forward);
+
+  for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
+    const int64_t c = std::min(chunk_, n - c0);
+    Matrix z(z_.data(), bsz, c);
+    const uint32_t* idx = idx_.data() + c0 * f;
+    const float* w = w_.data() + c0 * f;
+    kernels::fixed_fanin_forward(idx, w, b_.data() + c0, c, f, ut, z);
+    mark(&FixedFaninTimings::forward);
+    // z becomes G = dL/dz (already divided by B).
+    stats.loss += elementwise_loss_grad(loss_, z, batch.labels, c0, bsz, &stats.zero_grads);
+    stats.grads += bsz * c;
+    mark(&FixedFaninTimings::loss);
+    // With the weights before this step's update.
+    kernels::fixed_fanin_input_grad(idx, w, c, f, z, du);
+    mark(&FixedFaninTimings::backward_input);
+    timings_.skipped_labels +=
+        kernels::fixed_fanin_weight_grad(idx, c, f, z, ut, dw_.data(), db_.data());
+    timings_.label_steps += c;
+    mark(&FixedFaninTimings::backward_weight);
+    update_labels(c0, c, lr);
+    mark(&FixedFaninTimings::update);
+  }
+
+  if (inter) {
+    // Through the ReLU (u > 0), then dP = duᵀ·x, dc = Σ_rows du, dx = du·P (old P).
+    ConstMatrix um(u_.data(), bsz, m_);
+    for (int64_t i = 0; i < bsz * m_; ++i)
+      if (um.data[i] <= 0.0f) du.data[i] = 0.0f;
+    kernels::gemm_tn(du, x, Matrix(dp_.data(), m_, d));
+    kernels::column_sums(du, dp_.data() + m_ * d);
+    kernels::gemm_nn(du, p, dh);
+    optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
+                     data_or_null(p_s2_), static_cast<int64_t>(p_.size()));
+  }
+  if (dropout_ > 0.0) {
+    const float* mk = mask_.data();
+    for (int64_t r = 0; r < bsz; ++r) {
+      float* row = dh.row(r);
+      for (int64_t j = 0; j < d; ++j) row[j] *= mk[r * d + j];
+    }
+  }
+  mark(&FixedFaninTimings::intermediate_backward);
+  timings_.zero_grads += stats.zero_grads;
+  timings_.grads += stats.grads;
+  stats.loss /= static_cast<double>(bsz);
+  return stats;
+}
+
+void FixedFaninLayer::update_labels(int64_t l0, int64_t n, const LrState& lr) {
+  const int64_t off = l0 * fan_in_;
+  auto state = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
+  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), state(w_s1_, off),
+                   state(w_s2_, off), n * fan_in_);
+  OptimizerConfig bias_cfg = optim_;
+  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
+  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l0, db_.data(), state(b_s1_, l0),
+                   state(b_s2_, l0), n);
+}
+
+ConstMatrix FixedFaninLayer::eval_input_t(ConstMatrix h, std::vector<float>& buf) const {
+  const int64_t rows = h.rows, d = input_dim();
+  std::vector<float> u_buf;
+  ConstMatrix u = h;
+  if (p_.size() > 0) {
+    u_buf.resize(static_cast<size_t>(rows * m_));
+    Matrix um(u_buf.data(), rows, m_);
+    const float* c = p_.data() + m_ * d;
+    for (int64_t r = 0; r < rows; ++r) std::copy(c, c + m_, um.row(r));
+    kernels::gemm_nt(h, ConstMatrix(p_.data(), m_, d), um, 1.0f, 1.0f);
+    for (auto& v : u_buf) v = std::max(v, 0.0f);
+    u = um;
+  }
+  buf.resize(static_cast<size_t>(m_ * rows));
+  Matrix ut(buf.data(), m_, rows);
+  kernels::transpose(u, ut);
+  return ut;
+}
+
+void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  std::vector<float> buf;
+  ConstMatrix ut = eval_input_t(h, buf);
+  kernels::fixed_fanin_forward(idx_.data() + lo * fan_in_, w_.data() + lo * fan_in_,
+                               b_.data() + lo, out.cols, fan_in_, ut, out);
+}
+
+TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
+  std::vector<float> buf;
+  ConstMatrix ut = eval_input_t(h, buf);
+  return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) {
+    kernels::fixed_fanin_forward(idx_.data() + lo * fan_in_, w_.data() + lo * fan_in_,
+                                 b_.data() + lo, out.cols, fan_in_, ut, out);
+  });
+}
+
+bool FixedFaninLayer::rewire_due(int64_t step, int64_t total_steps) const {
+  if (rewire_cfg_.interval <= 0 || rewire_cfg_.fraction <= 0.0 || step <= 0) return false;
+  if (step % rewire_cfg_.interval != 0) return false;
+  return static_cast<double>(step) <= rewire_cfg_.until * static_cast<double>(total_steps);
+}
+
+void FixedFaninLayer::on_step_impl(const TrainerView& t) {
+  const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
+  if (!rewire_due(t.step, total)) return;
+  const RewireStats s = rewire(t.step);
+  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s",
+               s.pruned, num_labels() * fan_in_,
+               100.0 * static_cast<double>(s.pruned) / static_cast<double>(num_labels() * fan_in_),
+               s.step, s.seconds);
+}
+
+void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
+  const auto& tm = timings_;
+  auto frac = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  spdlog::info(
+      "fixed_fanin epoch {}: forward {:.2f}s, loss {:.2f}s, backward {:.2f}s (input {:.2f}s, "
+      "weight {:.2f}s), update {:.2f}s, intermediate backward {:.2f}s, rewiring {:.2f}s; "
+      "zero output gradients {:.1f}%, labels skipped whole {:.1f}%",
+      t.epoch + 1, tm.forward, tm.loss, tm.backward_input + tm.backward_weight,
+      tm.backward_input, tm.backward_weight, tm.update, tm.intermediate_backward, tm.rewire,
+      100.0 * frac(tm.zero_grads, tm.grads), 100.0 * frac(tm.skipped_labels, tm.label_steps));
+  timings_ = {};
+}
+
+RewireStats FixedFaninLayer::rewire(int64_t step) {
+  Stopwatch sw;
+  const int64_t n = num_labels(), f = fan_in_, nf = n * f;
+  RewireStats out;
+  out.step = step;
+  const auto k = static_cast<int64_t>(std::llround(rewire_cfg_.fraction * static_cast<double>(nf)));
+  if (k <= 0 || f >= m_) {  // nothing to prune, or every input already used
+    last_rewire_ = out;
+    return out;
+  }
+  // Global threshold: every slot with key < tkey is pruned, plus the first (k - below)
+  // slots with key == tkey in slot order (ties broken deterministically).
+  const auto [tkey, below] = select_abs_key(w_.data(), nf, k);
+  std::vector<int64_t> ties(static_cast<size_t>(n) + 1, 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t l = 0; l < n; ++l) {
+    int64_t t = 0;
+    for (int64_t j = 0; j < f; ++j) t += abs_key(w_[static_cast<size_t>(l * f + j)]) == tkey;
+    ties[static_cast<size_t>(l) + 1] = t;
+  }
+  for (int64_t l = 0; l < n; ++l) ties[static_cast<size_t>(l) + 1] += ties[static_cast<size_t>(l)];
+  const int64_t tie_quota = k - below;
+
+  const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
+  const bool strict = true;
+  int64_t pruned = 0;
+  float* s1 = data_or_null(w_s1_);
+  float* s2 = data_or_null(w_s2_);
+#pragma omp parallel reduction(+ : pruned)
+  {
+    std::vector<int64_t> slots;
+    std::vector<uint32_t> old;
+#pragma omp for schedule(static)
+    for (int64_t l = 0; l < n; ++l) {
+      int64_t tie_take = std::clamp<int64_t>(tie_quota - ties[static_cast<size_t>(l)], 0,
+                                             ties[static_cast<size_t>(l) + 1] - ties[static_cast<size_t>(l)]);
+      uint32_t* il = idx_.data() + l * f;
+      float* wl = w_.data() + l * f;
+      slots.clear();
+      old.clear();
+      for (int64_t j = 0; j < f; ++j) {
+        const uint32_t key = abs_key(wl[j]);
+        bool take = key < tkey;
+        if (!take && key == tkey && tie_take > 0) {
+          take = true;
+          --tie_take;
+        }
+        if (take) {
+          slots.push_back(j);
+          old.push_back(il[j]);
+        }
+      }
+      if (slots.empty()) continue;
+      // New inputs: uniform over those the label does not use — neither a kept input nor
+      // one just pruned (so every regrown slot really changes), when enough remain.
+      const bool avoid_old = strict && m_ - f >= static_cast<int64_t>(slots.size());
+      Rng rng = Rng::stream(base, static_cast<uint64_t>(l));
+      for (int64_t j : slots) {
+        uint32_t c;
+        do {
+          c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m_)));
+        } while (std::find(il, il + f, c) != il + f ||
+                 (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
+        il[j] = c;
+        wl[j] = 0.0f;
+        if (s1) s1[l * f + j] = 0.0f;
+        if (s2) s2[l * f + j] = 0.0f;
+      }
+      pruned += static_cast<int64_t>(slots.size());
+    }
+  }
+  out.pruned = pruned;
+  out.seconds = sw.seconds();
+  timings_.rewire += out.seconds;
+  last_rewire_ = out;
+  return out;
+}
+
+std::vector<TensorRef> FixedFaninLayer::state_impl() {
+  const int64_t n = num_labels(), f = fan_in_, d = input_dim();
+  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.data()},
+                                {"output/weight", {n, f}, w_.data()},
+                                {"output/bias", {n}, b_.data()}};
+  if (w_s1_.size()) {
+    out.push_back({"output/weight_opt1", {n, f}, w_s1_.data()});
+    out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
+  }
+  if (w_s2_.size()) {
+    out.push_back({"output/weight_opt2", {n, f}, w_s2_.data()});
+    out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
+  }
+  if (p_.size()) {
+    out.push_back({"output/intermediate/weight", {m_, d}, p_.data()});
+    out.push_back({"output/intermediate/bias", {m_}, p_.data() + m_ * d});
+    if (p_s1_.size())
+      out.push_back({"output/intermediate/opt1", {static_cast<int64_t>(p_s1_.size())}, p_s1_.data()});
+    if (p_s2_.size())
+      out.push_back({"output/intermediate/opt2", {static_cast<int64_t>(p_s2_.size())}, p_s2_.data()});
+  }
+  return out;
+}
+
+int64_t FixedFaninLayer::analytic_bytes_impl() const {
+  const int64_t n = num_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
+  const int64_t states = optimizer_state_arrays(optim_);
+  const bool inter = p_.size() > 0;
+  const int64_t pn = inter ? m_ * d + m_ : 0;
+  int64_t floats = (n * f + n) * (1 + states) + pn * (2 + states);  // params, state, dP
+  if (dropout_ > 0.0) floats += 2 * bsz * d;
+  if (inter) floats += 2 * bsz * m_;
+  floats += m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_;
+  return 4 * (floats + n * f);  // + indices (uint32)
+}
+
+}  // namespace xmc

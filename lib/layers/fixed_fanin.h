@@ -1,0 +1,136 @@
+#pragma once
+// Backend `fixed_fanin` (Schultheis & Babbar 2023; the sparse layer of SPARTEX): every
+// label l reads exactly F inputs, indices [L×F] uint32 (no duplicates within a label),
+// weights [L×F], bias [L]. An optional intermediate dense layer (m units, ReLU) before it
+// restores capacity; input dropout on h. Dynamic sparse training: every `interval` steps
+// until fraction `until` of the run, the globally smallest fraction ρ of |w| is pruned and
+// the same number of slots is regrown in the same labels with random inputs the label does
+// not use yet (weights 0, optimizer moments reset), so the fan-in stays F.
+// Squared hinge (the default) makes most output gradients exactly zero; the backward
+// kernels skip them (StepStats::zero_grads counts them).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/field_constraints.h"
+
+#include "core/memory_ledger.h"
+#include "layers/layer_init.h"
+#include "layers/output_layer.h"
+#include "model/loss.h"
+
+namespace xmc {
+
+struct RewireConfig {
+  int64_t interval = 1000;  // steps between rewirings (paper: ΔT = 1000)
+  double fraction = 0.1;    // ρ, share of all L·F slots pruned per rewiring (paper: 10%)
+  double until = 0.66;      // stop rewiring after this fraction of the planned steps
+
+  template <class V>
+  void visit(V& v) {
+    v.field("interval", interval, "Steps between prune-and-regrow rounds (0 = never)",
+            Range{0, 1e9});
+    v.field("fraction", fraction, "Fraction of all L·F connections pruned per round (smallest |w|)",
+            Range{0.0, 1.0});
+    v.field("until", until, "Rewire only during this fraction of the planned training steps",
+            Range{0.0, 1.0});
+  }
+};
+
+struct FixedFaninConfig {
+  int64_t fan_in = 64;        // F (paper: 32 or 64)
+  int64_t intermediate = 0;   // m, width of the ReLU layer before the sparse layer (0 = none)
+  double dropout = 0.0;       // input dropout on h
+  std::string loss = "squared_hinge";
+  RewireConfig rewire;
+  int64_t chunk_size = 8192;  // labels per block (bounds the B×chunk logit workspace)
+
+  template <class V>
+  void visit(V& v) {
+    v.field("fan_in", fan_in, "Inputs read by every label (F, constant per label)",
+            Range{1, 65536});
+    v.field("intermediate", intermediate,
+            "Width of the dense ReLU layer before the sparse layer (0 = none)", Range{0, 65536});
+    v.field("dropout", dropout, "Dropout probability on the layer's input h",
+            Range::half_open(0.0, 1.0));
+    v.field("loss", loss, "Loss over all labels (squared_hinge skips zero gradients)",
+            Choices{"squared_hinge", "bce"});
+    v.field("rewire", rewire, "Prune-and-regrow schedule (dynamic sparse training)");
+    v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
+  }
+};
+
+// Per-op wall time of train_step, accumulated (reported per epoch in the log).
+struct FixedFaninTimings {
+  double forward = 0.0;         // input dropout, intermediate layer, transpose, sparse forward
+  double loss = 0.0;            // loss gradient in place
+  double backward_input = 0.0;  // dL/du scatter of the nonzero gradients
+  double backward_weight = 0.0; // dW, db of the sparse layer
+  double update = 0.0;          // optimizer steps of the sparse layer
+  double intermediate_backward = 0.0;  // ReLU, dP, dh, update of the intermediate layer
+  double rewire = 0.0;
+  int64_t zero_grads = 0;
+  int64_t grads = 0;
+  int64_t skipped_labels = 0;   // (label, step) pairs whose whole gradient column was zero
+  int64_t label_steps = 0;
+};
+
+// What the last rewiring did (tests, logs).
+struct RewireStats {
+  int64_t step = 0;
+  int64_t pruned = 0;  // slots pruned and regrown
+  double seconds = 0.0;
+};
+
+class FixedFaninLayer final : public OutputLayer {
+ public:
+  FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
+
+  int64_t fan_in() const { return fan_in_; }
+  // Width of the sparse layer's input: the intermediate size, or d without one.
+  int64_t sparse_input_dim() const { return m_; }
+  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
+  RewireStats rewire(int64_t step);
+  const RewireStats& last_rewire() const { return last_rewire_; }
+  // True when the schedule rewires after `step` completed steps of total_steps.
+  bool rewire_due(int64_t step, int64_t total_steps) const;
+  const FixedFaninTimings& timings() const { return timings_; }
+
+ private:
+  StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                            const LrState& lr) override;
+  void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
+  TopK topk_impl(ConstMatrix h, int k) const override;
+  int64_t chunk_labels() const override { return chunk_; }
+  void on_step_impl(const TrainerView& t) override;
+  void on_epoch_impl(const TrainerView& t) override;
+  std::vector<TensorRef> state_impl() override;
+  int64_t analytic_bytes_impl() const override;
+
+  // Evaluation path: ut [m×rows] (transposed sparse-layer input) of h [rows×d] into buf.
+  ConstMatrix eval_input_t(ConstMatrix h, std::vector<float>& buf) const;
+  void update_labels(int64_t l0, int64_t n, const LrState& lr);
+
+  int64_t fan_in_, m_, max_batch_, chunk_;
+  double dropout_;
+  LossType loss_;
+  RewireConfig rewire_cfg_;
+  OptimizerConfig optim_;
+  uint64_t seed_;
+  int64_t total_steps_;
+  HostBuffer<uint32_t> idx_;          // [L×F]
+  HostBuffer<float> w_, b_;           // [L×F], [L]
+  HostBuffer<float> w_s1_, w_s2_, b_s1_, b_s2_;  // optimizer state (empty when unused)
+  // Intermediate layer u = relu(x·Pᵀ + c): params [m×d] then [m] in one array.
+  HostBuffer<float> p_, p_s1_, p_s2_;
+  HostBuffer<float> dp_;              // workspace [m×d + m]
+  HostBuffer<float> xd_, mask_;       // workspace [B×d] (dropout only)
+  HostBuffer<float> u_, du_;          // workspace [B×m] (intermediate only)
+  HostBuffer<float> ut_;              // workspace [m×B]
+  HostBuffer<float> z_;               // workspace [B×chunk]
+  HostBuffer<float> dw_, db_;         // workspace [chunk×F], [chunk]
+  RewireStats last_rewire_;
+  FixedFaninTimings timings_;
+};
+
+}  // namespace xmc
