@@ -55,18 +55,45 @@ void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64
             targets.cols);
 }
 
-// Stable log(1 + exp(x)) and sigmoid.
-inline double softplus(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); }
-inline double sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  const double e = std::exp(x);
-  return e / (1.0 + e);
-}
-
 // One row of an elementwise loss; z [c] logits in, gradient·inv_b out.
 template <LossType T>
 double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
-                     int64_t& zeros) {
+                     int64_t& zeros);
+
+// bce: every entry is first treated as a negative in a branch-free loop with one exp per
+// entry (float; the loss is summed in double), then the few positives of the row are
+// corrected: loss -= z, gradient -= 1/B. log(1+exp(-y·z)) = softplus(z) - [pos]·z and
+// d/dz = sigmoid(z) - [pos].
+template <>
+double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
+                                    double inv_b, int64_t& zeros) {
+  double loss = 0.0;
+  for (const uint32_t* p = tg.first; p != tg.last; ++p) loss -= z[*p - lo];
+  const float inv_bf = static_cast<float>(inv_b);
+  int64_t row_zeros = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    const float x = z[j];
+    const float e = std::exp(-std::fabs(x));
+    loss += static_cast<double>(std::max(x, 0.0f) + std::log1p(e));
+    const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+    const float g = sig * inv_bf;
+    z[j] = g;
+    row_zeros += g == 0.0f;
+  }
+  for (const uint32_t* p = tg.first; p != tg.last; ++p) {
+    float& g = z[*p - lo];
+    row_zeros -= g == 0.0f;
+    g -= inv_bf;
+    row_zeros += g == 0.0f;
+  }
+  zeros += row_zeros;
+  return loss;
+}
+
+// squared hinge: y = ±1, loss max(0, 1 - y·z)², gradient exactly 0 when the margin is met.
+template <>
+double row_loss_grad<LossType::squared_hinge>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
+                                              double inv_b, int64_t& zeros) {
   double loss = 0.0;
   const uint32_t* p = tg.first;
   for (int64_t j = 0; j < c; ++j) {
@@ -74,20 +101,12 @@ double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double in
     while (p != tg.last && *p < label) ++p;
     const bool pos = p != tg.last && *p == label;
     const double x = z[j];
-    double g;
-    if constexpr (T == LossType::bce) {
-      // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
-      loss += softplus(x) - (pos ? x : 0.0);
-      g = sigmoid(x) - (pos ? 1.0 : 0.0);
-    } else {
-      const double y = pos ? 1.0 : -1.0;
-      const double m = 1.0 - y * x;
-      if (m > 0) {
-        loss += m * m;
-        g = -2.0 * y * m;
-      } else {
-        g = 0.0;  // margin met: exactly zero, sparse kernels skip these
-      }
+    const double y = pos ? 1.0 : -1.0;
+    const double m = 1.0 - y * x;
+    double g = 0.0;  // margin met: exactly zero, sparse kernels skip these
+    if (m > 0) {
+      loss += m * m;
+      g = -2.0 * y * m;
     }
     const float gf = static_cast<float>(g * inv_b);
     z[j] = gf;
