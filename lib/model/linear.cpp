@@ -7,16 +7,9 @@
 
 #include "core/error.h"
 #include "model/dropout.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
-
-namespace {
-HostBuffer<float> state_buffer(MemoryLedger& ledger, const OptimizerConfig& optim, int which,
-                               size_t n) {
-  if (optimizer_state_arrays(optim) < which) return {};
-  return HostBuffer<float>(ledger, MemTag::optimizer, n);
-}
-}  // namespace
 
 Linear::Linear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                const OptimizerConfig& optim, Rng& init_rng)
@@ -27,8 +20,8 @@ Linear::Linear(Context& ctx, int64_t in, int64_t out, Activation act, double dro
       optim_(optim),
       params_(ctx.ledger(), MemTag::weights, static_cast<size_t>((in + 1) * out)),
       grad_(ctx.ledger(), MemTag::workspace, static_cast<size_t>((in + 1) * out)),
-      opt1_(state_buffer(ctx.ledger(), optim, 1, static_cast<size_t>((in + 1) * out))),
-      opt2_(state_buffer(ctx.ledger(), optim, 2, static_cast<size_t>((in + 1) * out))),
+      opt1_(optimizer_state_buffer(ctx.ledger(), optim, 1, static_cast<size_t>((in + 1) * out))),
+      opt2_(optimizer_state_buffer(ctx.ledger(), optim, 2, static_cast<size_t>((in + 1) * out))),
       x_(ctx.ledger(), MemTag::activations),
       mask_(ctx.ledger(), MemTag::activations),
       h_(ctx.ledger(), MemTag::activations),

@@ -6,16 +6,9 @@
 
 #include "core/error.h"
 #include "model/dropout.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
-
-namespace {
-HostBuffer<float> state_buffer(MemoryLedger& ledger, const OptimizerConfig& optim, int which,
-                               size_t n) {
-  if (optimizer_state_arrays(optim) < which) return {};
-  return HostBuffer<float>(ledger, MemTag::optimizer, n);
-}
-}  // namespace
 
 SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                            const OptimizerConfig& optim, Rng& init_rng)
@@ -25,8 +18,8 @@ SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act
       dropout_(dropout),
       optim_(optim),
       params_(ctx.ledger(), MemTag::weights, static_cast<size_t>((in + 1) * out)),
-      opt1_(state_buffer(ctx.ledger(), optim, 1, static_cast<size_t>((in + 1) * out))),
-      opt2_(state_buffer(ctx.ledger(), optim, 2, static_cast<size_t>((in + 1) * out))),
+      opt1_(optimizer_state_buffer(ctx.ledger(), optim, 1, static_cast<size_t>((in + 1) * out))),
+      opt2_(optimizer_state_buffer(ctx.ledger(), optim, 2, static_cast<size_t>((in + 1) * out))),
       h_(ctx.ledger(), MemTag::activations),
       dz_(ctx.ledger(), MemTag::workspace),
       row_grad_(ctx.ledger(), MemTag::workspace),

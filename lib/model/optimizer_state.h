@@ -1,0 +1,18 @@
+#pragma once
+// Ledger-recorded optimizer state arrays.
+#include <cstddef>
+
+#include "core/memory_ledger.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+// State array `which` (1 or 2) of an optimizer over n parameters, recorded under
+// MemTag::optimizer; empty when the optimizer needs fewer arrays.
+inline HostBuffer<float> optimizer_state_buffer(MemoryLedger& ledger, const OptimizerConfig& optim,
+                                                int which, size_t n) {
+  if (optimizer_state_arrays(optim) < which) return {};
+  return HostBuffer<float>(ledger, MemTag::optimizer, n);
+}
+
+}  // namespace xmc
