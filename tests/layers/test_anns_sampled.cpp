@@ -19,8 +19,10 @@
 #include "layers/anns_sampled.h"
 #include "layers/registry.h"
 #include "support/test_support.h"
+#include "support/layer_support.h"
 
 using namespace xmc;
+using namespace xmc::test;
 
 namespace {
 
@@ -84,18 +86,6 @@ Batch batch_of(const Dataset& ds, const std::vector<int64_t>& ids) {
   for (auto id : ids)
     pos.emplace_back(ds.labels.row_indices(id), ds.labels.row_indices(id) + ds.labels.row_nnz(id));
   return make_batch(ds.num_labels(), ids, pos);
-}
-
-const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t;
-  FAIL("no tensor " << name);
-  return ts.front();
-}
-
-std::vector<double> to_double(const TensorRef& t) {
-  const float* p = std::get<float*>(t.data);
-  return {p, p + t.numel()};
 }
 
 // Checks one batch's candidates: positives first and exactly the batch's positives, no

@@ -11,25 +11,12 @@
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
 #include "layers/registry.h"
+#include "support/layer_support.h"
 
 using namespace xmc;
+using namespace xmc::test;
 
 namespace {
-
-// Batch of B points with given positives per row (sorted), L labels.
-Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
-  Batch b;
-  b.sparse = false;
-  b.labels.rows = static_cast<int64_t>(pos.size());
-  b.labels.cols = num_labels;
-  b.labels.indptr = {0};
-  for (size_t i = 0; i < pos.size(); ++i) {
-    b.ids.push_back(static_cast<int64_t>(i));
-    for (auto l : pos[i]) b.labels.indices.push_back(l);
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
-  return b;
-}
 
 bool is_pos(const Batch& b, int64_t i, int64_t l) {
   for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p)
@@ -93,18 +80,6 @@ std::vector<double> ref_logits(const Params& prm, const std::vector<double>& h, 
       z[i * num_labels + l] = s;
     }
   return z;
-}
-
-std::vector<double> to_double(const TensorRef& t) {
-  const float* p = std::get<float*>(t.data);
-  return {p, p + t.numel()};
-}
-
-const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t;
-  FAIL("no tensor " << name);
-  return ts.front();
 }
 
 // Central finite difference of f with respect to x[i].

@@ -16,24 +16,12 @@
 #include "core/rng.h"
 #include "layers/fixed_fanin.h"
 #include "support/test_support.h"
+#include "support/layer_support.h"
 
 using namespace xmc;
+using namespace xmc::test;
 
 namespace {
-
-Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
-  Batch b;
-  b.sparse = false;
-  b.labels.rows = static_cast<int64_t>(pos.size());
-  b.labels.cols = num_labels;
-  b.labels.indptr = {0};
-  for (size_t i = 0; i < pos.size(); ++i) {
-    b.ids.push_back(static_cast<int64_t>(i));
-    for (auto l : pos[i]) b.labels.indices.push_back(l);
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
-  return b;
-}
 
 double target(const Batch& b, int64_t i, int64_t l) {
   for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p)
@@ -93,17 +81,6 @@ struct Ref {
   }
 };
 
-const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t;
-  FAIL("no tensor " << name);
-  return ts.front();
-}
-std::vector<double> floats(const std::vector<TensorRef>& ts, const std::string& name) {
-  const auto& t = find(ts, name);
-  const float* p = std::get<float*>(t.data);
-  return {p, p + t.numel()};
-}
 std::vector<float> floats_f(const std::vector<TensorRef>& ts, const std::string& name) {
   const auto& t = find(ts, name);
   const float* p = std::get<float*>(t.data);

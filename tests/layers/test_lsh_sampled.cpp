@@ -15,36 +15,12 @@
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
 #include "support/test_support.h"
+#include "support/layer_support.h"
 
 using namespace xmc;
+using namespace xmc::test;
 
 namespace {
-
-Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
-  Batch b;
-  b.sparse = false;
-  b.labels.rows = static_cast<int64_t>(pos.size());
-  b.labels.cols = num_labels;
-  for (size_t i = 0; i < pos.size(); ++i) {
-    b.ids.push_back(static_cast<int64_t>(i));
-    b.labels.indices.insert(b.labels.indices.end(), pos[i].begin(), pos[i].end());
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
-  return b;
-}
-
-const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t;
-  FAIL("no tensor " << name);
-  return ts.front();
-}
-
-std::vector<double> floats(const std::vector<TensorRef>& ts, const std::string& name) {
-  const auto& t = find(ts, name);
-  const float* p = std::get<float*>(t.data);
-  return {p, p + t.numel()};
-}
 
 LayerInit sgd_init(Context& ctx, int64_t d, int64_t n, int64_t batch) {
   LayerInit init;

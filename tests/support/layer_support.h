@@ -1,0 +1,48 @@
+#pragma once
+// Helpers shared by the output-layer tests: tiny batches and access to a layer's state.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor_ref.h"
+#include "data/batch.h"
+
+namespace xmc::test {
+
+// A batch of pos.size() points over num_labels labels; row i's positives are pos[i]
+// (sorted). No features: the layer tests pass h directly.
+inline Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
+  Batch b;
+  b.sparse = false;
+  b.labels.rows = static_cast<int64_t>(pos.size());
+  b.labels.cols = num_labels;
+  b.labels.indptr = {0};
+  for (size_t i = 0; i < pos.size(); ++i) {
+    b.ids.push_back(static_cast<int64_t>(i));
+    for (auto l : pos[i]) b.labels.indices.push_back(l);
+    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
+  }
+  return b;
+}
+
+// The tensor named `name` of a state list (the test fails when it is missing).
+inline const TensorRef& find(const std::vector<TensorRef>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return t;
+  FAIL("no tensor " << name);
+  return ts.front();
+}
+
+// A float tensor's values in double.
+inline std::vector<double> to_double(const TensorRef& t) {
+  const float* p = std::get<float*>(t.data);
+  return {p, p + t.numel()};
+}
+
+inline std::vector<double> floats(const std::vector<TensorRef>& ts, const std::string& name) {
+  return to_double(find(ts, name));
+}
+
+}  // namespace xmc::test
