@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "core/matrix.h"
 #include "data/dataset.h"
@@ -35,6 +36,16 @@ CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name,
 // Split format: features file ("N D", "f:v" lines) + labels file ("N L", "l:1" lines).
 // Throws InputError naming both files and both row counts when they differ. Label values
 // are dropped (pattern only).
+// N from the header line ("N D L" or "N C") of an XC text file, without reading the rest:
+// row counts of paired files are compared before either is parsed (or cached).
+int64_t read_xc_header_rows(const std::string& path);
+
+// features [N×D] + labels file -> Dataset; throws InputError naming both files when the
+// labels file's row count differs (checked from its header before it is parsed).
+Dataset join_features_and_labels(std::variant<CsrMatrix, DenseMatrix> features,
+                                 const std::string& features_path,
+                                 const std::string& labels_path, const ReadOptions& opt);
+
 Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
                       const ReadOptions& opt = {});
 

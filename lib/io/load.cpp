@@ -46,17 +46,7 @@ Dataset load_dense_dataset(const std::string& features_path, const std::string& 
     x = read_hdf5(features_path, hdf5_dataset);
   else
     throw_input("dense features '{}': expected a .npy, .h5 or .hdf5 file", features_path);
-  CsrMatrix y = read_xc_sparse(labels_path, opt);
-  if (x.rows != y.rows)
-    throw_input("row count mismatch: features '{}' has {} rows but labels '{}' has {} rows",
-                features_path, x.rows, labels_path, y.rows);
-  y.values.clear();
-  y.values.shrink_to_fit();
-  Dataset ds;
-  ds.source = features_path + " + " + labels_path;
-  ds.features = std::move(x);
-  ds.labels = std::move(y);
-  return ds;
+  return join_features_and_labels(std::move(x), features_path, labels_path, opt);
 }
 
 Dataset load_dataset(const DataSource& src) {

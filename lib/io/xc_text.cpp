@@ -9,12 +9,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -395,20 +398,47 @@ CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt) {
   return m;
 }
 
-Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
-                      const ReadOptions& opt) {
-  CsrMatrix x = read_xc_sparse(features_path, opt);
-  CsrMatrix y = read_xc_sparse(labels_path, opt);
-  if (x.rows != y.rows)
+int64_t read_xc_header_rows(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw_input("cannot open '{}': {}", path, std::strerror(errno));
+  std::string line;
+  std::getline(in, line);
+  std::istringstream fields(line);
+  long long n = -1;
+  if (!(fields >> n) || n < 0)
+    throw_input("{}:1: expected a header 'N ...' with a non-negative row count, got '{}'", path,
+                line.substr(0, 40));
+  return n;
+}
+
+Dataset join_features_and_labels(std::variant<CsrMatrix, DenseMatrix> features,
+                                 const std::string& features_path,
+                                 const std::string& labels_path, const ReadOptions& opt) {
+  const int64_t rows = std::visit([](const auto& m) { return m.rows; }, features);
+  const int64_t label_rows = read_xc_header_rows(labels_path);
+  if (rows != label_rows)
     throw_input("row count mismatch: features '{}' has {} rows but labels '{}' has {} rows",
-                features_path, x.rows, labels_path, y.rows);
+                features_path, rows, labels_path, label_rows);
+  CsrMatrix y = read_xc_sparse(labels_path, opt);
   y.values.clear();
   y.values.shrink_to_fit();
   Dataset ds;
   ds.source = features_path + " + " + labels_path;
-  ds.features = std::move(x);
+  ds.features = std::move(features);
   ds.labels = std::move(y);
   return ds;
+}
+
+Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
+                      const ReadOptions& opt) {
+  // Compare the headers first, so a mismatch leaves no cache file behind.
+  const int64_t rows = read_xc_header_rows(features_path);
+  const int64_t label_rows = read_xc_header_rows(labels_path);
+  if (rows != label_rows)
+    throw_input("row count mismatch: features '{}' has {} rows but labels '{}' has {} rows",
+                features_path, rows, labels_path, label_rows);
+  return join_features_and_labels(read_xc_sparse(features_path, opt), features_path,
+                                  labels_path, opt);
 }
 
 namespace {
