@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "model/optimizer.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -66,15 +67,10 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   const auto wn = static_cast<size_t>(num_labels * d_);
   w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
   b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(num_labels));
-  const int states = optimizer_state_arrays(optim_);
-  if (states >= 1) {
-    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(num_labels));
-  }
-  if (states >= 2) {
-    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(num_labels));
-  }
+  w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
+  b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(num_labels));
+  w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
+  b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(num_labels));
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);

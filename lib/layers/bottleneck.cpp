@@ -4,6 +4,7 @@
 
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -17,9 +18,8 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
   const int64_t d = init.input_dim;
   const auto pn = static_cast<size_t>(dim_ * d);
   p_ = HostBuffer<float>(ledger, MemTag::weights, pn);
-  const int states = optimizer_state_arrays(optim_);
-  if (states >= 1) p_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, pn);
-  if (states >= 2) p_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, pn);
+  p_s1_ = optimizer_state_buffer(ledger, optim_, 1, pn);
+  p_s2_ = optimizer_state_buffer(ledger, optim_, 2, pn);
   const auto ub = static_cast<size_t>(init.batch_size * dim_);
   u_ = HostBuffer<float>(ledger, MemTag::workspace, ub);
   du_ = HostBuffer<float>(ledger, MemTag::workspace, ub);

@@ -7,6 +7,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -25,15 +26,10 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
   const auto wn = static_cast<size_t>(n * d);
   w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
   b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  const int states = optimizer_state_arrays(optim);
-  if (states >= 1) {
-    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
-  }
-  if (states >= 2) {
-    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
-  }
+  w_s1_ = optimizer_state_buffer(ledger, optim, 1, wn);
+  b_s1_ = optimizer_state_buffer(ledger, optim, 1, static_cast<size_t>(n));
+  w_s2_ = optimizer_state_buffer(ledger, optim, 2, wn);
+  b_s2_ = optimizer_state_buffer(ledger, optim, 2, static_cast<size_t>(n));
   z_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch * chunk_));
   dw_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_ * d));
   db_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_));

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -36,15 +37,10 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   const auto wn = static_cast<size_t>(n * d);
   w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
   b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  const int states = optimizer_state_arrays(optim_);
-  if (states >= 1) {
-    w_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s1_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
-  }
-  if (states >= 2) {
-    w_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, wn);
-    b_s2_ = HostBuffer<float>(ledger, MemTag::optimizer, static_cast<size_t>(n));
-  }
+  w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
+  b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(n));
+  w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
+  b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(n));
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   slot_of_ = HostBuffer<int32_t>(ledger, MemTag::workspace, static_cast<size_t>(n));

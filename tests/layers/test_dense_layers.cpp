@@ -82,23 +82,6 @@ std::vector<double> ref_logits(const Params& prm, const std::vector<double>& h, 
   return z;
 }
 
-// Central finite difference of f with respect to x[i].
-double fd(std::vector<double>& x, size_t i, const std::function<double()>& f) {
-  const double eps = 1e-6;
-  const double x0 = x[i];
-  x[i] = x0 + eps;
-  const double fp = f();
-  x[i] = x0 - eps;
-  const double fm = f();
-  x[i] = x0;
-  return (fp - fm) / (2 * eps);
-}
-
-void check_close(double analytic, double numeric, const std::string& what) {
-  INFO(what << ": analytic " << analytic << " numeric " << numeric);
-  CHECK(std::abs(analytic - numeric) <= 2e-4 + 2e-3 * std::abs(numeric));
-}
-
 // One SGD step with lr = 1 exposes the gradient as (old - new); dh comes back directly.
 void gradient_check(const std::string& backend, const std::string& loss, int64_t chunk) {
   const int64_t batch = 4, d = 5, num_labels = 7, dim = 3;

@@ -131,22 +131,6 @@ std::vector<float> random_h(int64_t batch, int64_t d, uint64_t seed, double scal
   return h;
 }
 
-double fd(std::vector<double>& x, size_t i, const std::function<double()>& f) {
-  const double eps = 1e-6;
-  const double x0 = x[i];
-  x[i] = x0 + eps;
-  const double fp = f();
-  x[i] = x0 - eps;
-  const double fm = f();
-  x[i] = x0;
-  return (fp - fm) / (2 * eps);
-}
-
-void check_close(double analytic, double numeric, const std::string& what) {
-  INFO(what << ": analytic " << analytic << " numeric " << numeric);
-  CHECK(std::abs(analytic - numeric) <= 2e-4 + 2e-3 * std::abs(numeric));
-}
-
 const Batch kBatch = make_batch(7, {{1}, {0, 6}, {}, {2, 3, 5}});
 
 }  // namespace

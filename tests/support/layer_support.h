@@ -2,7 +2,9 @@
 // Helpers shared by the output-layer tests: tiny batches and access to a layer's state.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,24 @@ inline std::vector<double> to_double(const TensorRef& t) {
 
 inline std::vector<double> floats(const std::vector<TensorRef>& ts, const std::string& name) {
   return to_double(find(ts, name));
+}
+
+// Central finite difference of f with respect to x[i] (step 1e-6, in double).
+inline double fd(std::vector<double>& x, size_t i, const std::function<double()>& f) {
+  const double eps = 1e-6;
+  const double x0 = x[i];
+  x[i] = x0 + eps;
+  const double fp = f();
+  x[i] = x0 - eps;
+  const double fm = f();
+  x[i] = x0;
+  return (fp - fm) / (2 * eps);
+}
+
+// An analytic gradient (from the float layer) against its finite difference.
+inline void check_close(double analytic, double numeric, const std::string& what) {
+  INFO(what << ": analytic " << analytic << " numeric " << numeric);
+  CHECK(std::abs(analytic - numeric) <= 2e-4 + 2e-3 * std::abs(numeric));
 }
 
 }  // namespace xmc::test
