@@ -179,6 +179,10 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   }
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
+  // Prepared once per step: per-row calls of optimizer_update would recompute Adam's
+  // bias corrections and enter a (serialised) OpenMP region for every touched row.
+  const OptimizerStep w_step(optim_, lr.lr, lr.step);
+  const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
   auto st = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
 #pragma omp parallel
   {
@@ -196,10 +200,8 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
         for (int64_t j = 0; j < d; ++j) gw[j] += ge * hp[j];
       }
       const int64_t o = int64_t{l} * d;
-      optimizer_update(optim_, lr.lr, lr.step, w_.data() + o, gw.data(), st(w_s1_, o),
-                       st(w_s2_, o), d);
-      optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l),
-                       1);
+      w_step.apply(w_.data() + o, gw.data(), st(w_s1_, o), st(w_s2_, o), d);
+      b_step.apply(b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l), 1);
       dirty_[l] = 1;
     }
   }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/fast_math.h"
 
 namespace xmc {
 
@@ -71,15 +72,18 @@ double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTarget
   for (const uint32_t* p = tg.first; p != tg.last; ++p) loss -= z[*p - lo];
   const float inv_bf = static_cast<float>(inv_b);
   int64_t row_zeros = 0;
+  double row_loss = 0.0;  // summed in double: chunking must not change the total
+#pragma omp simd reduction(+ : row_loss, row_zeros)
   for (int64_t j = 0; j < c; ++j) {
     const float x = z[j];
-    const float e = std::exp(-std::fabs(x));
-    loss += static_cast<double>(std::max(x, 0.0f) + std::log1p(e));
+    const float e = exp_approx(-std::fabs(x));
+    row_loss += static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
     const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
     const float g = sig * inv_bf;
     z[j] = g;
     row_zeros += g == 0.0f;
   }
+  loss += row_loss;
   for (const uint32_t* p = tg.first; p != tg.last; ++p) {
     float& g = z[*p - lo];
     row_zeros -= g == 0.0f;
@@ -171,14 +175,19 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
 #pragma omp parallel for schedule(static) if (logits.rows * c > 16384)
   for (int64_t r = 0; r < logits.rows; ++r) {
     const float* z = logits.row(r);
-    double m = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<double>(z[j]));
+    float mf = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mf)
+    for (int64_t j = 0; j < c; ++j) mf = std::max(mf, z[j]);
     const size_t ri = static_cast<size_t>(r);
-    const double new_max = std::max(stats.max[ri], m);
+    const double new_max = std::max(stats.max[ri], static_cast<double>(mf));
     // Rescale the running sum to the new max (online logsumexp); exp(-inf) = 0 on the
     // first chunk.
     double s = stats.sumexp[ri] == 0.0 ? 0.0 : stats.sumexp[ri] * std::exp(stats.max[ri] - new_max);
-    for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(z[j]) - new_max);
+    const auto nm = static_cast<float>(new_max);
+    double cs = 0.0;
+#pragma omp simd reduction(+ : cs)
+    for (int64_t j = 0; j < c; ++j) cs += static_cast<double>(exp_approx(z[j] - nm));
+    s += cs;
     stats.max[ri] = new_max;
     stats.sumexp[ri] = s;
   }
@@ -204,19 +213,19 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
     const double t = 1.0 / static_cast<double>(npos);
     const double lse = stats.logsumexp(r);
     const ChunkTargets tg = chunk_targets(targets, r, lo, lo + c);
-    const uint32_t* p = tg.first;
-    for (int64_t j = 0; j < c; ++j) {
-      const uint64_t label = static_cast<uint64_t>(lo + j);
-      while (p != tg.last && *p < label) ++p;
-      const bool pos = p != tg.last && *p == label;
-      const double x = z[j];
-      double g = std::exp(x - lse);
-      if (pos) {
-        total += t * (lse - x);  // -t·log p
-        g -= t;
-      }
-      z[j] = static_cast<float>(g * inv_b);
-    }
+    // Positives first (their logits are read before the row is overwritten): -t·log p.
+    for (const uint32_t* p = tg.first; p != tg.last; ++p)
+      total += t * (lse - static_cast<double>(z[*p - lo]));
+    // z - lse as (z - max) - (lse - max): both parts exact or small in float, where a
+    // float lse near |z| ~ 1000 would be off by 6e-5.
+    const double row_max = stats.max[static_cast<size_t>(r)];
+    const auto max_f = static_cast<float>(row_max);
+    const auto shift = static_cast<float>(lse - row_max);
+    const auto inv_bf = static_cast<float>(inv_b);
+#pragma omp simd
+    for (int64_t j = 0; j < c; ++j) z[j] = exp_approx((z[j] - max_f) - shift) * inv_bf;
+    const auto t_b = static_cast<float>(t * inv_b);
+    for (const uint32_t* p = tg.first; p != tg.last; ++p) z[*p - lo] -= t_b;
   }
   return total;
 }

@@ -1,5 +1,6 @@
 #include "model/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -35,67 +36,81 @@ namespace {
 // Below this many slots the loop runs on the calling thread (also the case when called
 // from inside a parallel region, e.g. per touched row of a sparse layer).
 constexpr int64_t kParallelMin = 1 << 15;
+// Slots per thread task above that size (a multiple of the SIMD width).
+constexpr int64_t kOptimizerBlock = 1 << 14;
 
-void sgd_update(const OptimizerConfig& cfg, double lr, float* p, const float* g, float* v,
-                int64_t n) {
-  const float lr_f = static_cast<float>(lr);
-  const float wd = static_cast<float>(cfg.weight_decay);
-  const float mu = static_cast<float>(cfg.momentum);
-  if (cfg.momentum != 0.0) {
-    XMC_CHECK(v != nullptr, "sgd with momentum {} needs a state array", cfg.momentum);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i] + wd * p[i];
-      v[i] = mu * v[i] + gi;
-      p[i] -= lr_f * v[i];
-    }
-  } else {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr_f * (g[i] + wd * p[i]);
-  }
-}
+}  // namespace
 
-void adam_update(const OptimizerConfig& cfg, double lr, int64_t step, float* p, const float* g,
-                 float* m, float* v, int64_t n) {
-  XMC_CHECK(m != nullptr && v != nullptr, "{} needs two state arrays", to_string(cfg.type));
+OptimizerStep::OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step)
+    : type_(cfg.type),
+      momentum_(cfg.momentum != 0.0),
+      lr_(static_cast<float>(lr)),
+      wd_(static_cast<float>(cfg.weight_decay)),
+      mu_(static_cast<float>(cfg.momentum)),
+      step_size_(0.0f),
+      inv_sqrt_bc2_(1.0f),
+      b1_(static_cast<float>(cfg.beta1)),
+      b2_(static_cast<float>(cfg.beta2)),
+      // 1-β computed in double: 1.0f - 0.999f is off by 1e-5 relative.
+      one_minus_b1_(static_cast<float>(1.0 - cfg.beta1)),
+      one_minus_b2_(static_cast<float>(1.0 - cfg.beta2)),
+      eps_(static_cast<float>(cfg.eps)),
+      l2_(0.0f),
+      decay_(1.0f) {
+  if (type_ == OptimizerType::sgd) return;
   XMC_CHECK(step >= 1, "optimizer step is 1-based, got {}", step);
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
-  const bool decoupled = cfg.type == OptimizerType::adamw;
+  const bool decoupled = type_ == OptimizerType::adamw;
   // p -= lr·m̂/(sqrt(v̂)+eps) with m̂ = m/bc1, v̂ = v/bc2, folded into two constants.
-  const float step_size = static_cast<float>(lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const float b1 = static_cast<float>(cfg.beta1);
-  const float b2 = static_cast<float>(cfg.beta2);
-  // 1-β computed in double: 1.0f - 0.999f is off by 1e-5 relative.
-  const float one_minus_b1 = static_cast<float>(1.0 - cfg.beta1);
-  const float one_minus_b2 = static_cast<float>(1.0 - cfg.beta2);
-  const float eps = static_cast<float>(cfg.eps);
-  const float l2 = decoupled ? 0.0f : static_cast<float>(cfg.weight_decay);
-  const float decay = decoupled ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] + l2 * p[i];
-    m[i] = b1 * m[i] + one_minus_b1 * gi;
-    v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
-    const float pi = p[i] * decay;  // adamw: decoupled p -= lr·wd·p
-    p[i] = pi - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-  }
+  step_size_ = static_cast<float>(lr / bc1);
+  inv_sqrt_bc2_ = static_cast<float>(1.0 / std::sqrt(bc2));
+  l2_ = decoupled ? 0.0f : static_cast<float>(cfg.weight_decay);
+  decay_ = decoupled ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
 }
 
-}  // namespace
+void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t n) const {
+  if (type_ == OptimizerType::sgd) {
+    if (momentum_) {
+      XMC_CHECK(m != nullptr, "sgd with momentum {} needs a state array", mu_);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd_ * p[i];
+        m[i] = mu_ * m[i] + gi;
+        p[i] -= lr_ * m[i];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) p[i] -= lr_ * (g[i] + wd_ * p[i]);
+    }
+    return;
+  }
+  XMC_CHECK(m != nullptr && v != nullptr, "{} needs two state arrays", to_string(type_));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + l2_ * p[i];
+    m[i] = b1_ * m[i] + one_minus_b1_ * gi;
+    v[i] = b2_ * v[i] + one_minus_b2_ * gi * gi;
+    const float pi = p[i] * decay_;  // adamw: decoupled p -= lr·wd·p
+    p[i] = pi - step_size_ * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2_ + eps_);
+  }
+}
 
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
-  switch (cfg.type) {
-    case OptimizerType::sgd:
-      sgd_update(cfg, lr, params, grad, state1, n);
-      return;
-    case OptimizerType::adam:
-    case OptimizerType::adamw:
-      adam_update(cfg, lr, step, params, grad, state1, state2, n);
-      return;
+  const OptimizerStep s(cfg, lr, step);
+  if (n < kParallelMin) {
+    s.apply(params, grad, state1, state2, n);
+    return;
+  }
+  const int64_t blocks = (n + kOptimizerBlock - 1) / kOptimizerBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t o = blk * kOptimizerBlock;
+    const int64_t len = std::min(kOptimizerBlock, n - o);
+    s.apply(params + o, grad + o, state1 ? state1 + o : nullptr, state2 ? state2 + o : nullptr,
+            len);
   }
 }
 

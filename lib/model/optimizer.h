@@ -35,4 +35,22 @@ int optimizer_state_arrays(const OptimizerConfig& cfg);
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n);
 
+// One step's update prepared once (Adam's two bias-correction powers, the folded
+// constants) and applied to many small slices — the touched rows of a sparse layer —
+// on the calling thread: apply() never opens an OpenMP region, so it is cheap inside
+// one. optimizer_update(cfg, lr, step, ...) is OptimizerStep(cfg, lr, step).apply(...)
+// split over threads; both give bit-identical results.
+class OptimizerStep {
+ public:
+  OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step);
+  void apply(float* params, const float* grad, float* state1, float* state2, int64_t n) const;
+
+ private:
+  OptimizerType type_;
+  bool momentum_;
+  float lr_, wd_, mu_;                          // sgd
+  float step_size_, inv_sqrt_bc2_, b1_, b2_;    // adam, adamw
+  float one_minus_b1_, one_minus_b2_, eps_, l2_, decay_;
+};
+
 }  // namespace xmc

@@ -133,11 +133,11 @@ void SparseLinear::apply_update(double lr, int64_t step) {
   float* s1 = opt1_.data();
   float* s2 = opt2_.data();
   const float* g = row_grad_.data();
+  const OptimizerStep row_step(optim_, lr, step);  // prepared once for all touched rows
 #pragma omp parallel for schedule(static) if (u_count * out > 65536)
   for (int64_t u = 0; u < u_count; ++u) {
     const int64_t off = static_cast<int64_t>(touched_[static_cast<size_t>(u)]) * out;
-    optimizer_update(optim_, lr, step, p + off, g + u * out, s1 ? s1 + off : nullptr,
-                     s2 ? s2 + off : nullptr, out);
+    row_step.apply(p + off, g + u * out, s1 ? s1 + off : nullptr, s2 ? s2 + off : nullptr, out);
   }
   const int64_t boff = in_ * out;
   optimizer_update(optim_, lr, step, p + boff, bias_grad_.data(), s1 ? s1 + boff : nullptr,

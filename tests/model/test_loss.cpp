@@ -113,7 +113,9 @@ void check_loss(LossType type) {
   // Chunked over three uneven chunks: same loss, same gradients.
   std::vector<float> gc;
   const double loss_c = run_chunks(type, z, t, {0, 3, 7, kL}, gc);
-  CHECK(loss_c == Approx(loss).epsilon(1e-9));
+  // softmax: each chunk's exps are taken relative to a different running max in float
+  // (relative error < 3e-7 per term), so chunking moves the total in the 9th digit.
+  CHECK(loss_c == Approx(loss).epsilon(type == LossType::softmax ? 1e-7 : 1e-9));
   for (size_t i = 0; i < g.size(); ++i) CHECK(gc[i] == Approx(g[i]).epsilon(1e-6).margin(1e-9));
 }
 
@@ -183,7 +185,8 @@ TEST_CASE("softmax is stable for huge logits") {
   softmax_accumulate(ConstMatrix{z.data() + 2, 1, 1, 3}, stats);
   const double loss = softmax_loss_grad(Matrix{z.data(), 1, 3}, stats, t, 0, 1);
   // -log(e^999 / (e^1000 + e^999)) = log(1 + e)
-  CHECK(loss == Approx(std::log1p(std::exp(1.0))).epsilon(1e-9));
+  // exp is evaluated in float (model/fast_math.h, relative error < 3e-7).
+  CHECK(loss == Approx(std::log1p(std::exp(1.0))).epsilon(1e-6));
   CHECK(z[0] == Approx(1.0 / (1.0 + std::exp(-1.0))));
   CHECK(std::isfinite(z[2]));
 }
