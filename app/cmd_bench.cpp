@@ -2,6 +2,7 @@
 
 #include "bench/dense_bench.h"
 #include "bench/fixed_fanin_bench.h"
+#include "bench/group_shared_bench.h"
 #include "commands.h"
 #include "core/error.h"
 #include "sampling/lsh_bench.h"
@@ -56,7 +57,38 @@ Command register_bench(CLI::App& app) {
   ff->add_option("--iters", q->iters, "Timed repetitions")->capture_default_str();
   ff->add_option("--threads", q->threads, "Threads (0 = all cores)");
   ff->add_flag("--json", *json, "Print JSON");
-  return {sub, [p, lp, q, json, dense, lsh, ff]() -> int {
+  auto gp = std::make_shared<bench::GroupSharedBenchParams>();
+  auto* gs = sub->add_subcommand(
+      "group_shared",
+      "Group-shared ops (forward, weight and input gradient) for each G and F beside the fixed "
+      "fan-in ops and a FLOPs-matched dense GEMM");
+  gs->add_option("--batch", gp->batch, "Batch size B")->capture_default_str();
+  gs->add_option("--dim", gp->dim, "Inputs m of the tail")->capture_default_str();
+  gs->add_option("--labels", gp->labels, "Number of labels L")->capture_default_str();
+  gs->add_option("--groups", gp->groups, "Group sizes G (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  gs->add_option("--fan-ins", gp->fan_ins, "Fan-ins F (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  gs->add_option("--chunk", gp->chunk, "Labels per block")->capture_default_str();
+  gs->add_option("--iters", gp->iters, "Timed repetitions")->capture_default_str();
+  gs->add_option("--threads", gp->threads, "Threads (0 = all cores)");
+  gs->add_flag("--json", *json, "Print JSON");
+  return {sub, [p, lp, q, gp, json, dense, lsh, ff, gs]() -> int {
+            if (gs->parsed()) {
+              if (gp->batch < 1 || gp->dim < 1 || gp->labels < 1 || gp->chunk < 1 ||
+                  gp->iters < 1 || gp->groups.empty() || gp->fan_ins.empty())
+                throw_input("bench group_shared: sizes, --iters, --groups and --fan-ins must be "
+                            "positive");
+              for (auto g : gp->groups)
+                if (g < 1) throw_input("bench group_shared: --groups {} must be positive", g);
+              for (auto f : gp->fan_ins)
+                if (f < 1 || f > gp->dim)
+                  throw_input("bench group_shared: --fan-ins {} must be in [1, --dim {}]", f, gp->dim);
+              auto j = bench::bench_group_shared(*gp);
+              std::cout << (*json ? j.dump(2) + "\n" : bench::group_shared_bench_table(j));
+            }
             if (lsh->parsed()) {
               if (lp->dim < 1 || lp->batch < 1 || lp->iters < 1 || lp->labels.empty())
                 throw_input("bench lsh: sizes, --iters and --labels must be positive");

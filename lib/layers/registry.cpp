@@ -5,6 +5,7 @@
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
 #include "layers/fixed_fanin.h"
+#include "layers/group_shared.h"
 
 namespace xmc {
 
@@ -19,6 +20,8 @@ const std::vector<OutputBackend>& output_backends() {
           "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives"),
       make_backend<FixedFaninLayer, FixedFaninConfig>(
           "fixed_fanin", "Constant fan-in sparse layer [L×F] with prune-and-regrow (Schultheis & Babbar 2023)"),
+      make_backend<GroupSharedLayer, GroupSharedConfig>(
+          "group_shared", "HASTE: groups of G tail labels share one fan-in set; dense head over frequent labels"),
   };
   return table;
 }

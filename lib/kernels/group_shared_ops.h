@@ -1,0 +1,39 @@
+#pragma once
+// Group-shared fixed fan-in ops on the CPU (HASTE; the reference and the CPU fast path,
+// OpenMP). The cuda/ versions have the same signatures in namespace xmc::gpu.
+//
+// Tail labels in internal (grouped) order r = 0..n-1; group k = r / G holds labels
+// [kG, min(n, (k+1)G)) (the last group may be partial) and all of them read the same F
+// inputs idx[k, 0..F) (into [0, m), no duplicates within a set), each label with its own
+// weights w[r, 0..F). The layer input is kept transposed, ut [m×B], so that one input
+// feature over the batch is a contiguous row.
+//
+// CPU scheme: a group's F input rows are gathered once per batch block into a
+// contiguous [F×rows] tile (per thread), then every label of the group is a small dense
+// product against that tile — F·B floats read per group instead of per label.
+#include <cstdint>
+
+#include "core/matrix.h"
+
+namespace xmc::kernels {
+
+// idx [K×F] uint32 (K = ceil(n/G)); w [n×F]; bias [n] (may be nullptr); ut [m×B].
+// z [B×n] (z.ld >= n) = sum_j w[r,j]·ut[idx[r/G, j], b] + bias[r]. Parallel over groups.
+void group_shared_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
+                          int64_t group, int64_t fan_in, ConstMatrix ut, Matrix z);
+
+// g [B×n] = dL/dz. dw [n×F] = sum_b g[b,r]·ut[idx[r/G,j], b]; db [n] = column sums of g
+// (db may be nullptr). Labels whose gradient column is all zero get dw = 0 without a
+// product; groups that are all zero skip the gather. Parallel over groups.
+void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int64_t fan_in,
+                              ConstMatrix g, ConstMatrix ut, float* dw, float* db);
+
+// du [B×m] += sum_r g[b,r]·w[r,j] at column idx[r/G, j]: per (row, group) the F partial
+// sums v_j = sum_{r in group, g[b,r] != 0} g[b,r]·w[r,j] first, then one scatter of F
+// values (skips exactly-zero g; a group with no nonzero g in a row scatters nothing).
+// Parallel over blocks of batch rows: each thread owns whole rows of du, so there are no
+// races and the result does not depend on the thread count.
+void group_shared_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t group,
+                             int64_t fan_in, ConstMatrix g, Matrix du);
+
+}  // namespace xmc::kernels
