@@ -177,7 +177,7 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
     const float* z = logits.row(r);
     float mf = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mf)
-    for (int64_t j = 0; j < c; ++j) mf = std::max(mf, z[j]);
+    for (int64_t j = 0; j < c; ++j) mf = mf < z[j] ? z[j] : mf;
     const size_t ri = static_cast<size_t>(r);
     const double new_max = std::max(stats.max[ri], static_cast<double>(mf));
     // Rescale the running sum to the new max (online logsumexp); exp(-inf) = 0 on the
