@@ -6,6 +6,7 @@
 #include "core/gpu.h"
 #include "kernels/dense_block_cuda.h"
 #include "kernels/dense_ops_cuda.h"
+#include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -104,5 +105,57 @@ void DenseBlockCuda::scores(ConstMatrix, int64_t, Matrix) { no_cuda(); }
 TopK DenseBlockCuda::topk(ConstMatrix, int) { no_cuda(); }
 DenseBlockCuda::HostState DenseBlockCuda::download() const { no_cuda(); }
 int64_t DenseBlockCuda::analytic_bytes() const { no_cuda(); }
+
+// kernels/sparse_ops_cuda.h (fixed fan-in, group-shared, sampled scoring)
+void transpose(const CudaContext&, ConstMatrix, Matrix) { no_cuda(); }
+void transpose(const CudaContext&, ConstMatrix, Bf16Matrix) { no_cuda(); }
+void fixed_fanin_forward(const CudaContext&, const uint32_t*, const float*, const float*, int64_t,
+                         int64_t, ConstMatrix, Matrix) {
+  no_cuda();
+}
+void fixed_fanin_weight_grad(const CudaContext&, const uint32_t*, int64_t, int64_t, ConstMatrix,
+                             ConstMatrix, float*, float*, unsigned long long*) {
+  no_cuda();
+}
+void fixed_fanin_input_grad(const CudaContext&, const uint32_t*, const float*, int64_t, int64_t,
+                            ConstMatrix, Matrix) {
+  no_cuda();
+}
+void group_shared_forward(const CudaContext&, const uint32_t*, const float*, const float*, int64_t,
+                          int64_t, int64_t, ConstMatrix, Matrix) {
+  no_cuda();
+}
+void group_shared_forward(const CudaContext&, const uint32_t*, const Bf16*, const float*, int64_t,
+                          int64_t, int64_t, ConstBf16Matrix, Matrix) {
+  no_cuda();
+}
+void group_shared_weight_grad(const CudaContext&, const uint32_t*, int64_t, int64_t, int64_t,
+                              ConstMatrix, ConstMatrix, float*, float*) {
+  no_cuda();
+}
+void group_shared_weight_grad(const CudaContext&, const uint32_t*, int64_t, int64_t, int64_t,
+                              ConstMatrix, ConstBf16Matrix, float*, float*) {
+  no_cuda();
+}
+void group_shared_input_grad(const CudaContext&, const uint32_t*, const float*, int64_t, int64_t,
+                             int64_t, ConstMatrix, Matrix) {
+  no_cuda();
+}
+void group_shared_input_grad(const CudaContext&, const uint32_t*, const Bf16*, int64_t, int64_t,
+                             int64_t, ConstMatrix, Matrix) {
+  no_cuda();
+}
+void sampled_scores(const CudaContext&, const float*, const float*, int64_t,
+                    const kernels::CandidateCsr&, ConstMatrix, float*) {
+  no_cuda();
+}
+void sampled_input_grad(const CudaContext&, const float*, int64_t, const kernels::CandidateCsr&,
+                        const float*, Matrix) {
+  no_cuda();
+}
+void sampled_weight_grad(const CudaContext&, const kernels::EntryGroups&, const float*, ConstMatrix,
+                         Matrix, float*) {
+  no_cuda();
+}
 
 }  // namespace xmc::gpu

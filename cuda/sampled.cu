@@ -1,0 +1,152 @@
+// Sampled scoring on the GPU (kernels/sampled_ops.h semantics): the gathered dot products
+// of lsh_sampled / anns_sampled. Candidates come from the host (CSR over the batch, and
+// for the weight gradient the entries grouped by label), so no sorting happens here.
+// - scores: a warp per entry, lanes over d (coalesced reads of the weight row), one
+//   warp reduction; the row of an entry by binary search in indptr.
+// - input gradient: a block per (batch row, 128 columns), each thread one column, the
+//   row's entries in order (unrolled by 4 for memory-level parallelism): deterministic,
+//   no atomics.
+// - weight gradient: a segmented reduction over the entries grouped by label; a block per
+//   (touched label, 128 columns), entries in order: deterministic, no atomics, and no
+//   L×d buffer (dw is [U×d] over the U touched labels).
+#include <algorithm>
+
+#include "cuda_check.h"
+#include "kernels/sparse_ops_cuda.h"
+
+namespace xmc::gpu {
+namespace {
+
+constexpr int kSmpThreads = 256;
+constexpr int kSmpCols = 128;  // columns per block of the gradient kernels
+
+__device__ __forceinline__ int64_t smp_row_of(const int64_t* __restrict__ indptr, int64_t rows,
+                                              int64_t e) {
+  int64_t lo = 0, hi = rows;  // indptr[lo] <= e < indptr[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (indptr[mid] <= e) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kSmpThreads)
+    smp_scores_kernel(const float* __restrict__ w, const float* __restrict__ bias, int64_t d,
+                      const int64_t* __restrict__ indptr, const uint32_t* __restrict__ labels,
+                      int64_t rows, int64_t nnz, const float* __restrict__ h, int64_t ldh,
+                      float* __restrict__ scores) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kSmpThreads / 32);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * (kSmpThreads / 32) + (threadIdx.x >> 5);
+       e < nnz; e += warps) {
+    const int64_t b = smp_row_of(indptr, rows, e);
+    const uint32_t l = labels[e];
+    const float* wl = w + static_cast<int64_t>(l) * d;
+    const float* hb = h + b * ldh;
+    float s = 0.0f;
+    for (int64_t j = lane; j < d; j += 32) s = fmaf(__ldg(wl + j), __ldg(hb + j), s);
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) scores[e] = s + (bias != nullptr ? bias[l] : 0.0f);
+  }
+}
+
+// grid (rows, column blocks).
+__global__ void __launch_bounds__(kSmpCols)
+    smp_input_grad_kernel(const float* __restrict__ w, int64_t d,
+                          const int64_t* __restrict__ indptr, const uint32_t* __restrict__ labels,
+                          const float* __restrict__ g, float* __restrict__ dh, int64_t ldh) {
+  const int64_t b = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x;
+  if (j >= d) return;
+  const int64_t e0 = indptr[b], e1 = indptr[b + 1];
+  float acc = 0.0f;
+  int64_t e = e0;
+  for (; e + 4 <= e1; e += 4) {
+    float gv[4], wv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) gv[q] = __ldg(g + e + q);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      wv[q] = gv[q] != 0.0f ? __ldg(w + static_cast<int64_t>(labels[e + q]) * d + j) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (gv[q] != 0.0f) acc = fmaf(gv[q], wv[q], acc);
+  }
+  for (; e < e1; ++e) {
+    const float gv = __ldg(g + e);
+    if (gv != 0.0f) acc = fmaf(gv, __ldg(w + static_cast<int64_t>(labels[e]) * d + j), acc);
+  }
+  dh[b * ldh + j] += acc;
+}
+
+// grid (touched labels, column blocks).
+__global__ void __launch_bounds__(kSmpCols)
+    smp_weight_grad_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ entry,
+                           const uint32_t* __restrict__ row, const float* __restrict__ g,
+                           const float* __restrict__ h, int64_t ldh, int64_t d,
+                           float* __restrict__ dw, int64_t ldw, float* __restrict__ db) {
+  const int64_t u = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x;
+  const int64_t i0 = ptr[u], i1 = ptr[u + 1];
+  if (db != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int64_t i = i0; i < i1; ++i) s += g[entry[i]];
+    db[u] = s;
+  }
+  if (j >= d) return;
+  float acc = 0.0f;
+  for (int64_t i = i0; i < i1; ++i) {
+    const float gv = __ldg(g + entry[i]);
+    if (gv != 0.0f) acc = fmaf(gv, __ldg(h + static_cast<int64_t>(row[i]) * ldh + j), acc);
+  }
+  dw[u * ldw + j] = acc;
+}
+
+unsigned smp_col_blocks(int64_t d) { return static_cast<unsigned>((d + kSmpCols - 1) / kSmpCols); }
+
+}  // namespace
+
+void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
+                    const kernels::CandidateCsr& cand, ConstMatrix h, float* scores) {
+  XMC_CUDA_REQUIRE(h.rows == cand.rows, h.rows);
+  XMC_CUDA_REQUIRE(h.cols == d, h.cols);
+  XMC_CUDA_REQUIRE(cand.nnz >= 0, cand.nnz);
+  if (cand.nnz == 0) return;
+  const int64_t warps_needed = cand.nnz;
+  const int64_t blocks = std::min<int64_t>((warps_needed + 7) / 8, int64_t{1} << 20);
+  smp_scores_kernel<<<static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream()>>>(
+      w, bias, d, cand.indptr, cand.labels, cand.rows, cand.nnz, h.data, h.ld, scores);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
+                        const kernels::CandidateCsr& cand, const float* g, Matrix dh) {
+  XMC_CUDA_REQUIRE(dh.rows == cand.rows, dh.rows);
+  XMC_CUDA_REQUIRE(dh.cols == d, dh.cols);
+  XMC_CUDA_REQUIRE(cand.rows <= 2147483647, cand.rows);
+  XMC_CUDA_REQUIRE(d <= int64_t{65535} * kSmpCols, d);
+  if (cand.rows == 0 || d == 0) return;
+  const dim3 grid(static_cast<unsigned>(cand.rows), smp_col_blocks(d));
+  smp_input_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(w, d, cand.indptr, cand.labels, g,
+                                                             dh.data, dh.ld);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& groups, const float* g,
+                         ConstMatrix h, Matrix dw, float* db) {
+  XMC_CUDA_REQUIRE(dw.rows == groups.groups, dw.rows);
+  XMC_CUDA_REQUIRE(dw.cols == h.cols, dw.cols);
+  XMC_CUDA_REQUIRE(groups.groups <= 2147483647, groups.groups);
+  XMC_CUDA_REQUIRE(h.cols <= int64_t{65535} * kSmpCols, h.cols);
+  if (groups.groups == 0 || h.cols == 0) return;
+  const dim3 grid(static_cast<unsigned>(groups.groups), smp_col_blocks(h.cols));
+  smp_weight_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(
+      groups.ptr, groups.entry, groups.row, g, h.data, h.ld, h.cols, dw.data, dw.ld, db);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xmc::gpu

@@ -1,0 +1,560 @@
+// CPU-vs-CUDA parity of the sparse op families (kernels/sparse_ops_cuda.h): transposes,
+// fixed fan-in, group-shared fixed fan-in (fp32 and bf16) and sampled scoring. A plain
+// main(): without a CUDA GPU it prints "no CUDA GPU: skipped" and exits 77, which CTest
+// reports as skipped (SKIP_RETURN_CODE), never as passed. Every op runs on fresh random
+// inputs at several sizes, odd ones included (n not a multiple of G or of the label tile,
+// B not a multiple of the batch tile, F up to 256, all-zero gradient columns and tiles),
+// and is compared element-wise with |got - ref| <= abs + |ref|·rel.
+//
+// References: fixed fan-in and sampled against the CPU ops (kernels/fixed_fanin_ops.h,
+// kernels/sampled_ops.h); group-shared against a naive double-precision loop written here.
+// Tolerances: fp32 sums of K terms of size ~1 get abs = 4e-6·K, rel = 1e-4 (fp32 rounding
+// of a length-K sum in another order, FMA contraction on the GPU). bf16: the reference is
+// computed from the same bf16-rounded ut, w and (for the gradients, which the kernels
+// round when staging) g, so only the accumulation order differs and the fp32 tolerance
+// applies; a second check against the unrounded fp32 reference bounds the bf16 error by
+// 2^-7 relative to the sum of |terms| (documented budget, three roundings of 2^-9).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_context.h"
+#include "core/gpu.h"
+#include "core/rng.h"
+#include "kernels/fixed_fanin_ops.h"
+#include "kernels/sampled_ops.h"
+#include "kernels/sparse_ops_cuda.h"
+
+namespace {
+
+using namespace xmc;
+using gpu::Bf16;
+using gpu::CudaContext;
+using gpu::DeviceBuffer;
+
+int g_checks = 0;
+int g_failures = 0;
+
+void fail(const std::string& what) {
+  ++g_failures;
+  std::printf("FAIL %s\n", what.c_str());
+}
+
+// Every element: |got - ref| <= abs + |ref|·rel (or, with `scale`, abs + scale[i]·rel).
+void expect_close(const std::string& name, const std::vector<float>& got,
+                  const std::vector<double>& ref, double abs, double rel,
+                  const std::vector<double>* scale = nullptr) {
+  ++g_checks;
+  if (got.size() != ref.size()) {
+    fail(name + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
+    return;
+  }
+  double worst = 0.0;
+  size_t worst_i = 0;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double s = scale ? (*scale)[i] : std::abs(ref[i]);
+    const double excess = std::abs(static_cast<double>(got[i]) - ref[i]) - (abs + s * rel);
+    if (!(excess <= 0.0)) {  // NaN counts as bad
+      ++bad;
+      if (!(excess <= worst)) {
+        worst = excess;
+        worst_i = i;
+      }
+    }
+  }
+  if (bad) {
+    char buf[320];
+    std::snprintf(
+        buf, sizeof buf,
+        "%s: %lld of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g (abs %.3g rel %.3g)",
+        name.c_str(), static_cast<long long>(bad), got.size(), worst_i, got[worst_i], ref[worst_i],
+        abs, rel);
+    fail(buf);
+  }
+}
+void expect_close(const std::string& name, const std::vector<float>& got,
+                  const std::vector<float>& ref, double abs, double rel) {
+  expect_close(name, got, std::vector<double>(ref.begin(), ref.end()), abs, rel);
+}
+
+void expect_equal(const std::string& name, int64_t got, int64_t ref) {
+  ++g_checks;
+  if (got != ref) fail(name + ": got " + std::to_string(got) + " expected " + std::to_string(ref));
+}
+
+std::vector<float> random_vec(Rng& rng, size_t n, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = (2.0f * rng.uniformf() - 1.0f) * scale;
+  return v;
+}
+
+// Host round-to-nearest-even to bf16 (finite inputs), and back.
+uint16_t to_bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16_bits(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+float round_bf16(float x) { return from_bf16_bits(to_bf16_bits(x)); }
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = round_bf16(x);
+  return v;
+}
+std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i].bits = to_bf16_bits(v[i]);
+  return o;
+}
+
+template <class T>
+DeviceBuffer<T> upload(CudaContext& ctx, const std::vector<T>& v) {
+  DeviceBuffer<T> b(ctx.ledger(), MemTag::workspace, std::max<size_t>(v.size(), 1));
+  if (!v.empty()) b.upload(v.data(), v.size(), ctx.stream());
+  return b;
+}
+template <class T>
+std::vector<T> download(CudaContext& ctx, const DeviceBuffer<T>& b, size_t n) {
+  std::vector<T> v(n);
+  if (n) b.download(v.data(), n, ctx.stream());
+  ctx.synchronize();
+  return v;
+}
+
+// rows index sets of `fan_in` distinct inputs from [0, m).
+std::vector<uint32_t> random_index_sets(Rng& rng, int64_t rows, int64_t fan_in, int64_t m) {
+  std::vector<uint32_t> idx(static_cast<size_t>(rows * fan_in));
+  std::vector<uint32_t> pool(static_cast<size_t>(m));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < m; ++i) pool[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
+    for (int64_t j = 0; j < fan_in; ++j) {  // partial Fisher-Yates
+      const auto k = j + static_cast<int64_t>(rng.below(static_cast<uint64_t>(m - j)));
+      std::swap(pool[static_cast<size_t>(j)], pool[static_cast<size_t>(k)]);
+      idx[static_cast<size_t>(r * fan_in + j)] = pool[static_cast<size_t>(j)];
+    }
+  }
+  return idx;
+}
+
+// A gradient g [B×n] with exact zeros: every third column entirely (labels skipped by
+// the weight gradient), the first `zero_cols` columns (whole groups / label tiles), and
+// about half of the remaining entries (squared hinge with the margin met).
+std::vector<float> sparse_gradient(Rng& rng, int64_t batch, int64_t n, int64_t zero_cols) {
+  std::vector<float> g = random_vec(rng, static_cast<size_t>(batch * n));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t l = 0; l < n; ++l) {
+      float& v = g[static_cast<size_t>(b * n + l)];
+      if (l < zero_cols || l % 3 == 1 || rng.uniformf() < 0.5f) v = 0.0f;
+    }
+  return g;
+}
+
+std::string size_tag(std::initializer_list<std::pair<const char*, int64_t>> kv) {
+  std::string s;
+  for (const auto& [k, v] : kv)
+    s += std::string(s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+  return s;
+}
+
+// --- transposes -----------------------------------------------------------------------
+void test_transpose(CudaContext& ctx, Rng& rng) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {33, 70}, {64, 768}, {257, 31}}) {
+    const auto u = random_vec(rng, static_cast<size_t>(rows * cols));
+    std::vector<float> ref(u.size());
+    kernels::transpose(ConstMatrix(u.data(), rows, cols), Matrix(ref.data(), cols, rows));
+    auto du = upload(ctx, u);
+    DeviceBuffer<float> dt(ctx.ledger(), MemTag::workspace, u.size());
+    DeviceBuffer<Bf16> dt16(ctx.ledger(), MemTag::workspace, u.size());
+    gpu::transpose(ctx, ConstMatrix(du.data(), rows, cols), Matrix(dt.data(), cols, rows));
+    gpu::transpose(ctx, ConstMatrix(du.data(), rows, cols),
+                   gpu::Bf16Matrix(dt16.data(), cols, rows));
+    const std::string tag = size_tag({{"rows", rows}, {"cols", cols}});
+    expect_close("transpose fp32 " + tag, download(ctx, dt, u.size()), ref, 0.0, 0.0);
+    const auto t16 = download(ctx, dt16, u.size());
+    std::vector<float> got16(t16.size());
+    for (size_t i = 0; i < t16.size(); ++i) got16[i] = from_bf16_bits(t16[i].bits);
+    expect_close("transpose bf16 " + tag, got16, rounded(ref), 0.0, 0.0);
+  }
+}
+
+// --- fixed fan-in ---------------------------------------------------------------------
+void test_fixed_fanin(CudaContext& ctx, Rng& rng) {
+  struct Size {
+    int64_t batch, m, n, fan_in;
+  };
+  // m <= 768: shared-memory input gradient; m > 768 with B >= 32: global atomics.
+  for (Size s :
+       {Size{1, 5, 1, 1}, Size{7, 40, 33, 5}, Size{64, 768, 1000, 64}, Size{61, 300, 517, 128},
+        Size{33, 1000, 100, 32}, Size{20, 600, 50, 256}, Size{100, 2000, 70, 256}}) {
+    const std::string tag = size_tag({{"B", s.batch}, {"m", s.m}, {"n", s.n}, {"F", s.fan_in}});
+    const auto idx = random_index_sets(rng, s.n, s.fan_in, s.m);
+    const auto w = random_vec(rng, static_cast<size_t>(s.n * s.fan_in));
+    const auto bias = random_vec(rng, static_cast<size_t>(s.n));
+    const auto ut = random_vec(rng, static_cast<size_t>(s.m * s.batch));
+    const auto g = sparse_gradient(rng, s.batch, s.n, std::min<int64_t>(2, s.n));
+    const auto du0 = random_vec(rng, static_cast<size_t>(s.batch * s.m));
+    const ConstMatrix hut(ut.data(), s.m, s.batch), hg(g.data(), s.batch, s.n);
+
+    // z with a padded leading dimension: the padding must stay untouched.
+    const int64_t ldz = s.n + 3;
+    std::vector<float> z_ref(static_cast<size_t>(s.batch * ldz), 7.0f);
+    kernels::fixed_fanin_forward(idx.data(), w.data(), bias.data(), s.n, s.fan_in, hut,
+                                 Matrix(z_ref.data(), s.batch, s.n, ldz));
+    std::vector<float> dw_ref(w.size()), db_ref(bias.size());
+    const int64_t zero_ref = kernels::fixed_fanin_weight_grad(idx.data(), s.n, s.fan_in, hg, hut,
+                                                              dw_ref.data(), db_ref.data());
+    std::vector<float> du_ref = du0;
+    kernels::fixed_fanin_input_grad(idx.data(), w.data(), s.n, s.fan_in, hg,
+                                    Matrix(du_ref.data(), s.batch, s.m));
+
+    auto d_idx = upload(ctx, idx);
+    auto d_w = upload(ctx, w);
+    auto d_bias = upload(ctx, bias);
+    auto d_ut = upload(ctx, ut);
+    auto d_g = upload(ctx, g);
+    auto d_z = upload(ctx, std::vector<float>(z_ref.size(), 7.0f));
+    auto d_du = upload(ctx, du0);
+    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, w.size());
+    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, bias.size());
+    auto d_zero = upload(ctx, std::vector<unsigned long long>{0});
+    const ConstMatrix gut(d_ut.data(), s.m, s.batch), gg(d_g.data(), s.batch, s.n);
+    gpu::fixed_fanin_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.fan_in, gut,
+                             Matrix(d_z.data(), s.batch, s.n, ldz));
+    gpu::fixed_fanin_weight_grad(ctx, d_idx.data(), s.n, s.fan_in, gg, gut, d_dw.data(),
+                                 d_db.data(), d_zero.data());
+    gpu::fixed_fanin_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.fan_in, gg,
+                                Matrix(d_du.data(), s.batch, s.m));
+    const double f = static_cast<double>(s.fan_in), b = static_cast<double>(s.batch);
+    expect_close("fixed_fanin forward " + tag, download(ctx, d_z, z_ref.size()), z_ref,
+                 4e-6 * (f + 1), 1e-4);
+    expect_close("fixed_fanin weight_grad dw " + tag, download(ctx, d_dw, w.size()), dw_ref,
+                 4e-6 * b, 1e-4);
+    expect_close("fixed_fanin weight_grad db " + tag, download(ctx, d_db, bias.size()), db_ref,
+                 4e-6 * b, 1e-4);
+    expect_equal("fixed_fanin weight_grad zero labels " + tag,
+                 static_cast<int64_t>(download(ctx, d_zero, 1)[0]), zero_ref);
+    // du accumulates about n·F/m terms per element.
+    const double terms = static_cast<double>(s.n * s.fan_in) / static_cast<double>(s.m) + 2.0;
+    expect_close("fixed_fanin input_grad " + tag, download(ctx, d_du, du0.size()), du_ref,
+                 4e-6 * terms, 1e-4);
+  }
+}
+
+// --- group-shared ---------------------------------------------------------------------
+struct GsRef {
+  std::vector<double> z, dw, db, du;
+  std::vector<double> z_abs, dw_abs, du_abs;  // sums of |terms|, for the bf16 error budget
+};
+
+// Naive double-precision reference of the three ops (DESIGN.md group semantics).
+GsRef group_shared_reference(const std::vector<uint32_t>& idx, const std::vector<float>& w,
+                             const std::vector<float>& bias, int64_t n, int64_t group,
+                             int64_t fan_in, const std::vector<float>& ut, int64_t m, int64_t batch,
+                             const std::vector<float>& g, const std::vector<float>& du0) {
+  GsRef r;
+  r.z.assign(static_cast<size_t>(batch * n), 0.0);
+  r.z_abs = r.z;
+  r.dw.assign(static_cast<size_t>(n * fan_in), 0.0);
+  r.dw_abs = r.dw;
+  r.db.assign(static_cast<size_t>(n), 0.0);
+  r.du.assign(du0.begin(), du0.end());
+  r.du_abs.assign(du0.size(), 0.0);
+  for (int64_t l = 0; l < n; ++l) {
+    const uint32_t* il = idx.data() + (l / group) * fan_in;
+    const float* wl = w.data() + l * fan_in;
+    for (int64_t b = 0; b < batch; ++b) {
+      const double gv = g[static_cast<size_t>(b * n + l)];
+      double z = bias[static_cast<size_t>(l)], za = std::abs(z);
+      r.db[static_cast<size_t>(l)] += gv;
+      for (int64_t j = 0; j < fan_in; ++j) {
+        const double x = ut[static_cast<size_t>(il[j] * batch + b)];
+        z += wl[j] * x;
+        za += std::abs(wl[j] * x);
+        r.dw[static_cast<size_t>(l * fan_in + j)] += gv * x;
+        r.dw_abs[static_cast<size_t>(l * fan_in + j)] += std::abs(gv * x);
+        r.du[static_cast<size_t>(b * m + il[j])] += gv * wl[j];
+        r.du_abs[static_cast<size_t>(b * m + il[j])] += std::abs(gv * wl[j]);
+      }
+      r.z[static_cast<size_t>(b * n + l)] = z;
+      r.z_abs[static_cast<size_t>(b * n + l)] = za;
+    }
+  }
+  return r;
+}
+
+void test_group_shared(CudaContext& ctx, Rng& rng) {
+  struct Size {
+    int64_t batch, m, n, group, fan_in;
+  };
+  for (Size s :
+       {Size{1, 20, 1, 1, 1}, Size{5, 50, 37, 16, 8}, Size{64, 768, 1000, 32, 64},
+        Size{61, 500, 203, 40, 100}, Size{130, 600, 100, 64, 256}, Size{17, 300, 150, 80, 48},
+        Size{64, 768, 4096, 16, 32}, Size{70, 1000, 333, 64, 128}}) {
+    const std::string tag =
+        size_tag({{"B", s.batch}, {"m", s.m}, {"n", s.n}, {"G", s.group}, {"F", s.fan_in}});
+    const int64_t groups = (s.n + s.group - 1) / s.group;
+    const auto idx = random_index_sets(rng, groups, s.fan_in, s.m);
+    const auto w = random_vec(rng, static_cast<size_t>(s.n * s.fan_in));
+    const auto bias = random_vec(rng, static_cast<size_t>(s.n));
+    const auto ut = random_vec(rng, static_cast<size_t>(s.m * s.batch));
+    // The first group's gradient is entirely zero (skipped tiles), plus sparse zeros.
+    const auto g = sparse_gradient(rng, s.batch, s.n, std::min(s.group, s.n));
+    const auto du0 = random_vec(rng, static_cast<size_t>(s.batch * s.m));
+    const double f = static_cast<double>(s.fan_in), b = static_cast<double>(s.batch);
+    const double du_terms = static_cast<double>(s.n * s.fan_in) / static_cast<double>(s.m) + 2.0;
+
+    auto d_idx = upload(ctx, idx);
+    auto d_bias = upload(ctx, bias);
+    auto d_g = upload(ctx, g);
+    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, w.size());
+    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, bias.size());
+    const int64_t ldz = s.n + 5;
+    const ConstMatrix gg(d_g.data(), s.batch, s.n);
+
+    for (int precision = 0; precision < 2; ++precision) {
+      const bool bf = precision == 1;
+      const std::string name = std::string("group_shared ") + (bf ? "bf16 " : "fp32 ");
+      // Inputs as the kernels see them: bf16 rounds ut and w, and g when staged.
+      const auto w_in = bf ? rounded(w) : w;
+      const auto ut_in = bf ? rounded(ut) : ut;
+      const GsRef ref = group_shared_reference(idx, w_in, bias, s.n, s.group, s.fan_in, ut_in, s.m,
+                                               s.batch, g, du0);
+      const GsRef ref_g16 = bf ? group_shared_reference(idx, w_in, bias, s.n, s.group, s.fan_in,
+                                                        ut_in, s.m, s.batch, rounded(g), du0)
+                               : ref;
+      auto d_z = upload(ctx, std::vector<float>(static_cast<size_t>(s.batch * ldz), 7.0f));
+      auto d_du = upload(ctx, du0);
+      const Matrix gz(d_z.data(), s.batch, s.n, ldz), gdu(d_du.data(), s.batch, s.m);
+      if (bf) {
+        auto d_w = upload(ctx, to_bf16(w));
+        auto d_ut = upload(ctx, to_bf16(ut));
+        const gpu::ConstBf16Matrix gut(d_ut.data(), s.m, s.batch);
+        gpu::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
+                                  s.fan_in, gut, gz);
+        gpu::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
+                                      d_dw.data(), d_db.data());
+        gpu::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
+                                     gdu);
+        ctx.synchronize();
+      } else {
+        auto d_w = upload(ctx, w);
+        auto d_ut = upload(ctx, ut);
+        const ConstMatrix gut(d_ut.data(), s.m, s.batch);
+        gpu::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
+                                  s.fan_in, gut, gz);
+        gpu::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
+                                      d_dw.data(), d_db.data());
+        gpu::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
+                                     gdu);
+        ctx.synchronize();
+      }
+      // z: compare the used columns, and check the padding was not written.
+      const auto z_all = download(ctx, d_z, static_cast<size_t>(s.batch * ldz));
+      std::vector<float> z(static_cast<size_t>(s.batch * s.n));
+      bool pad_ok = true;
+      for (int64_t r = 0; r < s.batch; ++r) {
+        std::copy_n(z_all.begin() + r * ldz, s.n, z.begin() + r * s.n);
+        for (int64_t c = s.n; c < ldz; ++c)
+          pad_ok &= z_all[static_cast<size_t>(r * ldz + c)] == 7.0f;
+      }
+      ++g_checks;
+      if (!pad_ok) fail(name + "forward wrote into the ld padding " + tag);
+      const auto dw = download(ctx, d_dw, w.size());
+      const auto db = download(ctx, d_db, bias.size());
+      const auto du = download(ctx, d_du, du0.size());
+      expect_close(name + "forward " + tag, z, ref.z, 4e-6 * (f + 1), 1e-4);
+      expect_close(name + "weight_grad dw " + tag, dw, ref_g16.dw, 4e-6 * b, 1e-4);
+      expect_close(name + "weight_grad db " + tag, db, ref.db, 4e-6 * b, 1e-4);
+      expect_close(name + "input_grad " + tag, du, ref_g16.du, 4e-6 * du_terms, 1e-4);
+      if (bf) {
+        // Against the unrounded fp32 data: within the bf16 budget.
+        const GsRef exact =
+            group_shared_reference(idx, w, bias, s.n, s.group, s.fan_in, ut, s.m, s.batch, g, du0);
+        const double budget = std::ldexp(1.0, -7);
+        expect_close(name + "forward vs fp32 " + tag, z, exact.z, 1e-5 * f, budget, &exact.z_abs);
+        expect_close(name + "weight_grad vs fp32 " + tag, dw, exact.dw, 1e-5 * b, budget,
+                     &exact.dw_abs);
+        expect_close(name + "input_grad vs fp32 " + tag, du, exact.du, 1e-5 * du_terms, budget,
+                     &exact.du_abs);
+      }
+    }
+  }
+}
+
+// --- sampled scoring ------------------------------------------------------------------
+void test_sampled(CudaContext& ctx, Rng& rng) {
+  struct Size {
+    int64_t batch, labels, d, max_cand;
+  };
+  for (Size s : {Size{1, 10, 1, 1}, Size{7, 50, 33, 10}, Size{64, 10000, 768, 200},
+                 Size{5, 100, 130, 100}, Size{40, 30, 257, 30}}) {
+    const std::string tag =
+        size_tag({{"B", s.batch}, {"L", s.labels}, {"d", s.d}, {"C", s.max_cand}});
+    // Per-row distinct candidates in random order; row 1 (if any) has none; labels drawn
+    // from a small range when L is small, so several rows share labels.
+    std::vector<int64_t> indptr{0};
+    std::vector<uint32_t> labels;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t c =
+          b == 1 ? 0 : 1 + static_cast<int64_t>(rng.below(static_cast<uint64_t>(s.max_cand)));
+      std::vector<uint32_t> row;
+      while (static_cast<int64_t>(row.size()) < std::min(c, s.labels)) {
+        const auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(s.labels)));
+        if (std::find(row.begin(), row.end(), l) == row.end()) row.push_back(l);
+      }
+      labels.insert(labels.end(), row.begin(), row.end());
+      indptr.push_back(static_cast<int64_t>(labels.size()));
+    }
+    const int64_t nnz = static_cast<int64_t>(labels.size());
+    const kernels::CandidateCsr hc{indptr.data(), labels.data(), s.batch, nnz};
+    const auto w = random_vec(rng, static_cast<size_t>(s.labels * s.d));
+    const auto bias = random_vec(rng, static_cast<size_t>(s.labels));
+    const auto h = random_vec(rng, static_cast<size_t>(s.batch * s.d));
+    auto g = random_vec(rng, static_cast<size_t>(nnz));
+    for (auto& x : g)
+      if (rng.uniformf() < 0.3f) x = 0.0f;
+    const auto dh0 = random_vec(rng, static_cast<size_t>(s.batch * s.d));
+    const ConstMatrix hh(h.data(), s.batch, s.d);
+
+    std::vector<float> scores_ref(static_cast<size_t>(nnz));
+    kernels::sampled_scores(w.data(), bias.data(), s.d, hc, hh, scores_ref.data());
+    std::vector<float> dh_ref = dh0;
+    kernels::sampled_input_grad(w.data(), s.d, hc, g.data(), Matrix(dh_ref.data(), s.batch, s.d));
+    const kernels::EntryGroupsBuffers eg = kernels::group_entries_by_label(hc, s.labels);
+    const kernels::EntryGroups hv = eg.view();
+    std::vector<float> dw_ref(static_cast<size_t>(hv.groups * s.d)),
+        db_ref(static_cast<size_t>(hv.groups));
+    kernels::sampled_weight_grad(hv, g.data(), hh, Matrix(dw_ref.data(), hv.groups, s.d),
+                                 db_ref.data());
+    // The grouping is a partition of the entries, labels ascending, rows ascending.
+    {
+      ++g_checks;
+      bool ok = hv.nnz == nnz && hv.ptr[hv.groups] == nnz;
+      std::vector<int> seen(static_cast<size_t>(nnz), 0);
+      for (int64_t u = 0; ok && u < hv.groups; ++u) {
+        ok &= u == 0 || hv.labels[u - 1] < hv.labels[u];
+        for (int64_t i = hv.ptr[u]; ok && i < hv.ptr[u + 1]; ++i) {
+          const int64_t e = hv.entry[i];
+          ok &=
+              labels[static_cast<size_t>(e)] == hv.labels[u] && ++seen[static_cast<size_t>(e)] == 1;
+          ok &= indptr[hv.row[i]] <= e && e < indptr[hv.row[i] + 1];
+          ok &= i == hv.ptr[u] || hv.row[i - 1] < hv.row[i];
+        }
+      }
+      ok &= std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; });
+      if (!ok) fail("group_entries_by_label is not a sorted partition " + tag);
+    }
+
+    auto d_w = upload(ctx, w);
+    auto d_bias = upload(ctx, bias);
+    auto d_h = upload(ctx, h);
+    auto d_g = upload(ctx, g);
+    auto d_dh = upload(ctx, dh0);
+    auto d_indptr = upload(ctx, indptr);
+    auto d_labels = upload(ctx, labels);
+    auto d_ul = upload(ctx, eg.labels);
+    auto d_ptr = upload(ctx, eg.ptr);
+    auto d_entry = upload(ctx, eg.entry);
+    auto d_row = upload(ctx, eg.row);
+    DeviceBuffer<float> d_scores(ctx.ledger(), MemTag::workspace, std::max<int64_t>(nnz, 1));
+    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, std::max<size_t>(dw_ref.size(), 1));
+    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, std::max<size_t>(db_ref.size(), 1));
+    const kernels::CandidateCsr dc{d_indptr.data(), d_labels.data(), s.batch, nnz};
+    const kernels::EntryGroups dv{d_ul.data(),  d_ptr.data(), d_entry.data(),
+                                  d_row.data(), hv.groups,    hv.nnz};
+    const ConstMatrix gh(d_h.data(), s.batch, s.d);
+    gpu::sampled_scores(ctx, d_w.data(), d_bias.data(), s.d, dc, gh, d_scores.data());
+    gpu::sampled_input_grad(ctx, d_w.data(), s.d, dc, d_g.data(),
+                            Matrix(d_dh.data(), s.batch, s.d));
+    gpu::sampled_weight_grad(ctx, dv, d_g.data(), gh, Matrix(d_dw.data(), hv.groups, s.d),
+                             d_db.data());
+    const double dd = static_cast<double>(s.d);
+    expect_close("sampled scores " + tag, download(ctx, d_scores, static_cast<size_t>(nnz)),
+                 scores_ref, 4e-6 * (dd + 1), 1e-4);
+    expect_close("sampled input_grad " + tag, download(ctx, d_dh, dh0.size()), dh_ref,
+                 4e-6 * static_cast<double>(s.max_cand + 1), 1e-4);
+    expect_close("sampled weight_grad dw " + tag, download(ctx, d_dw, dw_ref.size()), dw_ref,
+                 4e-6 * static_cast<double>(s.batch), 1e-4);
+    expect_close("sampled weight_grad db " + tag, download(ctx, d_db, db_ref.size()), db_ref,
+                 4e-6 * static_cast<double>(s.batch), 1e-4);
+  }
+}
+
+// Bad shapes are refused on the host with the offending value, before any launch.
+void test_shape_checks(CudaContext& ctx, Rng&) {
+  DeviceBuffer<float> buf(ctx.ledger(), MemTag::workspace, 64);
+  DeviceBuffer<uint32_t> idx(ctx.ledger(), MemTag::workspace, 64);
+  auto throws = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+      return true;
+    }
+    return false;
+  };
+  ++g_checks;
+  if (!throws([&] {
+        gpu::fixed_fanin_forward(ctx, idx.data(), buf.data(), nullptr, 4, 2,
+                                 ConstMatrix(buf.data(), 4, 2), Matrix(buf.data(), 3, 4));
+      }))
+    fail("fixed_fanin_forward accepted z rows != B");
+  ++g_checks;
+  if (!throws([&] {
+        gpu::group_shared_forward(ctx, idx.data(), reinterpret_cast<const Bf16*>(buf.data()),
+                                  nullptr, 2, 1, 257, gpu::ConstBf16Matrix(nullptr, 4, 1),
+                                  Matrix(buf.data(), 1, 2));
+      }))
+    fail("bf16 group_shared_forward accepted F = 257");
+}
+
+}  // namespace
+
+int main() {
+  std::vector<gpu::DeviceInfo> devices;
+  try {
+    devices = gpu::query_devices();
+  } catch (const std::exception& e) {
+    std::printf("no CUDA GPU: skipped (%s)\n", e.what());
+    return 77;
+  }
+  if (devices.empty()) {
+    std::printf("no CUDA GPU: skipped\n");
+    return 77;
+  }
+  std::printf("GPU: %s (cc %d.%d, %d SMs)\n", devices[0].name.c_str(), devices[0].cc_major,
+              devices[0].cc_minor, devices[0].multiprocessors);
+  const std::vector<std::pair<const char*, std::function<void(CudaContext&, Rng&)>>> tests = {
+      {"transpose", test_transpose},       {"fixed_fanin", test_fixed_fanin},
+      {"group_shared", test_group_shared}, {"sampled", test_sampled},
+      {"shape checks", test_shape_checks},
+  };
+  MemoryLedger ledger;
+  try {
+    CudaContext ctx(ledger, 0);
+    for (const auto& [name, fn] : tests) {
+      const int before = g_failures;
+      Rng rng(std::hash<std::string>{}(name));
+      try {
+        fn(ctx, rng);
+      } catch (const std::exception& e) {
+        fail(std::string(name) + ": exception: " + e.what());
+      }
+      std::printf("%-14s %s\n", name, g_failures == before ? "ok" : "FAILED");
+    }
+  } catch (const std::exception& e) {
+    fail(std::string("context: ") + e.what());
+  }
+  std::printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures == 0 && g_checks > 0 ? 0 : 1;
+}
