@@ -25,6 +25,13 @@ Command register_bench(CLI::App& app) {
   dense->add_option("--optimizer", p->optimizer, "sgd | adam | adamw")->capture_default_str();
   dense->add_option("--loss", p->loss, "bce | squared_hinge | softmax")->capture_default_str();
   dense->add_option("--threads", p->threads, "Threads (0 = all cores)");
+  auto dev = std::make_shared<std::string>("cpu");
+  auto cp = std::make_shared<bench::DenseCudaBenchParams>();
+  dense->add_option("--device", *dev,
+                    "cpu | cuda (cuda: adam + bce, L = 131072, 670091, 3000000 unless --labels, "
+                    "chunk 16384 unless --chunk)")
+      ->capture_default_str();
+  dense->add_option("--precision", cp->precisions, "cuda: fp32 and/or bf16")->capture_default_str();
   dense->add_flag("--json", *json, "Print JSON");
   auto lp = std::make_shared<bench::LshBenchParams>();
   auto* lsh = sub->add_subcommand("lsh", "The lsh_sampled sampling step alone, per point, as L grows");
@@ -56,7 +63,7 @@ Command register_bench(CLI::App& app) {
   ff->add_option("--iters", q->iters, "Timed repetitions")->capture_default_str();
   ff->add_option("--threads", q->threads, "Threads (0 = all cores)");
   ff->add_flag("--json", *json, "Print JSON");
-  return {sub, [p, lp, q, json, dense, lsh, ff]() -> int {
+  return {sub, [p, lp, q, json, dense, lsh, ff, dev, cp]() -> int {
             if (lsh->parsed()) {
               if (lp->dim < 1 || lp->batch < 1 || lp->iters < 1 || lp->labels.empty())
                 throw_input("bench lsh: sizes, --iters and --labels must be positive");
@@ -78,6 +85,17 @@ Command register_bench(CLI::App& app) {
             if (dense->parsed()) {
               if (p->batch < 1 || p->dim < 1 || p->labels < 1 || p->chunk < 1 || p->iters < 1)
                 throw_input("bench dense: sizes and --iters must be positive");
+              if (*dev == "cuda") {
+                cp->batch = p->batch;
+                cp->dim = p->dim;
+                cp->iters = p->iters;
+                if (dense->count("--labels") > 0) cp->labels = {p->labels};
+                if (dense->count("--chunk") > 0) cp->chunk = p->chunk;
+                auto j = bench::bench_dense_cuda(*cp);
+                std::cout << (*json ? j.dump(2) + "\n" : bench::dense_cuda_bench_table(j));
+                return 0;
+              }
+              if (*dev != "cpu") throw_input("bench dense: --device must be cpu or cuda, got '{}'", *dev);
               auto j = bench::bench_dense(*p);
               std::cout << (*json ? j.dump(2) + "\n" : bench::dense_bench_table(j));
             }
