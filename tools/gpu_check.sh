@@ -76,9 +76,9 @@ compare_rc=0
 python3 - "$work/small_cpu/results.json" "$work/small_cuda/results.json" <<'PY' || compare_rc=$?
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-bad = [k for k in (0, 4) if abs(a["metrics"]["p"][k] - b["metrics"]["p"][k]) > 0.01]
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
 print("train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s (%s)" % (
-    a["metrics"]["p"][0], b["metrics"]["p"][0], a["metrics"]["p"][4], b["metrics"]["p"][4],
+    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
     a["last_epoch_seconds"], b["last_epoch_seconds"], b.get("gpu", "?")))
 sys.exit(1 if bad or b["device"] != "cuda" else 0)
 PY
@@ -109,7 +109,7 @@ import json, sys
 for p, prec in zip(sys.argv[1:], ("fp32", "bf16")):
     r = json.load(open(p))
     print("epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB)" % (
-        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["p"][0],
+        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
         r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20))
 PY
 

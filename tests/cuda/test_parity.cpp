@@ -785,8 +785,9 @@ void test_model_step(CudaContext&, Rng& rng) {
   }
 }
 
+// results.json metrics: "P@1", ...
 double metric(const nlohmann::json& r, const char* key, int at) {
-  return r["metrics"][key][at - 1].get<double>();
+  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
 }
 
 void test_training_runs(CudaContext&, Rng&) {
@@ -810,13 +811,13 @@ void test_training_runs(CudaContext&, Rng&) {
     opt.config_yaml = dump_config(cfg);
     results.push_back(run_training(cfg, opt).results);
     std::printf("  %s %s%s: P@1 %.4f P@5 %.4f, %.2f s/epoch\n", r.type.c_str(), r.device.c_str(),
-                r.extra.c_str(), metric(results.back(), "p", 1), metric(results.back(), "p", 5),
+                r.extra.c_str(), metric(results.back(), "P", 1), metric(results.back(), "P", 5),
                 results.back()["last_epoch_seconds"].get<double>());
   }
   auto agree = [&](size_t a, size_t b, double tol, const std::string& what) {
     for (int k : {1, 3, 5})
-      expect_scalar(what + " P@" + std::to_string(k), metric(results[b], "p", k),
-                    metric(results[a], "p", k), tol, 0);
+      expect_scalar(what + " P@" + std::to_string(k), metric(results[b], "P", k),
+                    metric(results[a], "P", k), tol, 0);
   };
   expect_true("results record device cuda and the GPU",
               results[1]["device"] == "cuda" && results[1].contains("gpu"));
@@ -824,7 +825,8 @@ void test_training_runs(CudaContext&, Rng&) {
   agree(0, 2, 0.03, "dense cpu fp32 vs cuda bf16");
   agree(3, 4, 0.01, "bottleneck cpu vs cuda");
   // The GPU checkpoint evaluates on the CPU to the GPU's metrics, and vice versa.
-  for (const auto& [run, device] : {std::pair<size_t, const char*>{1, "cpu"}, {0, "cuda"}}) {
+  const std::vector<std::pair<size_t, std::string>> cross = {{1, "cpu"}, {0, "cuda"}};
+  for (const auto& [run, device] : cross) {
     LoadedModel lm = load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5",
                                 device, 0);
     io::DataSource src;
@@ -834,12 +836,11 @@ void test_training_runs(CudaContext&, Rng&) {
     EvalSettings es;
     es.k = 5;
     const EvalResult ev = evaluate_dataset(*lm.model, test, es);
-    const std::string label =
-        std::string("checkpoint of run ") + std::to_string(run) + " evaluated on " + device;
+    const std::string label = "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
     expect_true(label + " on the requested device", lm.ctx->device() == resolve_device(device));
     for (int k : {1, 5})
       expect_scalar(label + " P@" + std::to_string(k), ev.metrics.p.at(static_cast<size_t>(k - 1)),
-                    metric(results[run], "p", k), 0.005, 0);
+                    metric(results[run], "P", k), 0.005, 0);
   }
   std::error_code ec;
   fs::remove_all(root, ec);
