@@ -26,6 +26,13 @@ Command register_bench(CLI::App& app) {
   dense->add_option("--optimizer", p->optimizer, "sgd | adam | adamw")->capture_default_str();
   dense->add_option("--loss", p->loss, "bce | squared_hinge | softmax")->capture_default_str();
   dense->add_option("--threads", p->threads, "Threads (0 = all cores)");
+  auto dev = std::make_shared<std::string>("cpu");
+  auto cp = std::make_shared<bench::DenseCudaBenchParams>();
+  dense->add_option("--device", *dev,
+                    "cpu | cuda (cuda: adam + bce, L = 131072, 670091, 3000000 unless --labels, "
+                    "chunk 16384 unless --chunk)")
+      ->capture_default_str();
+  dense->add_option("--precision", cp->precisions, "cuda: fp32 and/or bf16")->capture_default_str();
   dense->add_flag("--json", *json, "Print JSON");
   auto lp = std::make_shared<bench::LshBenchParams>();
   auto* lsh = sub->add_subcommand("lsh", "The lsh_sampled sampling step alone, per point, as L grows");
@@ -75,7 +82,7 @@ Command register_bench(CLI::App& app) {
   gs->add_option("--iters", gp->iters, "Timed repetitions")->capture_default_str();
   gs->add_option("--threads", gp->threads, "Threads (0 = all cores)");
   gs->add_flag("--json", *json, "Print JSON");
-  return {sub, [p, lp, q, gp, json, dense, lsh, ff, gs]() -> int {
+  return {sub, [p, lp, q, gp, json, dense, lsh, ff, gs, dev, cp]() -> int {
             if (gs->parsed()) {
               if (gp->batch < 1 || gp->dim < 1 || gp->labels < 1 || gp->chunk < 1 ||
                   gp->iters < 1 || gp->groups.empty() || gp->fan_ins.empty())
@@ -110,6 +117,17 @@ Command register_bench(CLI::App& app) {
             if (dense->parsed()) {
               if (p->batch < 1 || p->dim < 1 || p->labels < 1 || p->chunk < 1 || p->iters < 1)
                 throw_input("bench dense: sizes and --iters must be positive");
+              if (*dev == "cuda") {
+                cp->batch = p->batch;
+                cp->dim = p->dim;
+                cp->iters = p->iters;
+                if (dense->count("--labels") > 0) cp->labels = {p->labels};
+                if (dense->count("--chunk") > 0) cp->chunk = p->chunk;
+                auto j = bench::bench_dense_cuda(*cp);
+                std::cout << (*json ? j.dump(2) + "\n" : bench::dense_cuda_bench_table(j));
+                return 0;
+              }
+              if (*dev != "cpu") throw_input("bench dense: --device must be cpu or cuda, got '{}'", *dev);
               auto j = bench::bench_dense(*p);
               std::cout << (*json ? j.dump(2) + "\n" : bench::dense_bench_table(j));
             }

@@ -303,6 +303,38 @@ DenseBlockCuda::HostState DenseBlockCuda::download() const {
   return st;
 }
 
+void DenseBlockCuda::upload(const HostState& st) {
+  const auto s = ctx_->stream();
+  const auto wn = static_cast<size_t>(n_ * d_);
+  auto check = [&](const std::vector<float>& v, size_t want, const char* name) {
+    XMC_CHECK(v.size() == want, "cuda dense upload: {} has {} values, expected {}", name,
+              v.size(), want);
+  };
+  check(st.weight, wn, "weight");
+  check(st.bias, b_.size(), "bias");
+  check(st.weight_opt1, w_s1_.size(), "weight_opt1");
+  check(st.weight_opt2, w_s2_.size(), "weight_opt2");
+  check(st.bias_opt1, b_s1_.size(), "bias_opt1");
+  check(st.bias_opt2, b_s2_.size(), "bias_opt2");
+  if (bf16()) {
+    // Through dw_ (chunk×d fp32), one chunk at a time, rounded to bf16 on the device.
+    for (int64_t r0 = 0; r0 < n_; r0 += chunk_) {
+      const int64_t rows = std::min(chunk_, n_ - r0);
+      dw_.upload(st.weight.data() + r0 * d_, static_cast<size_t>(rows * d_), s);
+      to_bf16(*ctx_, ConstMatrix(dw_.data(), rows, d_), Bf16Matrix(w16_.data() + r0 * d_, rows, d_));
+      ctx_->synchronize();
+    }
+  } else {
+    w_.upload(st.weight.data(), wn, s);
+  }
+  b_.upload(st.bias.data(), st.bias.size(), s);
+  w_s1_.upload(st.weight_opt1.data(), st.weight_opt1.size(), s);
+  w_s2_.upload(st.weight_opt2.data(), st.weight_opt2.size(), s);
+  b_s1_.upload(st.bias_opt1.data(), st.bias_opt1.size(), s);
+  b_s2_.upload(st.bias_opt2.data(), st.bias_opt2.size(), s);
+  ctx_->synchronize();
+}
+
 int64_t DenseBlockCuda::analytic_bytes() const {
   const int64_t wbytes = bf16() ? 2 : 4;
   const int64_t states = optimizer_state_arrays(optim_);

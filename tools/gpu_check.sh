@@ -9,7 +9,11 @@
 #   BENCH_LABELS=131072,670091,3000000 BENCH_ITERS=5 tools/gpu_check.sh
 #   SPARSE_BENCH_LABELS=65536,670091,3000000 tools/gpu_check.sh
 #
-# Exit: 0 both parity binaries passed and both benches ran; 1 otherwise.
+# Then trains a short synthetic run on cpu and on cuda through the CLI (P@1 and P@5 must
+# agree within 0.01), and times one epoch of the dense layer at L=670091, d=768 (B=256,
+# fp32 and bf16; synthetic data generated here, SYNTH_TRAIN points, default 50000).
+#
+# Exit: 0 both parity binaries passed, both benches ran and the CLI runs agreed; 1 otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build-gpu-check}
@@ -28,7 +32,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMC_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=native -DXMC_WERROR=ON >"$out_dir/gpu_check_configure.log"
 cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity bench_dense_cuda \
-  test_cuda_parity_sparse bench_sparse_cuda \
+  test_cuda_parity_sparse bench_sparse_cuda xmctrain \
   >"$out_dir/gpu_check_build.log" 2>&1 || {
   tail -40 "$out_dir/gpu_check_build.log" >&2
   exit 1
@@ -58,6 +62,72 @@ sparse_bench_rc=0
   --iters "${BENCH_ITERS:-10}" --json "$out_dir/gpu_bench_sparse.json" \
   >"$out_dir/gpu_bench_sparse.txt" || sparse_bench_rc=$?
 
+# Short synthetic training, cpu vs cuda, through the CLI.
+xmc="$build_dir/app/xmctrain"
+work="$out_dir/gpu_check_runs"
+mkdir -p "$work"
+cat >"$work/small.yaml" <<EOF
+name: gpu-check-small
+seed: 7
+data:
+  train: {features: $work/small/trn_X.npy, labels: $work/small/trn_X_Y.txt}
+  test: {features: $work/small/tst_X.npy, labels: $work/small/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: 20000, test: 2000, labels: 2000, features: 128, clusters: 50, seed: 3}
+model:
+  encoder: [{type: linear, out: 128, activation: relu, dropout: 0.1}]
+  output: {type: dense, loss: bce}
+optim:
+  encoder: {type: adam, lr: 0.003}
+  output: {type: adam, lr: 0.003}
+train: {epochs: 3, batch_size: 256, log_every_s: 100}
+eval: {k: 5}
+EOF
+train_rc=0
+for dev in cpu cuda; do
+  "$xmc" train "$work/small.yaml" --device "$dev" --out "$work/small_$dev" \
+    >"$out_dir/gpu_check_train_$dev.log" 2>&1 || train_rc=$?
+done
+compare_rc=0
+python3 - "$work/small_cpu/results.json" "$work/small_cuda/results.json" <<'PY' || compare_rc=$?
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
+print("train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s (%s)" % (
+    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
+    a["last_epoch_seconds"], b["last_epoch_seconds"], b.get("gpu", "?")))
+sys.exit(1 if bad or b["device"] != "cuda" else 0)
+PY
+
+# One epoch at L=670091, d=768 (identity encoder: the output layer's time).
+cat >"$work/l670k.yaml" <<EOF
+name: gpu-check-670k
+seed: 1
+data:
+  train: {features: $work/l670k/trn_X.npy, labels: $work/l670k/trn_X_Y.txt}
+  test: {features: $work/l670k/tst_X.npy, labels: $work/l670k/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: ${SYNTH_TRAIN:-50000}, test: 2000, labels: 670091, features: 768, clusters: 2000, seed: 5}
+model:
+  encoder: []
+  output: {type: dense, loss: bce, chunk_size: 16384}
+optim:
+  encoder: {type: adam, lr: 0.001}
+  output: {type: adam, lr: 0.001}
+train: {epochs: 1, batch_size: 256, log_every_s: 100}
+eval: {k: 5}
+EOF
+for prec in fp32 bf16; do
+  "$xmc" train "$work/l670k.yaml" --device cuda --set model.output.precision=$prec \
+    --out "$work/l670k_$prec" >"$out_dir/gpu_check_670k_$prec.log" 2>&1 || train_rc=$?
+done
+python3 - "$work/l670k_fp32/results.json" "$work/l670k_bf16/results.json" <<'PY' || true
+import json, sys
+for p, prec in zip(sys.argv[1:], ("fp32", "bf16")):
+    r = json.load(open(p))
+    print("epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB)" % (
+        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
+        r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20))
+PY
+
 echo
 echo "== gpu_check summary =="
 grep -E "^GPU:|checks," "$out_dir/gpu_parity.log" "$out_dir/gpu_parity_sparse.log" || true
@@ -67,5 +137,6 @@ echo "bench JSON: $out_dir/gpu_bench_dense.json"
 cat "$out_dir/gpu_bench_dense.txt"
 echo "sparse bench JSON: $out_dir/gpu_bench_sparse.json (exit $sparse_bench_rc)"
 cat "$out_dir/gpu_bench_sparse.txt"
+echo "cli runs: $([ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && echo PASSED || echo "FAILED (train $train_rc, compare $compare_rc)")"
 [ "$parity_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$parity_sparse_rc" -eq 0 ] &&
-  [ "$sparse_bench_rc" -eq 0 ]
+  [ "$sparse_bench_rc" -eq 0 ] && [ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ]

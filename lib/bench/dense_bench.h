@@ -4,6 +4,7 @@
 // and copy ceilings.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,19 @@ struct DenseBenchParams {
 };
 
 nlohmann::json bench_dense(const DenseBenchParams& p);
+
+// The same step on the GPU (DenseBlockCuda), per label count and precision, adam + bce.
+struct DenseCudaBenchParams {
+  int64_t batch = 256;
+  int64_t dim = 768;
+  std::vector<int64_t> labels = {131072, 670091, 3000000};
+  int64_t chunk = 16384;
+  int iters = 5;
+  std::vector<std::string> precisions = {"fp32", "bf16"};
+};
+// InputError without a GPU or without CUDA support.
+nlohmann::json bench_dense_cuda(const DenseCudaBenchParams& p);
+std::string dense_cuda_bench_table(const nlohmann::json& j);
 // A short human-readable table of the JSON above.
 std::string dense_bench_table(const nlohmann::json& j);
 

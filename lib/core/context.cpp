@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include "core/cuda_context.h"
 #include "core/error.h"
 #include "core/gpu.h"
 
@@ -30,6 +31,14 @@ Device resolve_device(std::string_view requested) {
 Context::Context(Device device, int threads) : device_(device), threads_(threads) {
   if (threads_ <= 0) threads_ = omp_get_max_threads();
   omp_set_num_threads(threads_);
+  if (device_ == Device::cuda) cuda_ = std::make_unique<gpu::CudaContext>(ledger_, 0);
+}
+
+Context::~Context() = default;
+
+gpu::CudaContext& Context::cuda() const {
+  XMC_CHECK(cuda_ != nullptr, "the CUDA context of a {} Context was requested", to_string(device_));
+  return *cuda_;
 }
 
 }  // namespace xmc

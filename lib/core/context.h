@@ -3,10 +3,14 @@
 // every long-lived buffer is recorded.
 #include "core/memory_ledger.h"
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 namespace xmc {
+namespace gpu {
+class CudaContext;
+}
 
 enum class Device { cpu, cuda };
 std::string_view to_string(Device d);
@@ -17,10 +21,17 @@ Device resolve_device(std::string_view requested);
 
 class Context {
  public:
-  // threads <= 0: all hardware threads (OpenMP default).
+  // threads <= 0: all hardware threads (OpenMP default). Device::cuda creates the GPU
+  // context (device 0: stream, cuBLAS handles; its workspace recorded in this ledger).
   explicit Context(Device device = Device::cpu, int threads = 0);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
   Device device() const { return device_; }
+  bool on_gpu() const { return device_ == Device::cuda; }
+  // The GPU context of a CUDA Context; xmc::Error on a CPU one.
+  gpu::CudaContext& cuda() const;
   int threads() const { return threads_; }
   MemoryLedger& ledger() { return ledger_; }
   const MemoryLedger& ledger() const { return ledger_; }
@@ -29,6 +40,7 @@ class Context {
   Device device_;
   int threads_;
   MemoryLedger ledger_;
+  std::unique_ptr<gpu::CudaContext> cuda_;  // after ledger_: released before it
 };
 
 }  // namespace xmc

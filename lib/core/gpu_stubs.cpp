@@ -2,11 +2,13 @@
 // fallback). Nothing can have been allocated on a device, so the free functions, called
 // from destructors of empty buffers, do nothing.
 #include "core/cuda_context.h"
+#include "core/cuda_stream.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/dense_block_cuda.h"
 #include "kernels/dense_ops_cuda.h"
 #include "kernels/sparse_ops_cuda.h"
+#include "kernels/encoder_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -104,6 +106,7 @@ StepStats DenseBlockCuda::train_step_host(const CsrMatrix&, ConstMatrix, Matrix,
 void DenseBlockCuda::scores(ConstMatrix, int64_t, Matrix) { no_cuda(); }
 TopK DenseBlockCuda::topk(ConstMatrix, int) { no_cuda(); }
 DenseBlockCuda::HostState DenseBlockCuda::download() const { no_cuda(); }
+void DenseBlockCuda::upload(const HostState&) { no_cuda(); }
 int64_t DenseBlockCuda::analytic_bytes() const { no_cuda(); }
 
 // kernels/sparse_ops_cuda.h (fixed fan-in, group-shared, sampled scoring)
@@ -155,6 +158,31 @@ void sampled_input_grad(const CudaContext&, const float*, int64_t, const kernels
 }
 void sampled_weight_grad(const CudaContext&, const kernels::EntryGroups&, const float*, ConstMatrix,
                          Matrix, float*) {
+  no_cuda();
+}
+// --- CUDA wiring (H2): core/cuda_stream.h, kernels/encoder_ops_cuda.h ---
+CudaStream::CudaStream() { no_cuda(); }
+CudaStream::~CudaStream() = default;
+CudaEvent::CudaEvent(bool) { no_cuda(); }
+CudaEvent::~CudaEvent() = default;
+void CudaEvent::record(Stream) { no_cuda(); }
+void CudaEvent::make_wait(Stream) const { no_cuda(); }
+void CudaEvent::synchronize() const { no_cuda(); }
+float CudaEvent::elapsed_ms_since(const CudaEvent&) const { no_cuda(); }
+void csr_dense_forward(const CudaContext&, const DeviceCsrValues&, const float*, const float*, bool,
+                       Matrix) {
+  no_cuda();
+}
+void bias_activation(const CudaContext&, Matrix, const float*, bool) { no_cuda(); }
+void activation_grad(const CudaContext&, bool, ConstMatrix, ConstMatrix, Matrix) { no_cuda(); }
+void multiply_mask(const CudaContext&, ConstMatrix, const float*, Matrix) { no_cuda(); }
+void csr_column_grad(const CudaContext&, const DeviceCsrByColumn&, ConstMatrix, Matrix) {
+  no_cuda();
+}
+void gather_rows(const CudaContext&, const float*, const uint32_t*, int64_t, int64_t, float*) {
+  no_cuda();
+}
+void scatter_rows(const CudaContext&, const float*, const uint32_t*, int64_t, int64_t, float*) {
   no_cuda();
 }
 

@@ -8,6 +8,13 @@
 
 namespace xmc {
 
+// Checkpoint staging of device-resident state (OutputLayer::sync_state, Encoder::sync_state).
+enum class StateSync {
+  to_host,    // allocate the host copies state() refers to and fill them from the device
+  to_device,  // upload the host copies (after a checkpoint was read into them), free them
+  release,    // free the host copies (after a save)
+};
+
 struct TensorRef {
   std::string name;            // e.g. "encoder/0/weight", "output/dense/adam_m"
   std::vector<int64_t> shape;  // row-major

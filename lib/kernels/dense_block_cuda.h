@@ -59,6 +59,9 @@ class DenseBlockCuda {
     std::vector<float> weight, bias, weight_opt1, weight_opt2, bias_opt1, bias_opt2;
   };
   HostState download() const;
+  // The reverse of download(): every array of `st` must have download()'s size (weights
+  // rounded to bf16 in bf16 mode). Synchronises.
+  void upload(const HostState& st);
 
   // Analytic size in bytes of the long-lived device buffers (weights, optimizer state,
   // workspaces; the per-batch target arrays, which grow with the batch's nnz, excluded).

@@ -1,12 +1,16 @@
 #pragma once
 // Backend `bottleneck`: projection P [b×d] (u = h·Pᵀ), then a dense layer over b.
-// The memory-matched baseline: (d + L)·b parameters instead of L·d.
+// The memory-matched baseline: (d + L)·b parameters instead of L·d. On a CUDA Context the
+// projection (fp32) and the dense block (fp32 or bf16) live on the GPU and every matrix
+// argument is a device view (output_layer.h).
 #include <string>
+#include <vector>
 
 #include "config/field_constraints.h"
 
+#include "core/cuda_context.h"
 #include "core/memory_ledger.h"
-#include "layers/dense_block.h"
+#include "layers/dense_any.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -16,12 +20,20 @@ struct BottleneckConfig {
   int64_t dim = 128;
   std::string loss = "bce";
   int64_t chunk_size = 8192;
+  std::string precision = "fp32";
+  bool stochastic_rounding = false;
 
   template <class V>
   void visit(V& v) {
     v.field("dim", dim, "Width b of the projection before the dense layer", Range{1, 1 << 20});
     v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
     v.field("chunk_size", chunk_size, "Labels processed per chunk", Range{1, int64_t{1} << 24});
+    v.field("precision", precision,
+            "Weight storage of the dense part: fp32, or bf16 (device cuda only; the projection "
+            "stays fp32)",
+            Choices{"fp32", "bf16"});
+    v.field("stochastic_rounding", stochastic_rounding,
+            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
   }
 };
 
@@ -36,15 +48,24 @@ class BottleneckLayer final : public OutputLayer {
   TopK topk_impl(ConstMatrix h, int k) const override;
   int64_t chunk_labels() const override { return block_.chunk(); }
   std::vector<TensorRef> state_impl() override;
+  void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
-  // u [B×b] = h·Pᵀ into buf.
+  // u [B×b] = h·Pᵀ into buf (host).
   Matrix project(ConstMatrix h, std::vector<float>& buf) const;
+  // u [B×b] = h·Pᵀ into buf (device; resized to h.rows rows).
+  Matrix project_gpu(ConstMatrix h, gpu::DeviceBuffer<float>& buf) const;
+  float* p_data() { return gpu_ ? p_dev_.data() : p_.data(); }
 
   int64_t dim_;
   OptimizerConfig optim_;
-  HostBuffer<float> p_, p_s1_, p_s2_;  // [b×d] and its optimizer state
-  HostBuffer<float> u_, du_, dp_;      // workspace: [B×b], [B×b], [b×d]
-  DenseBlock block_;
+  gpu::CudaContext* gpu_ = nullptr;    // set on a CUDA Context
+  HostBuffer<float> p_, p_s1_, p_s2_;  // CPU: [b×d] and its optimizer state
+  HostBuffer<float> u_, du_, dp_;      // CPU workspace: [B×b], [B×b], [b×d]
+  gpu::DeviceBuffer<float> p_dev_, p_s1_dev_, p_s2_dev_;  // GPU twins of the above
+  gpu::DeviceBuffer<float> u_dev_, du_dev_, dp_dev_;
+  std::vector<float> p_stage_, p_s1_stage_, p_s2_stage_;  // GPU: checkpoint host copies
+  bool staged_ = false;
+  AnyDenseBlock block_;
 };
 
 }  // namespace xmc

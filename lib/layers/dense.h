@@ -1,11 +1,12 @@
 #pragma once
-// Backend `dense`: the one-vs-all baseline, W [L×d] + bias, trained in label chunks.
+// Backend `dense`: the one-vs-all baseline, W [L×d] + bias, trained in label chunks, on
+// the CPU (fp32) or the GPU (fp32 or bf16 weights; device views, see output_layer.h).
 #include <memory>
 #include <string>
 
 #include "config/field_constraints.h"
 
-#include "layers/dense_block.h"
+#include "layers/dense_any.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -14,12 +15,20 @@ namespace xmc {
 struct DenseConfig {
   std::string loss = "bce";
   int64_t chunk_size = 8192;
+  std::string precision = "fp32";
+  bool stochastic_rounding = false;
 
   template <class V>
   void visit(V& v) {
     v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
     v.field("chunk_size", chunk_size, "Labels processed per chunk (bounds the B×chunk logit workspace)",
             Range{1, int64_t{1} << 24});
+    v.field("precision", precision,
+            "Weight storage: fp32, or bf16 (device cuda only; fp32 accumulation, half the "
+            "weight memory)",
+            Choices{"fp32", "bf16"});
+    v.field("stochastic_rounding", stochastic_rounding,
+            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
   }
 };
 
@@ -31,11 +40,13 @@ class DenseLayer final : public OutputLayer {
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
+  TopK topk_impl(ConstMatrix h, int k) const override;
   int64_t chunk_labels() const override { return block_.chunk(); }
   std::vector<TensorRef> state_impl() override { return block_.state("output/"); }
+  void sync_state_impl(StateSync s) override { block_.sync_state(s); }
   int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
 
-  DenseBlock block_;
+  AnyDenseBlock block_;
 };
 
 }  // namespace xmc

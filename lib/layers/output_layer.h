@@ -42,6 +42,10 @@ struct TrainerView {
   std::function<DenseMatrix()> embed_train;  // may be empty in unit tests
 };
 
+// Device views: a layer built on a CUDA Context (device_views() true) keeps its parameters
+// on the GPU, and every matrix it is given or fills — h, dh, the scores' out — is a DEVICE
+// view (pointers into GPU memory, on the Context's stream); batch labels and TopK stay on
+// the host. On a CPU Context every view is a host view.
 class OutputLayer {
  public:
   virtual ~OutputLayer() = default;
@@ -59,8 +63,13 @@ class OutputLayer {
   void on_step(const TrainerView& t) { on_step_impl(t); }
   void on_epoch(const TrainerView& t) { on_epoch_impl(t); }
 
-  // Parameters and optimizer state, for checkpoints (names begin with "output/").
+  // Parameters and optimizer state, for checkpoints (names begin with "output/"). A
+  // device-resident layer returns host copies: call sync_state(to_host) first.
   std::vector<TensorRef> state() { return state_impl(); }
+  // No-op on the CPU. Save: sync_state(to_host), write state(), sync_state(release).
+  // Load: sync_state(to_host), read into state(), sync_state(to_device).
+  void sync_state(StateSync s) { sync_state_impl(s); }
+  bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
   // workspace (for the ledger cross-check).
   int64_t analytic_bytes() const { return analytic_bytes_impl(); }
@@ -72,6 +81,8 @@ class OutputLayer {
 
  protected:
   OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);
+  // Backends with a CUDA path call this when built on a CUDA Context.
+  void set_device_views(bool on) { device_views_ = on; }
   // Exact top-k of `rows` rows over labels [label_lo, label_hi) in chunks of `chunk`:
   // score_chunk(lo, out [rows×c]) fills the scores of labels [lo, lo+c).
   TopK stream_topk(int64_t rows, int k, int64_t chunk,
@@ -87,12 +98,14 @@ class OutputLayer {
   virtual void on_step_impl(const TrainerView&) {}
   virtual void on_epoch_impl(const TrainerView&) {}
   virtual std::vector<TensorRef> state_impl() = 0;
+  virtual void sync_state_impl(StateSync) {}
   virtual int64_t analytic_bytes_impl() const = 0;
 
   int64_t input_dim_;
   int64_t num_labels_;
   int64_t lo_;
   int64_t hi_;
+  bool device_views_ = false;
 };
 
 }  // namespace xmc

@@ -11,9 +11,11 @@ namespace xmc {
 
 const std::vector<OutputBackend>& output_backends() {
   static const std::vector<OutputBackend> table = {
-      make_backend<DenseLayer, DenseConfig>("dense", "Full one-vs-all layer W[L×d] + bias"),
+      make_backend<DenseLayer, DenseConfig>("dense", "Full one-vs-all layer W[L×d] + bias",
+                                            /*cuda=*/true),
       make_backend<BottleneckLayer, BottleneckConfig>(
-          "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)"),
+          "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)",
+          /*cuda=*/true),
       make_backend<LshSampledLayer, LshSampledConfig>(
           "lsh_sampled", "LSH tables over label weights give adaptive hard negatives (LNS, SLIDE)"),
       make_backend<AnnsSampledLayer, AnnsSampledConfig>(
@@ -35,9 +37,20 @@ const std::vector<OutputTypeInfo>& output_types() {
   return types;
 }
 
-std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const OutputSpec& spec) {
+bool backend_has_cuda(const std::string& name) {
   for (const auto& b : output_backends())
-    if (b.config.name == spec.type) return b.create(init, spec);
+    if (b.config.name == name) return b.cuda;
+  return false;
+}
+
+std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const OutputSpec& spec) {
+  for (const auto& b : output_backends()) {
+    if (b.config.name != spec.type) continue;
+    if (init.ctx->on_gpu() && !b.cuda)
+      throw_input("model.output.type '{}' has no CUDA path yet: use device cpu (--device cpu)",
+                  spec.type);
+    return b.create(init, spec);
+  }
   // Same message as the config loader gives for an unknown type.
   (void)find_output_type(output_types(), spec.type);
   throw_error("output type '{}' is registered without a factory", spec.type);

@@ -15,20 +15,27 @@ namespace xmc {
 struct OutputBackend {
   OutputTypeInfo config;
   std::function<std::unique_ptr<OutputLayer>(const LayerInit&, const OutputSpec&)> create;
+  // The layer runs on a CUDA Context (device views, see output_layer.h). A backend
+  // without it is refused on device cuda (never a silent CPU fallback).
+  bool cuda = false;
 };
 
 // Backend `Layer` constructed as Layer(const LayerInit&, const Config&).
 template <class Layer, class Config>
-OutputBackend make_backend(std::string name, std::string description) {
+OutputBackend make_backend(std::string name, std::string description, bool cuda = false) {
   return {make_output_type<Config>(std::move(name), std::move(description)),
           [](const LayerInit& init, const OutputSpec& spec) -> std::unique_ptr<OutputLayer> {
             return std::make_unique<Layer>(init, spec.as<Config>());
-          }};
+          },
+          cuda};
 }
 
 const std::vector<OutputBackend>& output_backends();
 // The config side of the table, for load_config() and the reference.
 const std::vector<OutputTypeInfo>& output_types();
+// Whether backend `name` has a CUDA path (false for an unknown name).
+bool backend_has_cuda(const std::string& name);
+// Builds the backend; InputError when the Context is CUDA and the backend has no CUDA path.
 std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const OutputSpec& spec);
 
 }  // namespace xmc

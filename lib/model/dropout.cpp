@@ -20,6 +20,13 @@ void dropout_dense(Matrix x, float* mask, double p, Rng& rng) {
   }
 }
 
+void dropout_mask(float* mask, int64_t n, double p, Rng& rng) {
+  XMC_CHECK(p >= 0.0 && p < 1.0, "dropout probability {} outside [0, 1)", p);
+  const float keep_scale = static_cast<float>(1.0 / (1.0 - p));
+  const float pf = static_cast<float>(p);
+  for (int64_t i = 0; i < n; ++i) mask[i] = rng.uniformf() < pf ? 0.0f : keep_scale;
+}
+
 void dropout_sparse(CsrMatrix& x, double p, Rng& rng) {
   XMC_CHECK(p >= 0.0 && p < 1.0, "dropout probability {} outside [0, 1)", p);
   XMC_CHECK(x.has_values() || x.nnz() == 0, "sparse dropout needs values");

@@ -12,6 +12,11 @@ namespace xmc {
 // 1/(1-p)), which backward applies to dL/dx. p in [0, 1).
 void dropout_dense(Matrix x, float* mask, double p, Rng& rng);
 
+// mask [n]: each entry 0 with probability p, else 1/(1-p), one rng.uniformf() per entry
+// in order — the draws dropout_dense makes for an [B×n/B] input (the GPU encoder draws
+// its masks on the host with this, so both devices drop the same entries).
+void dropout_mask(float* mask, int64_t n, double p, Rng& rng);
+
 // Sparse input: removes dropped entries from the CSR rows (so they do not count as touched
 // feature rows) and scales the kept values by 1/(1-p). values must be present.
 void dropout_sparse(CsrMatrix& x, double p, Rng& rng);

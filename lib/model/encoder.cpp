@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/activation.h"
+#include "model/encoder_cuda.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"
 
@@ -18,6 +19,13 @@ struct Encoder::Impl {
   std::unique_ptr<SparseLinear> first;         // sparse input only
   std::vector<std::unique_ptr<Linear>> dense;  // the remaining layers (all, for dense input)
   bool have_forward = false;
+  std::unique_ptr<EncoderCuda> gpu;            // on a CUDA Context: everything above unused
+  struct Staged {
+    const Batch* batch;
+    bool training;
+    Rng* rng;
+  };
+  std::vector<Staged> staged;                  // CPU: stage()d, not yet forwarded
 };
 
 namespace {
@@ -51,8 +59,15 @@ void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, 
 
 Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
                  bool sparse_input, const OptimizerConfig& optim, uint64_t seed)
-    : impl_(std::make_unique<Impl>(Impl{ctx, input_dim, sparse_input, input_dim, {}, {}, false})) {
+    : impl_(std::make_unique<Impl>(
+          Impl{ctx, input_dim, sparse_input, input_dim, {}, {}, false, {}, {}})) {
   validate(layers, input_dim, sparse_input);
+  if (ctx.on_gpu()) {
+    impl_->gpu = std::make_unique<EncoderCuda>(ctx, layers, input_dim, sparse_input, optim, seed);
+    impl_->output_dim = impl_->gpu->output_dim();
+    empty_ = layers.empty();
+    return;
+  }
   int64_t in = input_dim;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
@@ -72,9 +87,31 @@ Encoder::~Encoder() = default;
 
 int64_t Encoder::input_dim() const { return impl_->input_dim; }
 int64_t Encoder::output_dim() const { return impl_->output_dim; }
-bool Encoder::empty() const { return !impl_->first && impl_->dense.empty(); }
+bool Encoder::empty() const { return impl_->gpu ? empty_ : !impl_->first && impl_->dense.empty(); }
+
+void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
+  if (impl_->gpu) return impl_->gpu->stage(batch, training, rng);
+  XMC_CHECK(impl_->staged.size() < 2, "encoder: a third batch staged before the first was forwarded");
+  impl_->staged.push_back({&batch, training, &rng});
+}
+
+ConstMatrix Encoder::forward_staged() {
+  if (impl_->gpu) return impl_->gpu->forward_staged();
+  XMC_CHECK(!impl_->staged.empty(), "encoder forward without a staged batch");
+  const Impl::Staged s = impl_->staged.front();
+  impl_->staged.erase(impl_->staged.begin());
+  return forward_cpu(*s.batch, s.training, *s.rng);
+}
 
 ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
+  if (impl_->gpu) {
+    impl_->gpu->stage(batch, training, rng);
+    return impl_->gpu->forward_staged();
+  }
+  return forward_cpu(batch, training, rng);
+}
+
+ConstMatrix Encoder::forward_cpu(const Batch& batch, bool training, Rng& rng) {
   Impl& m = *impl_;
   if (batch.sparse != m.sparse_input)
     throw_error("encoder built for {} input got a {} batch", m.sparse_input ? "sparse" : "dense",
@@ -94,6 +131,7 @@ ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
 
 void Encoder::backward_update(ConstMatrix dh, double lr, int64_t step) {
   Impl& m = *impl_;
+  if (m.gpu) return m.gpu->backward_update(dh, lr, step);
   if (empty()) return;  // identity: nothing to learn
   XMC_CHECK(m.have_forward, "encoder backward without a training forward");
   XMC_CHECK(dh.cols == m.output_dim, "encoder backward: dh has {} columns, expected {}", dh.cols,
@@ -110,7 +148,12 @@ void Encoder::backward_update(ConstMatrix dh, double lr, int64_t step) {
   for (auto& layer : m.dense) layer->apply_update(lr, step);
 }
 
+void Encoder::sync_state(StateSync s) {
+  if (impl_->gpu) impl_->gpu->sync_state(s);
+}
+
 std::vector<TensorRef> Encoder::state() {
+  if (impl_->gpu) return impl_->gpu->state();
   std::vector<TensorRef> s;
   size_t i = 0;
   auto append = [&s](std::vector<TensorRef> v) {

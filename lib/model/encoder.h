@@ -42,19 +42,31 @@ class Encoder {
   bool empty() const;
 
   // h [B×output_dim]. training: applies dropout (from rng) and keeps what backward needs.
-  // The returned view stays valid until the next forward.
+  // The returned view stays valid until the next forward. On a CUDA Context h is a DEVICE
+  // view (model/encoder_cuda.h) and backward_update takes a device dh.
   ConstMatrix forward(const Batch& batch, bool training, Rng& rng);
+  // forward() in two halves, for prefetching: stage() prepares a batch (on the GPU: draws
+  // its dropout and starts its host→device copy on a side stream), forward_staged() runs
+  // the forward of the oldest staged batch. At most two batches staged. The random draws
+  // are the same, in the same order, as forward()'s; on the CPU the staged Batch and rng
+  // must stay alive until forward_staged().
+  void stage(const Batch& batch, bool training, Rng& rng);
+  ConstMatrix forward_staged();
   // Given dL/dh [B×output_dim] for the last training forward: computes the parameter
   // gradients and applies one optimizer step with learning rate lr (step is 1-based).
   void backward_update(ConstMatrix dh, double lr, int64_t step);
 
   // Parameters and optimizer state, for checkpoints ("encoder/<i>/weight", ".../bias",
-  // ".../opt1", ".../opt2").
+  // ".../opt1", ".../opt2"). On a CUDA Context: host copies, sync_state(to_host) first.
   std::vector<TensorRef> state();
+  void sync_state(StateSync s);
 
  private:
+  ConstMatrix forward_cpu(const Batch& batch, bool training, Rng& rng);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool empty_ = true;  // GPU: no layers
 };
 
 }  // namespace xmc

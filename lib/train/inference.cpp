@@ -12,7 +12,8 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   LoadedModel m;
   m.config = parse_config(r.read_string("meta/config_yaml"), checkpoint + ":meta/config_yaml", {},
                           output_types());
-  const Device dev = training_device(device.empty() ? m.config.device : device);
+  const Device dev =
+      training_device(device.empty() ? m.config.device : device, m.config.model.output.type);
   m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
   m.model = std::make_unique<Model>(*m.ctx, m.config, ModelMeta::load(r), 0);
   m.model->load_state(r);

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/cuda_context.h"
 #include "core/error.h"
 #include "eval/propensity.h"
 #include "layers/registry.h"
@@ -34,14 +35,17 @@ ModelMeta ModelMeta::load(const CheckpointReader& r) {
   return m;
 }
 
-Device training_device(const std::string& requested) {
+Device training_device(const std::string& requested, const std::string& backend) {
   const Device d = resolve_device(requested);
-  if (d == Device::cpu) return d;
+  if (d == Device::cpu || backend_has_cuda(backend)) return d;
   if (requested == "auto") {
-    spdlog::warn("a CUDA GPU is present, but the CUDA training path is not wired yet: using the CPU");
+    spdlog::warn("device auto: a CUDA GPU is present, but model.output.type '{}' has no CUDA "
+                 "path yet: running on the CPU",
+                 backend);
     return Device::cpu;
   }
-  throw_input("device 'cuda': the CUDA training path is not wired yet in this build; use --device cpu");
+  throw_input("device 'cuda': model.output.type '{}' has no CUDA path yet; use --device cpu",
+              backend);
 }
 
 OptimizerConfig to_optimizer_config(const OptimSpec& spec) {
@@ -77,7 +81,7 @@ std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
 }  // namespace
 
 Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps)
-    : meta_(std::move(meta)) {
+    : meta_(std::move(meta)), ctx_(&ctx) {
   encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
                                        meta_.sparse_input,
                                        to_optimizer_config(cfg.optim.encoder), cfg.seed);
@@ -102,15 +106,39 @@ TopK Model::predict(const Batch& batch, int k) {
   return output_->topk(h, k);
 }
 
+void Model::embed(const Batch& batch, Matrix out) {
+  Rng unused(0);
+  ConstMatrix h = encoder_->forward(batch, /*training=*/false, unused);
+  XMC_CHECK(out.rows == h.rows && out.cols == h.cols, "embed: out [{}×{}], h [{}×{}]", out.rows,
+            out.cols, h.rows, h.cols);
+  if (ctx_->on_gpu()) {
+    auto& cuda = ctx_->cuda();
+    for (int64_t i = 0; i < h.rows; ++i)
+      gpu::copy_to_host(out.row(i), h.row(i), static_cast<size_t>(h.cols) * sizeof(float),
+                        cuda.stream());
+    cuda.synchronize();
+    return;
+  }
+  for (int64_t i = 0; i < h.rows; ++i) std::copy(h.row(i), h.row(i) + h.cols, out.row(i));
+}
+
 void Model::save_state(CheckpointWriter& w) {
   meta_.save(w);
+  encoder_->sync_state(StateSync::to_host);
+  output_->sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) w.write(t);
   for (const auto& t : output_->state()) w.write(t);
+  encoder_->sync_state(StateSync::release);
+  output_->sync_state(StateSync::release);
 }
 
 void Model::load_state(const CheckpointReader& r) {
+  encoder_->sync_state(StateSync::to_host);
+  output_->sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) r.read(t);
   for (const auto& t : output_->state()) r.read(t);
+  encoder_->sync_state(StateSync::to_device);
+  output_->sync_state(StateSync::to_device);
 }
 
 }  // namespace xmc

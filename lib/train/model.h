@@ -29,10 +29,12 @@ struct ModelMeta {
 
 OptimizerConfig to_optimizer_config(const OptimSpec& spec);
 
-// The device models run on: "cpu", "cuda" or "auto". The CUDA training path is not wired
-// yet, so "cuda" fails with a clear message (never a silent fallback) and "auto" picks the
-// CPU, saying so when a GPU is present.
-Device training_device(const std::string& requested);
+// The device a model with output type `backend` runs on: "cpu", "cuda" or "auto".
+// "cuda" without CUDA support, without a visible GPU, or for a backend without a CUDA path
+// (layers/registry.cpp) throws InputError — never a silent fallback. "auto" picks cuda
+// when it can, else the CPU (with a warning when a GPU is present but the backend has no
+// CUDA path).
+Device training_device(const std::string& requested, const std::string& backend);
 
 // Inverse propensities of the model's labels: A/B from `prop` (a = b = 0: the family's
 // defaults; family auto: guessed from the training data's path).
@@ -51,9 +53,12 @@ class Model {
   // state, workspace), to compare with output().analytic_bytes().
   int64_t output_ledger_bytes() const { return output_ledger_bytes_; }
 
-  // Top-k (global label ids) of a batch, without dropout.
+  // Top-k (global label ids) of a batch, without dropout (on the model's device).
   TopK predict(const Batch& batch, int k);
+  // h [B×d] of a batch without dropout, copied to the host rows of out (any device).
+  void embed(const Batch& batch, Matrix out);
 
+  // Device-resident state is staged through host copies (same layout on both devices).
   void save_state(CheckpointWriter& w);
   void load_state(const CheckpointReader& r);
 
@@ -62,6 +67,7 @@ class Model {
   std::unique_ptr<Encoder> encoder_;
   std::unique_ptr<OutputLayer> output_;
   int64_t output_ledger_bytes_ = 0;
+  Context* ctx_ = nullptr;
 };
 
 }  // namespace xmc

@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/cuda_context.h"
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "core/resources.h"
@@ -129,7 +131,8 @@ std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) 
 
 TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
   Stopwatch total_time;
-  const Device device = training_device(opt.device.empty() ? cfg.device : opt.device);
+  const Device device =
+      training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
   Context ctx(device, static_cast<int>(cfg.threads));
 
   // The run directory is prepared first, so a bad path fails in a second.
@@ -203,8 +206,20 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
   }
 
   const int64_t d = model.encoder().output_dim();
-  HostBuffer<float> dh_buf(ctx.ledger(), MemTag::activations,
-                           static_cast<size_t>(batch_size * d));
+  // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
+  HostBuffer<float> dh_host;
+  gpu::DeviceBuffer<float> dh_dev;
+  float* dh_data = nullptr;
+  if (ctx.on_gpu()) {
+    dh_dev = gpu::DeviceBuffer<float>(ctx.ledger(), MemTag::activations,
+                                      static_cast<size_t>(batch_size * d));
+    dh_data = dh_dev.data();
+    spdlog::info("device: cuda, {}", ctx.cuda().info().name);
+  } else {
+    dh_host = HostBuffer<float>(ctx.ledger(), MemTag::activations,
+                                static_cast<size_t>(batch_size * d));
+    dh_data = dh_host.data();
+  }
   Batcher batcher(train, batch_size, cfg.seed, cfg.train.shuffle);
 
   // Embeds every training point with the current encoder (ANNS refresh).
@@ -217,8 +232,7 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
       ids.resize(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
       Batch b = gather_batch(train, ids);
-      ConstMatrix h = model.encoder().forward(b, /*training=*/false, unused);
-      for (int64_t i = 0; i < n; ++i) std::copy(h.row(i), h.row(i) + d, out.values.data() + (r0 + i) * d);
+      model.embed(b, Matrix(out.values.data() + r0 * d, n, d));
     }
     return out;
   };
@@ -227,7 +241,9 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
   nlohmann::json last_metrics;
   double train_seconds = 0.0;
   double last_epoch_seconds = 0.0;
-  Batch batch;
+  // Two batches in flight: batch i+1 is gathered and staged (on the GPU: its host→device
+  // copy starts on a side stream) while batch i trains.
+  std::array<Batch, 2> batches;
   for (int64_t epoch = start_epoch; epoch < cfg.train.epochs; ++epoch) {
     const bool last = epoch + 1 == cfg.train.epochs;
     batcher.start_epoch(epoch);
@@ -238,11 +254,17 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
     double loss_sum = 0.0;
     int64_t steps = 0, zero_grads = 0, grads = 0;
     double lr_factor = 1.0;
-    while (batcher.next(batch)) {
+    int cur = 0;
+    bool have = batcher.next(batches[0]);
+    if (have) model.encoder().stage(batches[0], /*training=*/true, dropout_rng);
+    while (have) {
+      const Batch& batch = batches[static_cast<size_t>(cur)];
       lr_factor = schedule.factor(step);
       ++step;
-      ConstMatrix h = model.encoder().forward(batch, /*training=*/true, dropout_rng);
-      Matrix dh(dh_buf.data(), batch.size(), d);
+      ConstMatrix h = model.encoder().forward_staged();
+      have = batcher.next(batches[static_cast<size_t>(cur ^ 1)]);
+      if (have) model.encoder().stage(batches[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
+      Matrix dh(dh_data, batch.size(), d);
       StepStats s = model.output().train_step(batch, h, dh,
                                               {cfg.optim.output.lr * lr_factor, step});
       model.encoder().backward_update(dh, cfg.optim.encoder.lr * lr_factor, step);
@@ -257,6 +279,7 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
                        static_cast<int>(cfg.train.epochs), &train, embed_train};
       model.output().on_step(view);
       progress.update(steps, loss_sum / static_cast<double>(steps));
+      cur ^= 1;
     }
     progress.finish();
     model.output().on_epoch({step, total_steps, static_cast<int>(epoch),
@@ -307,6 +330,7 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
   nlohmann::json& res = summary.results;
   res["name"] = cfg.name;
   res["device"] = std::string(to_string(ctx.device()));
+  if (ctx.on_gpu()) res["gpu"] = ctx.cuda().info().name;
   res["threads"] = ctx.threads();
   res["backend"] = cfg.model.output.type;
   res["epochs"] = cfg.train.epochs;

@@ -23,8 +23,21 @@
 #include "kernels/dense_ops.h"
 #include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"
+#include "model/encoder.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
+#include "config/config_loader.h"
+#include "layers/registry.h"
+#include "io/load.h"
+#include "train/evaluation.h"
+#include "train/inference.h"
+#include "train/model.h"
+#include "train/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 namespace {
 
@@ -612,6 +625,227 @@ void test_memory(CudaContext& ctx) {
                 static_cast<double>(ledger.total_current(MemSpace::device)), 0, 0, 0);
 }
 
+// --- encoder: the GPU encoder against the CPU one (same seed, same dropout draws) -----
+std::vector<float> to_host_vec(const gpu::CudaContext& ctx, ConstMatrix m) {
+  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r)
+    gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * 4, ctx.stream());
+  ctx.synchronize();
+  return v;
+}
+
+Batch random_batch(Rng& rng, bool sparse, int64_t rows, int64_t dim, int64_t labels) {
+  Batch b;
+  b.sparse = sparse;
+  for (int64_t i = 0; i < rows; ++i) b.ids.push_back(i);
+  if (sparse) {
+    b.sparse_x.rows = rows;
+    b.sparse_x.cols = dim;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint32_t> idx;
+      for (int k = 0; k < 12; ++k) idx.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(dim))));
+      std::sort(idx.begin(), idx.end());
+      idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+      for (auto i : idx) {
+        b.sparse_x.indices.push_back(i);
+        b.sparse_x.values.push_back(0.1f + rng.uniformf());
+      }
+      b.sparse_x.indptr.push_back(static_cast<int64_t>(b.sparse_x.indices.size()));
+    }
+  } else {
+    b.dense_x = DenseMatrix(rows, dim);
+    for (auto& v : b.dense_x.values) v = 2.0f * rng.uniformf() - 1.0f;
+  }
+  b.labels = random_targets(rng, rows, labels, 4);
+  return b;
+}
+
+void test_encoder(CudaContext&, Rng& rng) {
+  for (const bool sparse : {true, false}) {
+    const std::string tag = sparse ? "sparse" : "dense";
+    std::vector<EncoderLayerConfig> layers;
+    if (sparse) {
+      layers = {{"sparse_linear", 40, "relu", 0.2}, {"linear", 24, "relu", 0.3}};
+    } else {
+      layers = {{"linear", 40, "relu", 0.1}, {"linear", 24, "none", 0.0}};
+    }
+    const int64_t dim = sparse ? 500 : 64, rows = 37;
+    for (const auto& cfg : optimizers()) {
+      Context cpu(Device::cpu);
+      Context dev(Device::cuda);
+      Encoder ref(cpu, layers, dim, sparse, cfg, 11);
+      Encoder got(dev, layers, dim, sparse, cfg, 11);
+      Rng r_ref(5), r_got(5);
+      for (int step = 1; step <= 3; ++step) {
+        const Batch b = random_batch(rng, sparse, rows, dim, 10);
+        const ConstMatrix h_ref = ref.forward(b, true, r_ref);
+        const ConstMatrix h_got = got.forward(b, true, r_got);
+        const std::vector<float> want(h_ref.data, h_ref.data + h_ref.rows * h_ref.cols);
+        expect_close("encoder " + tag + " forward step " + std::to_string(step),
+                     to_host_vec(dev.cuda(), h_got), want, 1e-5, 1e-4);
+        const auto dh = random_vec(rng, want.size(), 0.1f);
+        auto dh_dev = upload(dev.cuda(), dh);
+        ref.backward_update(ConstMatrix(dh.data(), rows, 24), 1e-2, step);
+        got.backward_update(ConstMatrix(dh_dev.data(), rows, 24), 1e-2, step);
+        dev.cuda().synchronize();
+      }
+      expect_true("encoder " + tag + ": same dropout draws", r_ref.state() == r_got.state());
+      got.sync_state(StateSync::to_host);
+      auto sr = ref.state();
+      auto sg = got.state();
+      expect_true("encoder " + tag + ": same state list", sr.size() == sg.size());
+      for (size_t t = 0; t < std::min(sr.size(), sg.size()); ++t) {
+        if (!std::holds_alternative<float*>(sr[t].data)) continue;
+        const float* a = std::get<float*>(sr[t].data);
+        const float* g = std::get<float*>(sg[t].data);
+        expect_close("encoder " + tag + " " + sr[t].name + " after 3 steps",
+                     std::vector<float>(g, g + sg[t].numel()), std::vector<float>(a, a + sr[t].numel()),
+                     1e-4, 1e-3);
+      }
+      got.sync_state(StateSync::release);
+      // Evaluation forward (no dropout).
+      const Batch b = random_batch(rng, sparse, 300, dim, 10);
+      Rng unused(0);
+      const ConstMatrix e_ref = ref.forward(b, false, unused);
+      const ConstMatrix e_got = got.forward(b, false, unused);
+      expect_close("encoder " + tag + " eval forward",
+                   to_host_vec(dev.cuda(), e_got),
+                   std::vector<float>(e_ref.data, e_ref.data + e_ref.rows * e_ref.cols), 1e-4, 1e-3);
+    }
+  }
+}
+
+// --- the real Model / trainer path: one step, then whole runs, CPU vs CUDA ---------------
+const char* kParityConfig = R"(name: parity
+seed: 7
+threads: 2
+data:
+  train: {features: @DIR@/trn_X.npy, labels: @DIR@/trn_X_Y.txt}
+  test: {features: @DIR@/tst_X.npy, labels: @DIR@/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: 3000, test: 1000, labels: 300, features: 64, clusters: 20, seed: 3}
+model:
+  encoder: [{type: linear, out: 64, activation: relu, dropout: 0.1}]
+  output: {type: @TYPE@, loss: bce, chunk_size: 128@EXTRA@}
+optim:
+  encoder: {type: adam, lr: 0.01}
+  output: {type: adam, lr: 0.01}
+train: {epochs: 2, batch_size: 128, log_every_s: 100}
+eval: {k: 5}
+)";
+
+ExperimentConfig parity_config(const std::string& dir, const std::string& type,
+                               const std::string& extra) {
+  std::string text = kParityConfig;
+  auto repl = [&](const std::string& key, const std::string& value) {
+    for (size_t p; (p = text.find(key)) != std::string::npos;) text.replace(p, key.size(), value);
+  };
+  repl("@DIR@", dir);
+  repl("@TYPE@", type);
+  repl("@EXTRA@", extra);
+  return parse_config(text, "parity.yaml", {}, output_types());
+}
+
+void test_model_step(CudaContext&, Rng& rng) {
+  for (const std::string type : {"dense", "bottleneck"}) {
+    const std::string extra = type == "bottleneck" ? ", dim: 32" : "";
+    const ExperimentConfig cfg = parity_config("/nonexistent", type, extra);
+    ModelMeta meta;
+    meta.input_dim = 64;
+    meta.num_labels = 300;
+    meta.n_train = 1000;
+    meta.sparse_input = false;
+    meta.label_freq.assign(300, 3);
+    Context cpu(Device::cpu);
+    Context dev(Device::cuda);
+    Model ref(cpu, cfg, meta, 10);
+    Model got(dev, cfg, meta, 10);
+    expect_true(type + ": layer on the device", got.output().device_views());
+    Rng r_ref(1), r_got(1);
+    std::vector<float> dh_host(128 * 64);
+    DeviceBuffer<float> dh_dev(dev.ledger(), MemTag::activations, 128 * 64);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const Batch b = random_batch(rng, false, 128, 64, 300);
+      const ConstMatrix h1 = ref.encoder().forward(b, true, r_ref);
+      const ConstMatrix h2 = got.encoder().forward(b, true, r_got);
+      const StepStats s1 = ref.output().train_step(b, h1, Matrix(dh_host.data(), 128, 64), {0.01, step});
+      const StepStats s2 = got.output().train_step(b, h2, Matrix(dh_dev.data(), 128, 64), {0.01, step});
+      expect_scalar(type + " model step loss", s2.loss, s1.loss, 1e-5, 1e-4);
+      expect_close(type + " model step dh", download(dev.cuda(), dh_dev, dh_host.size()), dh_host,
+                   1e-6, 1e-3);
+      ref.encoder().backward_update(ConstMatrix(dh_host.data(), 128, 64), 0.01, step);
+      got.encoder().backward_update(ConstMatrix(dh_dev.data(), 128, 64), 0.01, step);
+    }
+    const Batch b = random_batch(rng, false, 50, 64, 300);
+    const TopK t1 = ref.predict(b, 5);
+    const TopK t2 = got.predict(b, 5);
+    int same = 0;
+    for (size_t i = 0; i < t1.labels.size(); ++i) same += t1.labels[i] == t2.labels[i];
+    expect_true(type + " model top-5 agrees on >= 95% of positions",
+                same >= static_cast<int>(0.95 * static_cast<double>(t1.labels.size())));
+  }
+}
+
+// results.json metrics: "P@1", ...
+double metric(const nlohmann::json& r, const char* key, int at) {
+  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
+}
+
+void test_training_runs(CudaContext&, Rng&) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("xmc_parity_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  struct Run {
+    std::string type, extra, device;
+  };
+  const std::vector<Run> runs = {{"dense", "", "cpu"},
+                                 {"dense", "", "cuda"},
+                                 {"dense", ", precision: bf16", "cuda"},
+                                 {"bottleneck", ", dim: 32", "cpu"},
+                                 {"bottleneck", ", dim: 32", "cuda"}};
+  std::vector<nlohmann::json> results;
+  for (const auto& r : runs) {
+    const ExperimentConfig cfg = parity_config((root / "data").string(), r.type, r.extra);
+    TrainOptions opt;
+    opt.device = r.device;
+    opt.out_dir = (root / (r.type + "_" + r.device + std::to_string(results.size()))).string();
+    opt.config_yaml = dump_config(cfg);
+    results.push_back(run_training(cfg, opt).results);
+    std::printf("  %s %s%s: P@1 %.4f P@5 %.4f, %.2f s/epoch\n", r.type.c_str(), r.device.c_str(),
+                r.extra.c_str(), metric(results.back(), "P", 1), metric(results.back(), "P", 5),
+                results.back()["last_epoch_seconds"].get<double>());
+  }
+  auto agree = [&](size_t a, size_t b, double tol, const std::string& what) {
+    for (int k : {1, 3, 5})
+      expect_scalar(what + " P@" + std::to_string(k), metric(results[b], "P", k),
+                    metric(results[a], "P", k), tol, 0);
+  };
+  expect_true("results record device cuda and the GPU",
+              results[1]["device"] == "cuda" && results[1].contains("gpu"));
+  agree(0, 1, 0.01, "dense cpu vs cuda");
+  agree(0, 2, 0.03, "dense cpu fp32 vs cuda bf16");
+  agree(3, 4, 0.01, "bottleneck cpu vs cuda");
+  // The GPU checkpoint evaluates on the CPU to the GPU's metrics, and vice versa.
+  const std::vector<std::pair<size_t, std::string>> cross = {{1, "cpu"}, {0, "cuda"}};
+  for (const auto& [run, device] : cross) {
+    LoadedModel lm = load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5",
+                                device, 0);
+    io::DataSource src;
+    src.features = (root / "data" / "tst_X.npy").string();
+    src.labels = (root / "data" / "tst_X_Y.txt").string();
+    const Dataset test = io::load_dataset(src);
+    EvalSettings es;
+    es.k = 5;
+    const EvalResult ev = evaluate_dataset(*lm.model, test, es);
+    const std::string label = "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
+    expect_true(label + " on the requested device", lm.ctx->device() == resolve_device(device));
+    for (int k : {1, 5})
+      expect_scalar(label + " P@" + std::to_string(k), ev.metrics.p.at(static_cast<size_t>(k - 1)),
+                    metric(results[run], "P", k), 0.005, 0);
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+}
+
 }  // namespace
 
 int main() {
@@ -637,6 +871,9 @@ int main() {
       {"topk merge", test_topk_merge},
       {"dense topk", test_dense_topk},
       {"memory", [](CudaContext& c, Rng&) { test_memory(c); }},
+      {"encoder", test_encoder},
+      {"model step", test_model_step},
+      {"training", test_training_runs},
   };
   MemoryLedger ledger;
   try {

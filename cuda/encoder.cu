@@ -1,0 +1,157 @@
+// Encoder kernels (kernels/encoder_ops_cuda.h): the sparse-input layer's CSR × dense
+// forward and its weight gradient over the touched rows (grouped by column on the host,
+// so no atomics and the CPU's summation order), bias + relu, relu's gradient, dropout
+// masks, and the row gather / scatter around the fused optimizer update of touched rows.
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "kernels/encoder_ops_cuda.h"
+
+namespace xmc::gpu {
+namespace {
+
+constexpr int kEncThreads = 256;
+
+// Grid: x over rows (up to 2^31-1), y over column tiles of kEncThreads.
+dim3 enc_grid(int64_t rows, int64_t cols) {
+  XMC_CUDA_REQUIRE(rows >= 0 && rows <= 0x7fffffff, rows);
+  const int64_t tiles = (cols + kEncThreads - 1) / kEncThreads;
+  XMC_CUDA_REQUIRE(tiles <= 65535, cols);
+  return dim3(static_cast<unsigned>(rows), static_cast<unsigned>(tiles));
+}
+
+__global__ void enc_csr_forward_kernel(const int64_t* __restrict__ indptr,
+                                       const uint32_t* __restrict__ indices,
+                                       const float* __restrict__ values, const float* __restrict__ w,
+                                       const float* __restrict__ bias, int64_t out, bool relu,
+                                       float* __restrict__ h, int64_t ldh) {
+  const int64_t r = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= out) return;
+  float acc = bias[j];
+  for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k)
+    acc += values[k] * w[static_cast<int64_t>(indices[k]) * out + j];
+  h[r * ldh + j] = relu ? fmaxf(acc, 0.0f) : acc;
+}
+
+__global__ void enc_bias_act_kernel(float* __restrict__ h, int64_t cols, int64_t ld,
+                                    const float* __restrict__ bias, bool relu) {
+  const int64_t r = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  const float v = h[r * ld + j] + bias[j];
+  h[r * ld + j] = relu ? fmaxf(v, 0.0f) : v;
+}
+
+__global__ void enc_act_grad_kernel(bool relu, const float* __restrict__ h, int64_t ldh,
+                                    const float* __restrict__ dh, int64_t lddh,
+                                    float* __restrict__ dz, int64_t lddz, int64_t cols) {
+  const int64_t r = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  const float g = dh[r * lddh + j];
+  dz[r * lddz + j] = (!relu || h[r * ldh + j] > 0.0f) ? g : 0.0f;
+}
+
+// src and dst may alias (no __restrict__).
+__global__ void enc_mask_kernel(const float* src, int64_t lds, const float* __restrict__ mask,
+                                float* dst, int64_t ldd, int64_t cols) {
+  const int64_t r = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  const float v = src[r * lds + j];
+  dst[r * ldd + j] = mask ? v * mask[r * cols + j] : v;
+}
+
+__global__ void enc_column_grad_kernel(const int64_t* __restrict__ start,
+                                       const uint32_t* __restrict__ rows,
+                                       const float* __restrict__ values,
+                                       const float* __restrict__ dz, int64_t lddz,
+                                       float* __restrict__ g, int64_t ldg, int64_t out) {
+  const int64_t u = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= out) return;
+  float acc = 0.0f;
+  for (int64_t e = start[u]; e < start[u + 1]; ++e)
+    acc += values[e] * dz[static_cast<int64_t>(rows[e]) * lddz + j];
+  g[u * ldg + j] = acc;
+}
+
+__global__ void enc_gather_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
+                                  int64_t width, float* __restrict__ dst) {
+  const int64_t u = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= width) return;
+  dst[u * width + j] = src[static_cast<int64_t>(rows[u]) * width + j];
+}
+
+__global__ void enc_scatter_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
+                                   int64_t width, float* __restrict__ dst) {
+  const int64_t u = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= width) return;
+  dst[static_cast<int64_t>(rows[u]) * width + j] = src[u * width + j];
+}
+
+}  // namespace
+
+void csr_dense_forward(const CudaContext& ctx, const DeviceCsrValues& x, const float* w,
+                       const float* bias, bool relu, Matrix h) {
+  XMC_CUDA_REQUIRE(h.rows == x.rows, h.rows);
+  if (h.empty()) return;
+  enc_csr_forward_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(
+      x.indptr, x.indices, x.values, w, bias, h.cols, relu, h.data, h.ld);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void bias_activation(const CudaContext& ctx, Matrix h, const float* bias, bool relu) {
+  if (h.empty()) return;
+  enc_bias_act_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(
+      h.data, h.cols, h.ld, bias, relu);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void activation_grad(const CudaContext& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz) {
+  XMC_CUDA_REQUIRE(h.rows == dh.rows && dz.rows == dh.rows, dz.rows);
+  XMC_CUDA_REQUIRE(h.cols == dh.cols && dz.cols == dh.cols, dz.cols);
+  if (dz.empty()) return;
+  enc_act_grad_kernel<<<enc_grid(dz.rows, dz.cols), kEncThreads, 0, ctx.stream()>>>(
+      relu, h.data, h.ld, dh.data, dh.ld, dz.data, dz.ld, dz.cols);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, Matrix dst) {
+  XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
+  XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
+  if (dst.empty()) return;
+  enc_mask_kernel<<<enc_grid(dst.rows, dst.cols), kEncThreads, 0, ctx.stream()>>>(
+      src.data, src.ld, mask, dst.data, dst.ld, dst.cols);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz, Matrix g) {
+  XMC_CUDA_REQUIRE(g.rows == xt.count, g.rows);
+  XMC_CUDA_REQUIRE(g.cols == dz.cols, g.cols);
+  if (g.empty()) return;
+  enc_column_grad_kernel<<<enc_grid(g.rows, g.cols), kEncThreads, 0, ctx.stream()>>>(
+      xt.start, xt.rows, xt.values, dz.data, dz.ld, g.data, g.ld, g.cols);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
+                 int64_t width, float* dst) {
+  if (count == 0 || width == 0) return;
+  enc_gather_kernel<<<enc_grid(count, width), kEncThreads, 0, ctx.stream()>>>(src, rows, width,
+                                                                              dst);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+void scatter_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
+                  int64_t width, float* dst) {
+  if (count == 0 || width == 0) return;
+  enc_scatter_kernel<<<enc_grid(count, width), kEncThreads, 0, ctx.stream()>>>(src, rows, width,
+                                                                               dst);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xmc::gpu

@@ -1,0 +1,98 @@
+// Device selection and the device-related options of the dense backends, testable
+// without a GPU: which backends have a CUDA path, that bf16 / stochastic rounding are
+// refused on the CPU with the key named, that device cuda is refused without CUDA or a GPU
+// (and for backends without a CUDA path) — never a silent CPU fallback — and that
+// checkpoint staging (sync_state) leaves a CPU layer's state untouched.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "layers/bottleneck.h"
+#include "layers/dense.h"
+#include "layers/registry.h"
+#include "support/layer_support.h"
+#include "train/model.h"
+
+using namespace xmc;
+using Catch::Matchers::Contains;
+
+namespace {
+LayerInit small_init(Context& ctx) {
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 4;
+  init.num_labels = 10;
+  init.batch_size = 2;
+  return init;
+}
+}  // namespace
+
+TEST_CASE("dense and bottleneck have a CUDA path, the sparse backends not yet") {
+  CHECK(backend_has_cuda("dense"));
+  CHECK(backend_has_cuda("bottleneck"));
+  CHECK_FALSE(backend_has_cuda("fixed_fanin"));
+  CHECK_FALSE(backend_has_cuda("lsh_sampled"));
+  CHECK_FALSE(backend_has_cuda("anns_sampled"));
+  CHECK_FALSE(backend_has_cuda("no_such_backend"));
+}
+
+TEST_CASE("bf16 weights and stochastic rounding are refused on the CPU, naming the key") {
+  Context ctx(Device::cpu, 1);
+  DenseConfig c;
+  c.precision = "bf16";
+  CHECK_THROWS_AS(DenseLayer(small_init(ctx), c), InputError);
+  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), c), Contains("model.output.precision"));
+  DenseConfig sr;
+  sr.stochastic_rounding = true;
+  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), sr), Contains("stochastic_rounding"));
+  BottleneckConfig b;
+  b.dim = 3;
+  b.precision = "bf16";
+  CHECK_THROWS_AS(BottleneckLayer(small_init(ctx), b), InputError);
+  // Nothing leaked into the ledger by the refused layers.
+  CHECK(ctx.ledger().total_current() == 0);
+}
+
+TEST_CASE("device cuda is refused without CUDA or a GPU, auto falls back only with a warning") {
+  if (gpu::built_with_cuda() && !gpu::query_devices().empty()) {
+    // A GPU machine: cuda resolves for dense, is refused for a backend without a CUDA path.
+    CHECK(training_device("cuda", "dense") == Device::cuda);
+    CHECK(training_device("auto", "bottleneck") == Device::cuda);
+    CHECK_THROWS_WITH(training_device("cuda", "fixed_fanin"),
+                      Contains("fixed_fanin") && Contains("device cpu"));
+    CHECK(training_device("auto", "fixed_fanin") == Device::cpu);
+  } else {
+    CHECK_THROWS_AS(training_device("cuda", "dense"), InputError);
+    CHECK_THROWS_AS(training_device("cuda", "fixed_fanin"), InputError);
+    CHECK(training_device("auto", "dense") == Device::cpu);
+    CHECK(training_device("auto", "lsh_sampled") == Device::cpu);
+  }
+  CHECK(training_device("cpu", "fixed_fanin") == Device::cpu);
+  CHECK_THROWS_WITH(training_device("tpu", "dense"), Contains("tpu"));
+}
+
+TEST_CASE("checkpoint staging is a no-op for CPU layers") {
+  Context ctx(Device::cpu, 1);
+  BottleneckConfig c;
+  c.dim = 3;
+  auto layer = std::make_unique<BottleneckLayer>(small_init(ctx), c);
+  CHECK_FALSE(layer->device_views());
+  auto before = layer->state();
+  std::vector<std::vector<float>> copies;
+  for (auto& t : before) {
+    const float* p = std::get<float*>(t.data);
+    copies.emplace_back(p, p + t.numel());
+  }
+  for (auto s : {StateSync::to_host, StateSync::to_device, StateSync::release})
+    layer->sync_state(s);
+  auto after = layer->state();
+  REQUIRE(after.size() == before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    CHECK(after[i].name == before[i].name);
+    CHECK(std::get<float*>(after[i].data) == std::get<float*>(before[i].data));
+    const float* p = std::get<float*>(after[i].data);
+    CHECK(std::vector<float>(p, p + after[i].numel()) == copies[i]);
+  }
+}
