@@ -23,23 +23,6 @@ using namespace xmc::test;
 
 namespace {
 
-double target(const Batch& b, int64_t i, int64_t l) {
-  for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p)
-    if (b.labels.indices[p] == l) return 1.0;
-  return -1.0;
-}
-
-// Loss of one logit and its derivative, in double.
-double ref_loss1(const std::string& loss, double y, double z, double* grad) {
-  if (loss == "bce") {
-    *grad = -y / (1.0 + std::exp(y * z));
-    return std::log1p(std::exp(-y * z));
-  }
-  const double m = std::max(0.0, 1.0 - y * z);
-  *grad = -2.0 * y * m;
-  return m * m;
-}
-
 // Double-precision model of the layer: u = relu(h·Pᵀ + c) (or h), z = sparse(u) + bias.
 struct Ref {
   int64_t d = 0, m = 0, num_labels = 0, fan_in = 0;

@@ -2,6 +2,7 @@
 // Helpers shared by the output-layer tests: tiny batches and access to a layer's state.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,25 @@ inline Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32
     b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
   }
   return b;
+}
+
+// +1 when label l is a positive of row i of the batch, -1 otherwise.
+inline double target(const Batch& b, int64_t i, int64_t l) {
+  for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p)
+    if (b.labels.indices[p] == l) return 1.0;
+  return -1.0;
+}
+
+// Loss ("bce" or "squared_hinge") of one logit z with target y = ±1 and its derivative
+// dloss/dz in *grad, in double: the reference of the sparse layers' tests.
+inline double ref_loss1(const std::string& loss, double y, double z, double* grad) {
+  if (loss == "bce") {
+    *grad = -y / (1.0 + std::exp(y * z));
+    return std::log1p(std::exp(-y * z));
+  }
+  const double m = std::max(0.0, 1.0 - y * z);
+  *grad = -2.0 * y * m;
+  return m * m;
 }
 
 // The tensor named `name` of a state list (the test fails when it is missing).
