@@ -343,7 +343,6 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   const int64_t tie_quota = k - below;
 
   const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-  const bool strict = true;
   int64_t pruned = 0;
   float* s1 = data_or_null(w_s1_);
   float* s2 = data_or_null(w_s2_);
@@ -372,17 +371,9 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
         }
       }
       if (slots.empty()) continue;
-      // New inputs: uniform over those the label does not use — neither a kept input nor
-      // one just pruned (so every regrown slot really changes), when enough remain.
-      const bool avoid_old = strict && m_ - f >= static_cast<int64_t>(slots.size());
       Rng rng = Rng::stream(base, static_cast<uint64_t>(l));
+      regrow_inputs(il, f, slots, old, m_, rng);
       for (int64_t j : slots) {
-        uint32_t c;
-        do {
-          c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m_)));
-        } while (std::find(il, il + f, c) != il + f ||
-                 (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
-        il[j] = c;
         wl[j] = 0.0f;
         if (s1) s1[l * f + j] = 0.0f;
         if (s2) s2[l * f + j] = 0.0f;
@@ -395,6 +386,20 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   timings_.rewire += out.seconds;
   last_rewire_ = out;
   return out;
+}
+
+void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
+                   const std::vector<uint32_t>& old, int64_t m, Rng& rng) {
+  XMC_CHECK(f < m, "regrow_inputs: fan-in {} leaves no free input among {}", f, m);
+  const bool avoid_old = m - f >= static_cast<int64_t>(slots.size());
+  for (int64_t j : slots) {
+    uint32_t c;
+    do {
+      c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
+    } while (std::find(idx, idx + f, c) != idx + f ||
+             (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
+    idx[j] = c;
+  }
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

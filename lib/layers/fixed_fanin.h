@@ -15,6 +15,7 @@
 #include "config/field_constraints.h"
 
 #include "core/memory_ledger.h"
+#include "core/rng.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "model/loss.h"
@@ -81,6 +82,15 @@ struct RewireStats {
   int64_t pruned = 0;  // slots pruned and regrown
   double seconds = 0.0;
 };
+
+// The regrow half of a rewiring, shared by fixed_fanin (one index set per label) and
+// group_shared (one per group): for each slot j in `slots` of the index set idx [f],
+// whose pruned inputs were `old` (same order), draw a new input uniformly in [0, m) that
+// the set does not use — neither a kept input nor one regrown before it — and, when at
+// least slots.size() inputs remain outside the set, none of the ones just pruned (so
+// every regrown slot really changes). Needs f < m.
+void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
+                   const std::vector<uint32_t>& old, int64_t m, Rng& rng);
 
 class FixedFaninLayer final : public OutputLayer {
  public:

@@ -558,7 +558,6 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
   int64_t pruned = 0;
 #pragma omp parallel reduction(+ : pruned)
   {
-    std::vector<char> used(static_cast<size_t>(m_), 0);
     std::vector<int64_t> slots_k;
     std::vector<uint32_t> old;
 #pragma omp for schedule(static)
@@ -570,19 +569,11 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
       uint32_t* iq = idx_.data() + q * f;
       old.clear();
       for (int64_t j : slots_k) old.push_back(iq[j]);
-      // New inputs avoid the kept ones and, when enough remain, the ones just pruned.
-      for (int64_t j = 0; j < f; ++j) used[iq[j]] = 1;
-      if (m_ - f < static_cast<int64_t>(slots_k.size()))
-        for (uint32_t o : old) used[o] = 0;
       Rng rng = Rng::stream(base, static_cast<uint64_t>(q));
+      regrow_inputs(iq, f, slots_k, old, m_, rng);
+      // The slot's weights and moments restart at zero for every label of the group.
       const int64_t r0 = q * g, gn = std::min(g, t - r0);
       for (int64_t j : slots_k) {
-        uint32_t c;
-        do {
-          c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m_)));
-        } while (used[c]);
-        used[c] = 1;
-        iq[j] = c;
         for (int64_t r = r0; r < r0 + gn; ++r) {
           const auto e = static_cast<size_t>(r * f + j);
           w_[e] = 0.0f;
@@ -590,8 +581,6 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
           if (s2) s2[e] = 0.0f;
         }
       }
-      for (int64_t j = 0; j < f; ++j) used[iq[j]] = 0;
-      for (uint32_t o : old) used[o] = 0;
       pruned += static_cast<int64_t>(slots_k.size());
     }
   }
