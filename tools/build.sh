@@ -10,5 +10,13 @@ werror=OFF
 [ "${CI:-}" = "true" ] && werror=ON
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMC_WERROR="$werror" "$@"
+# ccache, when installed, shares objects between build dirs and git worktrees (paths are
+# rewritten relative to the parent of the checkout, so two checkouts hit the same entries).
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DXMC_WERROR="$werror" "$@"
 cmake --build "$build_dir" -j "$(nproc)"
