@@ -150,4 +150,37 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
   XMC_CUDA_CHECK_LAUNCH();
 }
 
+
+// Row-gathered update (sampled layers): the same update_one, on rows rows[u] of params
+// (and of the state arrays, same layout), gradient row u of grad [count×width]. A thread
+// per (u, column); the rows are distinct, so no two threads touch one slot.
+namespace {
+
+__global__ void update_rows_kernel(UpdateParams p, float* __restrict__ w,
+                                   const float* __restrict__ g, float* __restrict__ s1,
+                                   float* __restrict__ s2, const uint32_t* __restrict__ rows,
+                                   int64_t count, int64_t width) {
+  const int64_t n = count * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t u = i / width;
+    const int64_t slot = static_cast<int64_t>(rows[u]) * width + (i - u * width);
+    w[slot] = update_one(p, w[slot], g[i], s1, s2, slot);
+  }
+}
+
+}  // namespace
+
+void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                           int64_t step, float* params, const float* grad, float* state1,
+                           float* state2, const uint32_t* rows, int64_t count, int64_t width) {
+  XMC_CUDA_REQUIRE(count >= 0 && width >= 0, count);
+  if (count == 0 || width == 0) return;
+  check_state(cfg, state1, state2);
+  const UpdateParams p = make_params(cfg, lr, step);
+  update_rows_kernel<<<blocks_for(count * width), kThreads, 0, ctx.stream()>>>(
+      p, params, grad, state1, state2, rows, count, width);
+  XMC_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace xmc::gpu

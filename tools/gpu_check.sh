@@ -128,6 +128,35 @@ for p, prec in zip(sys.argv[1:], ("fp32", "bf16")):
         r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20))
 PY
 
+# Sampled backends (lsh_sampled, anns_sampled): their parity binary, then the small run
+# above on cpu and cuda for each (P@1/P@5 within 0.01). A failure counts in train_rc.
+sampled_rc=0
+cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_sampled \
+  >>"$out_dir/gpu_check_build.log" 2>&1 || sampled_rc=1
+"$build_dir/tests/cuda/test_cuda_parity_sampled" | tee "$out_dir/gpu_parity_sampled.log" ||
+  sampled_rc=1
+for backend in lsh_sampled anns_sampled; do
+  extra=""
+  [ "$backend" = anns_sampled ] && extra=", synchronous: true"
+  sed "s/type: dense, loss: bce/type: $backend, loss: bce$extra/" "$work/small.yaml" \
+    >"$work/small_$backend.yaml"
+  for dev in cpu cuda; do
+    "$xmc" train "$work/small_$backend.yaml" --device "$dev" --out "$work/${backend}_$dev" \
+      >"$out_dir/gpu_check_train_${backend}_$dev.log" 2>&1 || sampled_rc=1
+  done
+  python3 - "$work/${backend}_cpu/results.json" "$work/${backend}_cuda/results.json" "$backend" <<'PY' || sampled_rc=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
+print("%s cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
+    sys.argv[3], a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"],
+    b["metrics"]["P@5"], a["last_epoch_seconds"], b["last_epoch_seconds"]))
+sys.exit(1 if bad or b["device"] != "cuda" else 0)
+PY
+done
+echo "sampled backends (parity + cli): $([ "$sampled_rc" -eq 0 ] && echo PASSED || echo FAILED)"
+[ "$sampled_rc" -eq 0 ] || train_rc=1
+
 echo
 echo "== gpu_check summary =="
 grep -E "^GPU:|checks," "$out_dir/gpu_parity.log" "$out_dir/gpu_parity_sparse.log" || true

@@ -186,4 +186,10 @@ void scatter_rows(const CudaContext&, const float*, const uint32_t*, int64_t, in
   no_cuda();
 }
 
+// --- sampled backends (lsh_sampled, anns_sampled): kernels/dense_ops_cuda.h ---
+void optimizer_update_rows(const CudaContext&, const OptimizerConfig&, double, int64_t, float*,
+                           const float*, float*, float*, const uint32_t*, int64_t, int64_t) {
+  no_cuda();
+}
+
 }  // namespace xmc::gpu

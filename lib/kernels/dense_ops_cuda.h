@@ -98,4 +98,12 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
                       Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed = 0);
 
+// Lazy (row-gathered) update of a sparse layer's touched rows: for u in [0, count), row
+// rows[u] of params [*×width] (and of state1/state2, same layout) is updated with gradient
+// row u of grad [count×width], exactly as OptimizerStep::apply on that row; other rows
+// (and their state) are untouched. rows must be distinct. All device pointers.
+void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                           int64_t step, float* params, const float* grad, float* state1,
+                           float* state2, const uint32_t* rows, int64_t count, int64_t width);
+
 }  // namespace xmc::gpu

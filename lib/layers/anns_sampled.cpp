@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -33,6 +34,16 @@ inline double loss_and_grad(LossType type, float z, float y, float* grad) {
   const float margin = std::max(0.0f, 1.0f - y * z);
   *grad = -2.0f * y * margin;
   return static_cast<double>(margin) * margin;
+}
+
+// One candidate entry: its weighted loss (not divided by B) and *g = wt·dLoss/dz / B. The
+// CPU and the CUDA path (on scores downloaded from the device) share it.
+inline double anns_entry_grad(LossType type, float z, bool positive, float wt, float inv_batch,
+                              float* g) {
+  float gz = 0.0f;
+  const double loss = wt * loss_and_grad(type, z, positive ? 1.0f : -1.0f, &gz);
+  *g = gz * (wt * inv_batch);
+  return loss;
 }
 
 bool contains_sorted(const std::vector<uint32_t>& v, uint32_t x) {
@@ -65,12 +76,21 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   const int64_t num_labels = init.num_labels;
   auto& ledger = ctx_->ledger();
   const auto wn = static_cast<size_t>(num_labels * d_);
-  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
-  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(num_labels));
-  w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
-  b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(num_labels));
-  w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
-  b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(num_labels));
+  const bool on_gpu = ctx_->on_gpu();
+  // On the GPU the initial weights are drawn here, on the host, by the CPU code (identical
+  // parameters on both devices) and uploaded; the host copy is freed on return.
+  HostBuffer<float> w_init;
+  if (on_gpu) {
+    w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
+  } else {
+    w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
+    b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(num_labels));
+    w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
+    b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(num_labels));
+    w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
+    b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(num_labels));
+  }
+  float* w0 = on_gpu ? w_init.data() : w_.data();
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);
@@ -80,8 +100,17 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < num_labels; ++r) {
     Rng rng = Rng::stream(seed_, static_cast<uint64_t>(r));
-    float* row = w_.data() + r * d_;
+    float* row = w0 + r * d_;
     for (int64_t j = 0; j < d_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
+  }
+  if (on_gpu) {
+    // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
+    const int64_t batch = std::max<int64_t>(init.batch_size, 1);
+    const int64_t per_point = std::min(num_labels, k_h_ + k_r_ + 8);
+    gpu_ = std::make_unique<SampledCudaBlock>(ctx_->cuda(), optim_,
+                                              ConstMatrix(w0, num_labels, d_), batch, chunk_,
+                                              batch * per_point);
+    set_device_views(true);
   }
 }
 
@@ -177,6 +206,7 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                                             const LrState& lr) {
   install_refresh(/*block=*/false);
   log_eval_recall();  // of the evaluation that ran since the last step
+  if (gpu_) return train_step_gpu(batch, h, dh, lr);
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
   std::vector<float> grad(c.labels.size());
@@ -195,15 +225,46 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
       float z = b_[l];
       for (int64_t j = 0; j < d_; ++j) z += wl[j] * hi[j];
       float g = 0.0f;
-      const float wt = c.weight[static_cast<size_t>(p)];
-      loss += wt * loss_and_grad(loss_, z, c.positive[static_cast<size_t>(p)] ? 1.0f : -1.0f, &g);
-      g *= wt * inv_batch;
+      loss += anns_entry_grad(loss_, z, c.positive[static_cast<size_t>(p)] != 0,
+                              c.weight[static_cast<size_t>(p)], inv_batch, &g);
       if (g == 0.0f) ++zeros;
       grad[static_cast<size_t>(p)] = g;
       for (int64_t j = 0; j < d_; ++j) dhi[j] += g * wl[j];
     }
   }
   update_rows(c, h, grad, lr);
+  ++version_;
+  StepStats s;
+  s.loss = loss / static_cast<double>(rows);
+  s.zero_grads = zeros;
+  s.grads = static_cast<int64_t>(c.labels.size());
+  return s;
+}
+
+StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh,
+                                           const LrState& lr) {
+  const int64_t rows = h.rows;
+  const SampledCandidates c = sample_candidates(batch, lr.step);
+  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
+                                  static_cast<int64_t>(c.labels.size())};
+  const float inv_batch = 1.0f / static_cast<float>(rows);
+  double loss = 0.0;
+  int64_t zeros = 0;
+  auto loss_grad = [&](std::span<const float> z, std::span<float> g) {
+    double ls = 0.0;
+    int64_t zs = 0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
+        const auto e = static_cast<size_t>(p);
+        ls += anns_entry_grad(loss_, z[e], c.positive[e] != 0, c.weight[e], inv_batch, &g[e]);
+        if (g[e] == 0.0f) ++zs;
+      }
+    }
+    loss = ls;
+    zeros = zs;
+  };
+  gpu_->train_step(csr, h, dh, lr, loss_grad);
   ++version_;
   StepStats s;
   s.loss = loss / static_cast<double>(rows);
@@ -297,22 +358,39 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  if (gpu_) {
+    gpu_->scores(h, lo, out);
+    return;
+  }
   kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * d_, out.cols, d_), out);
   kernels::add_row_vector(out, b_.data() + lo);
 }
 
 DenseMatrix AnnsSampledLayer::augmented_weights() const {
-  DenseMatrix v(num_labels(), d_ + 1);
+  const int64_t nl = num_labels();
+  DenseMatrix v(nl, d_ + 1);
+  const float* w = w_.data();
+  const float* b = b_.data();
+  std::vector<float> wd, bd;
+  if (gpu_) {
+    // Host round trip of W and b (L×d + L floats), at each refresh / eval index build.
+    wd.resize(static_cast<size_t>(nl * d_));
+    bd.resize(static_cast<size_t>(nl));
+    gpu_->download_weights(wd.data(), bd.data());
+    w = wd.data();
+    b = bd.data();
+  }
 #pragma omp parallel for schedule(static)
-  for (int64_t l = 0; l < num_labels(); ++l) {
-    std::copy(w_.data() + l * d_, w_.data() + (l + 1) * d_, v.values.data() + l * (d_ + 1));
-    v.values[static_cast<size_t>(l * (d_ + 1) + d_)] = b_[static_cast<size_t>(l)];
+  for (int64_t l = 0; l < nl; ++l) {
+    std::copy(w + l * d_, w + (l + 1) * d_, v.values.data() + l * (d_ + 1));
+    v.values[static_cast<size_t>(l * (d_ + 1) + d_)] = b[l];
   }
   return v;
 }
 
 TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   auto exact_topk = [this](ConstMatrix q, int kk) {
+    if (gpu_) return gpu_->topk(q, kk);
     return stream_topk(q.rows, kk, chunk_, [&](int64_t lo, Matrix out) { scores_impl(q, lo, out); });
   };
   if (cfg_.search == "exact") return exact_topk(h, k);
@@ -329,9 +407,16 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
     spdlog::info("anns_sampled: eval index over {} labels built in {:.2f}s", num_labels(),
                  sw.seconds());
   }
+  // The index is on the host: a device layer downloads the query rows (rows×d floats).
+  std::vector<float> h_copy;
+  ConstMatrix hq = h;
+  if (gpu_) {
+    h_copy = gpu_->to_host(h);
+    hq = ConstMatrix(h_copy.data(), h.rows, d_);
+  }
   DenseMatrix q(h.rows, d_ + 1);
   for (int64_t i = 0; i < h.rows; ++i) {
-    std::copy(h.row(i), h.row(i) + d_, q.values.data() + i * (d_ + 1));
+    std::copy(hq.row(i), hq.row(i) + d_, q.values.data() + i * (d_ + 1));
     q.values[static_cast<size_t>(i * (d_ + 1) + d_)] = 1.0f;
   }
   TopK out;
@@ -478,25 +563,52 @@ void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
 
 std::vector<TensorRef> AnnsSampledLayer::state_impl() {
   const int64_t nl = num_labels();
-  std::vector<TensorRef> out = {{"output/weight", {nl, d_}, w_.data()},
-                                {"output/bias", {nl}, b_.data()}};
-  if (w_s1_.size()) {
-    out.push_back({"output/weight_opt1", {nl, d_}, w_s1_.data()});
-    out.push_back({"output/bias_opt1", {nl}, b_s1_.data()});
+  // The same names and shapes on both devices (a device layer's from its host copies).
+  XMC_CHECK(!gpu_ || staged_, "state() of a device anns_sampled layer before sync_state(to_host)");
+  float* w = gpu_ ? staging_.weight.data() : w_.data();
+  float* b = gpu_ ? staging_.bias.data() : b_.data();
+  float* w1 = gpu_ ? staging_.weight_opt1.data() : w_s1_.data();
+  float* b1 = gpu_ ? staging_.bias_opt1.data() : b_s1_.data();
+  float* w2 = gpu_ ? staging_.weight_opt2.data() : w_s2_.data();
+  float* b2 = gpu_ ? staging_.bias_opt2.data() : b_s2_.data();
+  const int states = optimizer_state_arrays(optim_);
+  std::vector<TensorRef> out = {{"output/weight", {nl, d_}, w}, {"output/bias", {nl}, b}};
+  if (states >= 1) {
+    out.push_back({"output/weight_opt1", {nl, d_}, w1});
+    out.push_back({"output/bias_opt1", {nl}, b1});
   }
-  if (w_s2_.size()) {
-    out.push_back({"output/weight_opt2", {nl, d_}, w_s2_.data()});
-    out.push_back({"output/bias_opt2", {nl}, b_s2_.data()});
+  if (states >= 2) {
+    out.push_back({"output/weight_opt2", {nl, d_}, w2});
+    out.push_back({"output/bias_opt2", {nl}, b2});
   }
   if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
   out.push_back({"output/anns_meta", {2}, meta_});
   return out;
 }
 
+void AnnsSampledLayer::sync_state_impl(StateSync s) {
+  if (!gpu_) return;
+  switch (s) {
+    case StateSync::to_host:
+      staging_ = gpu_->download();
+      staged_ = true;
+      return;
+    case StateSync::to_device:
+      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
+      gpu_->upload(staging_);
+      break;
+    case StateSync::release:
+      break;
+  }
+  staging_ = {};
+  staged_ = false;
+}
+
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {
   const int64_t params = num_labels() * d_ + num_labels();
   const int64_t states = optimizer_state_arrays(optim_);
-  return 4 * params * (1 + states) + 2 * 4 * n_train_ * k_h_;
+  const int64_t weights = gpu_ ? gpu_->analytic_bytes() : 4 * params * (1 + states);
+  return weights + 2 * 4 * n_train_ * k_h_;
 }
 
 }  // namespace xmc

@@ -18,6 +18,15 @@
 // so runs (and --resume) are reproducible only with `synchronous: true` (which also builds
 // the index from one thread, so the graph is the same every run). A checkpoint
 // holds the set in use; a refresh still in flight when it is written is not saved.
+//
+// CUDA (built on a CUDA Context; device views, output_layer.h): W, b and their optimizer
+// state live on the GPU (layers/sampled_cuda.h). Candidates are drawn on the host as above
+// (they need only the batch's ids and labels); scoring, dh, the weight gradient and the
+// lazy update of the touched rows run on the device, the loss gradient on the host from the
+// downloaded scores by the same code as the CPU path. Each refresh (and each hnsw
+// evaluation index build) downloads [W | b] (L×(d+1) floats); embed_train brings the
+// embeddings down. Exact top-k runs on the device; `search: hnsw` stays on the host index
+// (the query rows are downloaded).
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -32,6 +41,7 @@
 #include "core/memory_ledger.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/sampled_cuda.h"
 #include "model/loss.h"
 #include "sampling/hnsw_index.h"
 
@@ -128,9 +138,11 @@ class AnnsSampledLayer final : public OutputLayer {
   int64_t chunk_labels() const override { return chunk_; }
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
+  void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
   bool refresh_due(int epochs_done, int epochs) const;
+  StepStats train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
   // Logs the recall of the last hnsw evaluation once (info).
   void log_eval_recall() const;
   void start_refresh(const TrainerView& t);
@@ -150,9 +162,12 @@ class AnnsSampledLayer final : public OutputLayer {
   OptimizerConfig optim_;
   uint64_t seed_;
   Context* ctx_;
-  HostBuffer<float> w_, b_;          // [L×d], [L]
+  HostBuffer<float> w_, b_;          // [L×d], [L] (CPU layer; empty on the GPU)
   HostBuffer<float> w_s1_, w_s2_;    // optimizer state of W
   HostBuffer<float> b_s1_, b_s2_;    // optimizer state of b
+  std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
+  bool staged_ = false;
+  SampledCudaBlock::HostState staging_;    // host copies for checkpoints (GPU)
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
   int front_ = 0;
   int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed

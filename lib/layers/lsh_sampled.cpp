@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -21,10 +22,49 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Point i's candidates c [nc]: gi [nc] holds their logits on entry and dL/dlogit / B on
+// return; returns the point's loss (not divided by B). Shared by the CPU and the CUDA
+// paths (the latter on scores downloaded from the device).
+double lsh_sampled_point_grad(LossType loss, const CsrMatrix& labels, int64_t i, const uint32_t* c,
+                              int64_t nc, double inv_b, float* gi) {
+  std::vector<uint32_t> pos(labels.row_indices(i), labels.row_indices(i) + labels.row_nnz(i));
+  std::sort(pos.begin(), pos.end());
+  auto is_pos = [&](uint32_t l) { return std::binary_search(pos.begin(), pos.end(), l); };
+  double loss_sum = 0.0;
+  if (loss == LossType::softmax) {
+    if (pos.empty()) {
+      std::fill(gi, gi + nc, 0.0f);  // rows without positives contribute nothing
+      return 0.0;
+    }
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(gi[j]));
+    double se = 0.0;
+    for (int64_t j = 0; j < nc; ++j) se += std::exp(gi[j] - mx);
+    const double lse = mx + std::log(se);
+    const double t = 1.0 / static_cast<double>(pos.size());
+    for (int64_t j = 0; j < nc; ++j) {
+      const double p = std::exp(gi[j] - lse);
+      const bool y = is_pos(c[j]);
+      if (y) loss_sum += -t * (gi[j] - lse);
+      gi[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
+    }
+    return loss_sum;
+  }
+  for (int64_t j = 0; j < nc; ++j) {
+    const double y = is_pos(c[j]) ? 1.0 : -1.0;
+    const double m = -y * gi[j];  // loss = log(1 + e^m), stable either side
+    loss_sum += m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
+    const double sig = 1.0 / (1.0 + std::exp(-m));
+    gi[j] = static_cast<float>(-y * sig * inv_b);
+  }
+  return loss_sum;
+}
+
 }  // namespace
 
 LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg)
     : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+      ctx_(init.ctx),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
@@ -35,12 +75,22 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   const int64_t n = init.num_labels, d = init.input_dim;
   auto& ledger = init.ctx->ledger();
   const auto wn = static_cast<size_t>(n * d);
-  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
-  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
-  b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(n));
-  w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
-  b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(n));
+  const bool on_gpu = init.ctx->on_gpu();
+  // On the GPU the initial weights are drawn here, on the host, by the CPU code (identical
+  // parameters on both devices), hashed into the tables and uploaded; the host copy is
+  // freed at the end of the constructor.
+  HostBuffer<float> w_init;
+  if (on_gpu) {
+    w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
+  } else {
+    w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
+    b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
+    w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
+    b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(n));
+    w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
+    b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(n));
+  }
+  float* w0 = on_gpu ? w_init.data() : w_.data();
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   slot_of_ = HostBuffer<int32_t>(ledger, MemTag::workspace, static_cast<size_t>(n));
@@ -52,7 +102,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; ++r) {
     Rng rng = Rng::stream(init.seed, static_cast<uint64_t>(r));
-    float* row = w_.data() + r * d;
+    float* row = w0 + r * d;
     for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
   }
 
@@ -75,16 +125,27 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
     p.bin = static_cast<int>(cfg.dwta_bin);
     p.seed = init.seed ^ 0x15B7AB1E5ULL;
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
-    tables_->build(weights());
+    tables_->build(ConstMatrix(w0, n, d));
+  }
+  if (on_gpu) {
+    // Per-step entries reserved up front: B points × (the cap, or the padding target).
+    const int64_t batch = std::max<int64_t>(init.batch_size, 1);
+    const int64_t per_point =
+        std::min(n, std::max(cfg.max_candidates, cfg.min_candidates));
+    gpu_ = std::make_unique<SampledCudaBlock>(init.ctx->cuda(), optim_, ConstMatrix(w0, n, d),
+                                              batch, chunk_, batch * per_point);
+    set_device_views(true);
   }
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
+  XMC_CHECK(!gpu_, "lsh_sampled: candidates() takes host views (CPU layer)");
   return sampler_->sample(tables_.get(), h, weights(), batch.labels, static_cast<uint64_t>(step));
 }
 
 StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
+  if (gpu_) return train_step_gpu(batch, h, dh, lr);
   const int64_t nb = h.rows, d = input_dim();
   const CsrMatrix cand = candidates(batch, h, lr.step);
   const bool shared = cfg_.shared_candidates;
@@ -109,36 +170,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     float* gi = g.data() + off[i];
     const float* hi = h.row(i);
     for (int64_t j = 0; j < nc; ++j) gi[j] = dot(w + int64_t{c[j]} * d, hi, d) + bias[c[j]];
-    std::vector<uint32_t> pos(batch.labels.row_indices(i),
-                              batch.labels.row_indices(i) + batch.labels.row_nnz(i));
-    std::sort(pos.begin(), pos.end());
-    auto is_pos = [&](uint32_t l) { return std::binary_search(pos.begin(), pos.end(), l); };
-    if (loss_ == LossType::softmax) {
-      if (pos.empty()) {
-        std::fill(gi, gi + nc, 0.0f);  // rows without positives contribute nothing
-      } else {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(gi[j]));
-        double se = 0.0;
-        for (int64_t j = 0; j < nc; ++j) se += std::exp(gi[j] - mx);
-        const double lse = mx + std::log(se);
-        const double t = 1.0 / static_cast<double>(pos.size());
-        for (int64_t j = 0; j < nc; ++j) {
-          const double p = std::exp(gi[j] - lse);
-          const bool y = is_pos(c[j]);
-          if (y) loss_sum += -t * (gi[j] - lse);
-          gi[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
-        }
-      }
-    } else {
-      for (int64_t j = 0; j < nc; ++j) {
-        const double y = is_pos(c[j]) ? 1.0 : -1.0;
-        const double m = -y * gi[j];  // loss = log(1 + e^m), stable either side
-        loss_sum += m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
-        const double sig = 1.0 / (1.0 + std::exp(-m));
-        gi[j] = static_cast<float>(-y * sig * inv_b);
-      }
-    }
+    loss_sum += lsh_sampled_point_grad(loss_, batch.labels, i, c, nc, inv_b, gi);
     float* dhi = dh.row(i);
     std::fill(dhi, dhi + d, 0.0f);
     for (int64_t j = 0; j < nc; ++j) {
@@ -214,15 +246,91 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   return stats;
 }
 
+StepStats LshSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh,
+                                          const LrState& lr) {
+  const int64_t nb = h.rows, d = input_dim();
+  const LshQuery query = sampler_->params().query;
+  // Host inputs of the table queries: h for embedding queries (B×d floats down), the
+  // current vectors of the batch's positives for label queries (|positives|×d floats down).
+  std::vector<float> h_host, w_pos;
+  std::vector<uint32_t> pos_ids;
+  if (query == LshQuery::embedding) h_host = gpu_->to_host(h);
+  if (query == LshQuery::label) {
+    pos_ids = batch.labels.indices;
+    std::sort(pos_ids.begin(), pos_ids.end());
+    pos_ids.erase(std::unique(pos_ids.begin(), pos_ids.end()), pos_ids.end());
+    w_pos = gpu_->download_rows(pos_ids);
+  }
+  const ConstMatrix hq(h_host.empty() ? nullptr : h_host.data(), nb, d);
+  const LabelVectors wq{ConstMatrix(w_pos.data(), static_cast<int64_t>(pos_ids.size()), d),
+                        pos_ids};
+  const CsrMatrix cand =
+      sampler_->sample(tables_.get(), hq, wq, batch.labels, static_cast<uint64_t>(lr.step));
+
+  // Entries per point; a shared candidate set is repeated for every point (as the CPU path
+  // scores it per point).
+  const bool shared = cfg_.shared_candidates;
+  auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
+  std::vector<int64_t> off(static_cast<size_t>(nb + 1), 0);
+  for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
+  std::vector<uint32_t> expanded;
+  if (shared) {
+    expanded.reserve(static_cast<size_t>(off[nb]));
+    for (int64_t i = 0; i < nb; ++i)
+      expanded.insert(expanded.end(), cand.row_indices(0), cand.row_indices(0) + cand.row_nnz(0));
+  }
+  const kernels::CandidateCsr csr{off.data(), shared ? expanded.data() : cand.indices.data(), nb,
+                                  off[nb]};
+  const double inv_b = 1.0 / static_cast<double>(nb);
+  double loss_sum = 0.0;
+  int64_t zeros = 0;
+  auto loss_grad = [&](std::span<const float> z, std::span<float> g) {
+    double ls = 0.0;
+    int64_t zs = 0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t nc = off[i + 1] - off[i];
+      float* gi = g.data() + off[i];
+      std::copy(z.begin() + off[i], z.begin() + off[i + 1], gi);
+      ls += lsh_sampled_point_grad(loss_, batch.labels, i, cand.row_indices(cand_row(i)), nc,
+                                   inv_b, gi);
+      zs += std::count(gi, gi + nc, 0.0f);
+    }
+    loss_sum = ls;
+    zeros = zs;
+  };
+  for (uint32_t l : gpu_->train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
+
+  StepStats stats;
+  stats.loss = loss_sum * inv_b;
+  stats.grads = off[nb];
+  stats.zero_grads = zeros;
+  return stats;
+}
+
 void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
+  const int64_t n = num_labels(), d = input_dim();
   if (cfg_.reinsert == "all") {
-    tables_->build(weights());
+    if (gpu_) {
+      // Host round trip of W (L×d floats), every rebuild interval.
+      HostBuffer<float> w(ctx_->ledger(), MemTag::workspace, static_cast<size_t>(n * d));
+      gpu_->download_weights(w.data(), nullptr);
+      tables_->build(ConstMatrix(w.data(), n, d));
+    } else {
+      tables_->build(weights());
+    }
   } else {
     std::vector<uint32_t> labels;
-    for (int64_t l = 0; l < num_labels(); ++l)
+    for (int64_t l = 0; l < n; ++l)
       if (dirty_[l]) labels.push_back(static_cast<uint32_t>(l));
-    tables_->reinsert(labels, weights());
+    if (gpu_) {
+      // Only the re-inserted rows come down (|updated|×d floats).
+      const std::vector<float> rows = gpu_->download_rows(labels);
+      tables_->reinsert_rows(labels, ConstMatrix(rows.data(), static_cast<int64_t>(labels.size()), d));
+    } else {
+      tables_->reinsert(labels, weights());
+    }
   }
   std::fill(dirty_.data(), dirty_.data() + dirty_.size(), 0u);
 }
@@ -237,32 +345,69 @@ void LshSampledLayer::on_step_impl(const TrainerView& t) {
 }
 
 void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  if (gpu_) {
+    gpu_->scores(h, lo, out);
+    return;
+  }
   kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * input_dim(), out.cols, input_dim()), out);
   kernels::add_row_vector(out, b_.data() + lo);
 }
 
 TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
   if (cfg_.eval_search == "lsh") return lsh_topk(h, k);
+  if (gpu_) return gpu_->topk(h, k);
   return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
 }
 
 TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
   const int64_t d = input_dim();
-  TopKAccumulator acc(h.rows, k);
+  // The tables are queried on the host: a device layer downloads h (rows×d floats).
+  std::vector<float> h_copy;
+  ConstMatrix hq = h;
+  if (gpu_) {
+    h_copy = gpu_->to_host(h);
+    hq = ConstMatrix(h_copy.data(), h.rows, d);
+  }
+  std::vector<std::vector<uint32_t>> retrieved(static_cast<size_t>(h.rows));
 #pragma omp parallel num_threads(sampler_->threads())
   {
     const int th = omp_get_thread_num();
-    std::vector<uint32_t> c;
 #pragma omp for schedule(dynamic, 8)
-    for (int64_t i = 0; i < h.rows; ++i) {
-      sampler_->retrieve(*tables_, h.row(i), cfg_.eval_candidates, th, c);
-      for (uint32_t l : c) acc.add(i, l, dot(w_.data() + int64_t{l} * d, h.row(i), d) + b_[l]);
-    }
+    for (int64_t i = 0; i < h.rows; ++i)
+      sampler_->retrieve(*tables_, hq.row(i), cfg_.eval_candidates, th,
+                         retrieved[static_cast<size_t>(i)]);
   }
+  std::vector<int64_t> ptr(static_cast<size_t>(h.rows + 1), 0);
+  std::vector<uint32_t> labels;
+  for (int64_t i = 0; i < h.rows; ++i) {
+    const auto& r = retrieved[static_cast<size_t>(i)];
+    labels.insert(labels.end(), r.begin(), r.end());
+    ptr[static_cast<size_t>(i + 1)] = static_cast<int64_t>(labels.size());
+  }
+  // Scores of the retrieved labels: gathered dot products on the device, or here.
+  std::vector<float> z;
+  if (gpu_) {
+    z = gpu_->candidate_scores(
+        {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())}, h);
+  } else {
+    z.resize(labels.size());
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t i = 0; i < h.rows; ++i)
+      for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e) {
+        const uint32_t l = labels[static_cast<size_t>(e)];
+        z[static_cast<size_t>(e)] = dot(w_.data() + int64_t{l} * d, h.row(i), d) + b_[l];
+      }
+  }
+  TopKAccumulator acc(h.rows, k);
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < h.rows; ++i)
+    for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e)
+      acc.add(i, labels[static_cast<size_t>(e)], z[static_cast<size_t>(e)]);
   TopK approx = acc.result();
   // Recall@k against exact scoring, reported so the approximation is never silent.
   const TopK exact =
-      stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+      gpu_ ? gpu_->topk(h, k)
+           : stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
   int64_t hit = 0, total = 0;
   for (int64_t i = 0; i < h.rows; ++i) {
     const uint32_t* e = exact.row_labels(i);
@@ -281,15 +426,30 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
 
 std::vector<TensorRef> LshSampledLayer::state_impl() {
   const int64_t n = num_labels(), d = input_dim();
-  std::vector<TensorRef> out = {{"output/weight", {n, d}, w_.data()},
-                                {"output/bias", {n}, b_.data()}};
-  if (w_s1_.size()) {
-    out.push_back({"output/weight_opt1", {n, d}, w_s1_.data()});
-    out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
-  }
-  if (w_s2_.size()) {
-    out.push_back({"output/weight_opt2", {n, d}, w_s2_.data()});
-    out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
+  std::vector<TensorRef> out;
+  if (gpu_) {
+    XMC_CHECK(staged_, "state() of a device lsh_sampled layer before sync_state(to_host)");
+    // The CPU layer's names and shapes, from the host copies.
+    auto& st = staging_;
+    out = {{"output/weight", {n, d}, st.weight.data()}, {"output/bias", {n}, st.bias.data()}};
+    if (!st.weight_opt1.empty()) {
+      out.push_back({"output/weight_opt1", {n, d}, st.weight_opt1.data()});
+      out.push_back({"output/bias_opt1", {n}, st.bias_opt1.data()});
+    }
+    if (!st.weight_opt2.empty()) {
+      out.push_back({"output/weight_opt2", {n, d}, st.weight_opt2.data()});
+      out.push_back({"output/bias_opt2", {n}, st.bias_opt2.data()});
+    }
+  } else {
+    out = {{"output/weight", {n, d}, w_.data()}, {"output/bias", {n}, b_.data()}};
+    if (w_s1_.size()) {
+      out.push_back({"output/weight_opt1", {n, d}, w_s1_.data()});
+      out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
+    }
+    if (w_s2_.size()) {
+      out.push_back({"output/weight_opt2", {n, d}, w_s2_.data()});
+      out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
+    }
   }
   out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
   out.push_back({"output/lsh/schedule", {2}, sched_.data()});
@@ -298,10 +458,28 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
   return out;
 }
 
+void LshSampledLayer::sync_state_impl(StateSync s) {
+  if (!gpu_) return;
+  switch (s) {
+    case StateSync::to_host:
+      staging_ = gpu_->download();
+      staged_ = true;
+      return;
+    case StateSync::to_device:
+      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
+      gpu_->upload(staging_);
+      break;
+    case StateSync::release:
+      break;
+  }
+  staging_ = {};
+  staged_ = false;
+}
+
 int64_t LshSampledLayer::analytic_bytes_impl() const {
   const int64_t n = num_labels(), d = input_dim();
   const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = 4 * (n * d + n) * (1 + states);
+  int64_t bytes = gpu_ ? gpu_->analytic_bytes() : 4 * (n * d + n) * (1 + states);
   bytes += 4 * n + 16 + 4 * n;  // dirty flags, schedule, slot map
   bytes += sampler_->scratch_bytes();
   if (tables_) bytes += tables_->bytes();

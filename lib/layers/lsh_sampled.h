@@ -13,6 +13,16 @@
 // rows only.
 // Evaluation: exact top-k over all labels (default), or `eval_search: lsh` — top-k over
 // the labels retrieved by h, with its recall@k against exact logged.
+//
+// CUDA (built on a CUDA Context; device views, output_layer.h): W, b and their optimizer
+// state live on the GPU (layers/sampled_cuda.h). Candidates are still drawn on the host
+// from the host tables: embedding queries download h (B×d floats per step), label queries
+// the current vectors of the batch's positives (|positives|×d floats per step). Scoring,
+// dh, the weight gradient and the lazy update of the touched rows run on the device; the
+// loss gradient over the candidates is computed on the host from the downloaded scores by
+// the same code as the CPU path. Table refreshes download the rows they re-insert
+// (reinsert: updated) or all of W (reinsert: all). Exact top-k runs on the device;
+// eval_search lsh retrieves on the host and scores the retrieved labels on the device.
 #include <memory>
 #include <string>
 
@@ -20,6 +30,7 @@
 #include "core/memory_ledger.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/sampled_cuda.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "sampling/lsh.h"
@@ -113,18 +124,25 @@ class LshSampledLayer final : public OutputLayer {
   int64_t chunk_labels() const override { return chunk_; }
   void on_step_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
+  void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
+  // The host weights (CPU layer only).
   ConstMatrix weights() const { return {w_.data(), num_labels(), input_dim()}; }
   TopK lsh_topk(ConstMatrix h, int k) const;
+  StepStats train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
 
+  Context* ctx_;
   LshSampledConfig cfg_;
   LossType loss_;
   OptimizerConfig optim_;
   int64_t chunk_;
-  HostBuffer<float> w_, b_;        // [L×d], [L]
+  HostBuffer<float> w_, b_;        // [L×d], [L] (CPU layer; empty on the GPU)
   HostBuffer<float> w_s1_, w_s2_;  // optimizer state of W (lazy: touched rows only)
   HostBuffer<float> b_s1_, b_s2_;
+  std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
+  bool staged_ = false;
+  SampledCudaBlock::HostState staging_;    // host copies for checkpoints (GPU)
   std::unique_ptr<LshTables> tables_;  // null when query = none
   // mutable: evaluation through the tables uses the sampler's per-thread scratch.
   mutable std::unique_ptr<CandidateSampler> sampler_;

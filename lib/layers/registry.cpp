@@ -17,9 +17,11 @@ const std::vector<OutputBackend>& output_backends() {
           "bottleneck", "Projection d→b, then a dense layer over b (memory-matched baseline)",
           /*cuda=*/true),
       make_backend<LshSampledLayer, LshSampledConfig>(
-          "lsh_sampled", "LSH tables over label weights give adaptive hard negatives (LNS, SLIDE)"),
+          "lsh_sampled", "LSH tables over label weights give adaptive hard negatives (LNS, SLIDE)",
+          /*cuda=*/true),
       make_backend<AnnsSampledLayer, AnnsSampledConfig>(
-          "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives"),
+          "anns_sampled", "ASTRA: HNSW over classifier vectors, stale hard + uniform negatives",
+          /*cuda=*/true),
       make_backend<FixedFaninLayer, FixedFaninConfig>(
           "fixed_fanin", "Constant fan-in sparse layer [L×F] with prune-and-regrow (Schultheis & Babbar 2023)"),
       make_backend<GroupSharedLayer, GroupSharedConfig>(

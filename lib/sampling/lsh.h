@@ -85,6 +85,9 @@ class LshTables {
   // Re-insert the given labels (distinct ids): each leaves the bucket it was last put in
   // (when still there) and enters the bucket of its current vector w.row(l).
   void reinsert(std::span<const uint32_t> labels, ConstMatrix w);
+  // The same with the vectors given per label: rows.row(i) is labels[i]'s current vector
+  // (a device-resident layer downloads only the rows it re-inserts).
+  void reinsert_rows(std::span<const uint32_t> labels, ConstMatrix rows);
 
   // Contents of bucket b of table t, oldest first.
   std::span<const uint32_t> bucket(int t, uint32_t b) const;
@@ -99,6 +102,8 @@ class LshTables {
   int64_t bytes() const;
 
  private:
+  // labels[i] re-enters the buckets of vector vec[i].
+  void reinsert_vectors(std::span<const uint32_t> labels, const std::vector<const float*>& vec);
   void insert_one(int t, uint32_t b, uint32_t label);
   void remove_one(int t, uint32_t b, uint32_t label);
 

@@ -31,6 +31,18 @@ uint64_t mix64(uint64_t z) {
 
 constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
 
+bool LabelVectors::has(uint32_t label) const {
+  if (ids.empty()) return label < w.rows;
+  return std::binary_search(ids.begin(), ids.end(), label);
+}
+
+const float* LabelVectors::row(uint32_t label) const {
+  if (ids.empty()) return w.row(label);
+  const auto it = std::lower_bound(ids.begin(), ids.end(), label);
+  XMC_CHECK(it != ids.end() && *it == label, "no weight vector for label {}", label);
+  return w.row(it - ids.begin());
+}
+
 void CandidateSampler::LabelMap::clear() {
   for (uint32_t u : used) keys[u] = 0;
   used.clear();
@@ -163,13 +175,24 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
 
 CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
                                    const CsrMatrix& positives, uint64_t step) {
+  XMC_CHECK(p_.query != LshQuery::label || w.rows == num_labels_,
+            "label queries need w [{}×d], got {} rows", num_labels_, w.rows);
+  return sample(tables, h, LabelVectors{w, {}}, positives, step);
+}
+
+CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,
+                                   const CsrMatrix& positives, uint64_t step) {
   XMC_CHECK(tables || p_.query == LshQuery::none, "LSH query without tables");
   XMC_CHECK(positives.rows == h.rows, "candidates: {} label rows for {} points", positives.rows,
             h.rows);
-  XMC_CHECK(p_.query != LshQuery::label || w.rows == num_labels_,
-            "label queries need w [{}×d], got {} rows", num_labels_, w.rows);
-  for (uint32_t l : positives.indices)
+  XMC_CHECK(w.ids.empty() || w.ids.size() == static_cast<size_t>(w.w.rows),
+            "label vectors: {} ids for {} rows", w.ids.size(), w.w.rows);
+  for (uint32_t l : positives.indices) {
     XMC_CHECK(l < num_labels_, "positive label {} >= {}", l, num_labels_);
+    // Checked here, outside the parallel region that reads the vectors.
+    XMC_CHECK(p_.query != LshQuery::label || w.has(l),
+              "label query: no weight vector for positive label {}", l);
+  }
   const LshTables* retrieval = p_.query == LshQuery::none ? nullptr : tables;
   const int64_t batch = h.rows;
   const uint64_t step_seed = mix64(p_.seed ^ mix64(step));

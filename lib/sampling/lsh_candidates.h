@@ -9,6 +9,7 @@
 // The random draws come from a stream per (step, point): the result depends neither on the
 // thread count nor on any state carried between steps.
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -30,6 +31,17 @@ struct CandidateParams {
   uint64_t seed = 0;
 };
 
+// The weight vectors that label queries read: every row of w [L×d] (ids empty), or only
+// the rows of the listed labels (ids sorted and distinct, row q of w [|ids|×d] is label
+// ids[q]'s vector) — what a device-resident layer downloads for one batch's positives.
+struct LabelVectors {
+  ConstMatrix w;
+  std::span<const uint32_t> ids;
+  // Vector of `label` (must be present: sample() checks the positives beforehand).
+  const float* row(uint32_t label) const;
+  bool has(uint32_t label) const;
+};
+
 class CandidateSampler {
  public:
   // Labels [0, num_labels). The per-thread scratch is a few KiB per thread, sized by the
@@ -41,6 +53,9 @@ class CandidateSampler {
   // Returns CSR [B×L] (per point) or [1×L] (shared): each row holds distinct labels,
   // positives first (in their order), then retrieved (best ranked first), then random.
   CsrMatrix sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
+                   const CsrMatrix& positives, uint64_t step);
+  // The same, the label queries reading w's rows through `w` (every positive present).
+  CsrMatrix sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,
                    const CsrMatrix& positives, uint64_t step);
 
   // Labels retrieved for one query vector x [d] (no positives, no padding), ranked, at

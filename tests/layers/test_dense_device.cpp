@@ -33,8 +33,8 @@ TEST_CASE("dense and bottleneck have a CUDA path, the sparse backends not yet") 
   CHECK(backend_has_cuda("dense"));
   CHECK(backend_has_cuda("bottleneck"));
   CHECK_FALSE(backend_has_cuda("fixed_fanin"));
-  CHECK_FALSE(backend_has_cuda("lsh_sampled"));
-  CHECK_FALSE(backend_has_cuda("anns_sampled"));
+  CHECK(backend_has_cuda("lsh_sampled"));
+  CHECK(backend_has_cuda("anns_sampled"));
   CHECK_FALSE(backend_has_cuda("no_such_backend"));
 }
 

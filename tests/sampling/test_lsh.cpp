@@ -396,3 +396,80 @@ TEST_CASE("embedding queries retrieve the labels most similar to the point") {
   CHECK(found >= 95);
   CHECK(first >= 85);
 }
+
+TEST_CASE("re-inserting from the moved rows alone equals re-inserting from the full matrix") {
+  // What a device-resident layer does: it downloads only the rows it re-inserts.
+  MemoryLedger ledger;
+  const int64_t n = 300, d = 11;
+  auto w = random_matrix(n, d, 21);
+  LshParams p;
+  p.k = 4;
+  p.tables = 6;
+  p.capacity = 8;  // full buckets: FIFO order matters
+  LshTables full(ledger, d, n, p), rows(ledger, d, n, p);
+  full.build(ConstMatrix(w.data(), n, d));
+  rows.build(ConstMatrix(w.data(), n, d));
+  Rng rng(22);
+  std::vector<uint32_t> moved;
+  std::vector<float> moved_rows;
+  for (int64_t l = 1; l < n; l += 4) {
+    for (int64_t j = 0; j < d; ++j) w[l * d + j] = static_cast<float>(rng.normal());
+    moved.push_back(static_cast<uint32_t>(l));
+    moved_rows.insert(moved_rows.end(), w.begin() + l * d, w.begin() + (l + 1) * d);
+  }
+  full.reinsert(moved, ConstMatrix(w.data(), n, d));
+  rows.reinsert_rows(moved, ConstMatrix(moved_rows.data(), static_cast<int64_t>(moved.size()), d));
+  CHECK(contents(rows, false) == contents(full, false));
+  for (uint32_t l = 0; l < n; ++l)
+    for (int t = 0; t < p.tables; ++t) CHECK(rows.label_bucket(l, t) == full.label_bucket(l, t));
+  // Shapes are checked: one row short, or the wrong width.
+  CHECK_THROWS(rows.reinsert_rows(moved, ConstMatrix(moved_rows.data(),
+                                                     static_cast<int64_t>(moved.size()) - 1, d)));
+  CHECK_THROWS(rows.reinsert_rows(moved, ConstMatrix(moved_rows.data(), 1, d - 1)));
+}
+
+TEST_CASE("label queries from the positives' rows alone equal queries over the full matrix") {
+  MemoryLedger ledger;
+  const int64_t n = 400, d = 16, batch = 5;
+  auto w = random_matrix(n, d, 31);
+  auto h = random_matrix(batch, d, 32);
+  LshParams p;
+  p.k = 3;
+  p.tables = 8;
+  p.capacity = 32;
+  LshTables tables(ledger, d, n, p);
+  tables.build(ConstMatrix(w.data(), n, d));
+  const CsrMatrix y = labels_csr(n, {{3, 17}, {}, {5, 7, 9}, {399}, {3, 250}});
+  // The distinct positives, sorted, and their rows of w.
+  std::vector<uint32_t> ids(y.indices.begin(), y.indices.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<float> sub;
+  for (uint32_t l : ids) sub.insert(sub.end(), w.begin() + l * d, w.begin() + (l + 1) * d);
+  const LabelVectors lv{ConstMatrix(sub.data(), static_cast<int64_t>(ids.size()), d), ids};
+  CHECK(lv.has(250));
+  CHECK_FALSE(lv.has(251));
+  CHECK(lv.row(399) == sub.data() + (ids.size() - 1) * d);
+  for (bool shared : {false, true}) {
+    DYNAMIC_SECTION("shared " << shared) {
+      CandidateParams cp;
+      cp.query = LshQuery::label;
+      cp.max_candidates = 12;
+      cp.min_candidates = 15;
+      cp.shared = shared;
+      cp.seed = 4;
+      CandidateSampler sampler(ledger, n, cp);
+      const CsrMatrix a = sampler.sample(&tables, ConstMatrix(h.data(), batch, d),
+                                         ConstMatrix(w.data(), n, d), y, 9);
+      const CsrMatrix b = sampler.sample(&tables, ConstMatrix(h.data(), batch, d), lv, y, 9);
+      CHECK(a.indptr == b.indptr);
+      CHECK(a.indices == b.indices);
+      // A positive without its vector is an error before any retrieval.
+      const std::vector<uint32_t> fewer(ids.begin(), ids.end() - 1);
+      const LabelVectors missing{
+          ConstMatrix(sub.data(), static_cast<int64_t>(fewer.size()), d), fewer};
+      CHECK_THROWS_WITH(sampler.sample(&tables, ConstMatrix(h.data(), batch, d), missing, y, 9),
+                        Catch::Matchers::Contains("399"));
+    }
+  }
+}
