@@ -32,7 +32,7 @@ LayerInit small_init(Context& ctx) {
 TEST_CASE("dense and bottleneck have a CUDA path, the sparse backends not yet") {
   CHECK(backend_has_cuda("dense"));
   CHECK(backend_has_cuda("bottleneck"));
-  CHECK_FALSE(backend_has_cuda("fixed_fanin"));
+  CHECK(backend_has_cuda("fixed_fanin"));
   CHECK_FALSE(backend_has_cuda("lsh_sampled"));
   CHECK_FALSE(backend_has_cuda("anns_sampled"));
   CHECK_FALSE(backend_has_cuda("no_such_backend"));
@@ -60,9 +60,9 @@ TEST_CASE("device cuda is refused without CUDA or a GPU, auto falls back only wi
     // A GPU machine: cuda resolves for dense, is refused for a backend without a CUDA path.
     CHECK(training_device("cuda", "dense") == Device::cuda);
     CHECK(training_device("auto", "bottleneck") == Device::cuda);
-    CHECK_THROWS_WITH(training_device("cuda", "fixed_fanin"),
-                      Contains("fixed_fanin") && Contains("device cpu"));
-    CHECK(training_device("auto", "fixed_fanin") == Device::cpu);
+    CHECK_THROWS_WITH(training_device("cuda", "lsh_sampled"),
+                      Contains("lsh_sampled") && Contains("device cpu"));
+    CHECK(training_device("auto", "lsh_sampled") == Device::cpu);
   } else {
     CHECK_THROWS_AS(training_device("cuda", "dense"), InputError);
     CHECK_THROWS_AS(training_device("cuda", "fixed_fanin"), InputError);
