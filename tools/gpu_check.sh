@@ -157,6 +157,31 @@ done
 echo "sampled backends (parity + cli): $([ "$sampled_rc" -eq 0 ] && echo PASSED || echo FAILED)"
 [ "$sampled_rc" -eq 0 ] || train_rc=1
 
+# fixed_fanin: its parity binary (a skip fails here too), then a short CLI training on cpu
+# and cuda (intermediate layer, dropout, rewiring); P@1 and P@5 must agree within 0.02.
+ff_rc=0
+cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_fixed_fanin \
+  >>"$out_dir/gpu_check_build.log" 2>&1 || ff_rc=1
+"$build_dir/tests/cuda/test_cuda_parity_fixed_fanin" | tee "$out_dir/gpu_parity_fixed_fanin.log" ||
+  ff_rc=1
+for dev in cpu cuda; do
+  "$xmc" train "$work/small.yaml" --device "$dev" --out "$work/ff_$dev" \
+    --set model.output.type=fixed_fanin --set model.output.loss=squared_hinge \
+    --set model.output.fan_in=32 --set model.output.intermediate=256 \
+    --set model.output.dropout=0.1 --set model.output.rewire.interval=50 \
+    --set model.output.gpu_timing=true >"$out_dir/gpu_check_ff_$dev.log" 2>&1 || ff_rc=1
+done
+python3 - "$work/ff_cpu/results.json" "$work/ff_cuda/results.json" <<'PY' || ff_rc=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.02]
+print("fixed_fanin cli cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
+    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
+    a["last_epoch_seconds"], b["last_epoch_seconds"]))
+sys.exit(1 if bad or b["device"] != "cuda" else 0)
+PY
+echo "fixed_fanin (parity + cli): $([ "$ff_rc" -eq 0 ] && echo PASSED || echo FAILED)"
+
 echo
 echo "== gpu_check summary =="
 grep -E "^GPU:|checks," "$out_dir/gpu_parity.log" "$out_dir/gpu_parity_sparse.log" || true
@@ -168,4 +193,5 @@ echo "sparse bench JSON: $out_dir/gpu_bench_sparse.json (exit $sparse_bench_rc)"
 cat "$out_dir/gpu_bench_sparse.txt"
 echo "cli runs: $([ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && echo PASSED || echo "FAILED (train $train_rc, compare $compare_rc)")"
 [ "$parity_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$parity_sparse_rc" -eq 0 ] &&
-  [ "$sparse_bench_rc" -eq 0 ] && [ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ]
+  [ "$sparse_bench_rc" -eq 0 ] && [ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] &&
+  [ "$ff_rc" -eq 0 ]

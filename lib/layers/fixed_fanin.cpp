@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"
+#include "layers/fixed_fanin_cuda.h"
 #include "model/dropout.h"
 
 namespace xmc {
@@ -68,12 +69,14 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
       max_batch_(init.batch_size),
       chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      inter_(cfg.intermediate > 0),
       dropout_(cfg.dropout),
       loss_(parse_loss(cfg.loss)),
       rewire_cfg_(cfg.rewire),
       optim_(init.optim),
       seed_(init.seed),
-      total_steps_(init.total_steps) {
+      total_steps_(init.total_steps),
+      ledger_(&init.ctx->ledger()) {
   const int64_t d = init.input_dim, n = init.num_labels, f = fan_in_;
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
@@ -81,30 +84,25 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   if (f > m_)
     throw_input("fixed_fanin: fan_in {} exceeds the {} inputs of the sparse layer ({})", f, m_,
                 cfg.intermediate > 0 ? "model.output.intermediate" : "encoder output width");
-  const bool inter = cfg.intermediate > 0;
+  const bool inter = inter_;
   auto& ledger = init.ctx->ledger();
-  const int states = optimizer_state_arrays(optim_);
+  const bool on_gpu = init.ctx->on_gpu();
   const int64_t nf = n * f;
-  idx_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(nf));
-  w_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(nf));
-  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  w_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, nf);
-  b_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, n);
-  w_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, nf);
-  b_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, n);
   const int64_t pn = inter ? m_ * d + m_ : 0;
-  p_ = maybe_buffer(ledger, MemTag::weights, inter, pn);
-  p_s1_ = maybe_buffer(ledger, MemTag::optimizer, inter && states >= 1, pn);
-  p_s2_ = maybe_buffer(ledger, MemTag::optimizer, inter && states >= 2, pn);
-  dp_ = maybe_buffer(ledger, MemTag::workspace, inter, pn);
-  xd_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
-  mask_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
-  u_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
-  du_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
-  ut_ = maybe_buffer(ledger, MemTag::workspace, true, m_ * max_batch_);
-  z_ = maybe_buffer(ledger, MemTag::workspace, true, max_batch_ * chunk_);
-  dw_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_ * f);
-  db_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_);
+  // Parameters drawn on the host on both devices (a GPU layer uploads them, then frees
+  // the host copies); host workspaces only on the CPU.
+  alloc_host_params(/*all=*/true);
+  if (!on_gpu) {
+    dp_ = maybe_buffer(ledger, MemTag::workspace, inter, pn);
+    xd_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
+    mask_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
+    u_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
+    du_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
+    ut_ = maybe_buffer(ledger, MemTag::workspace, true, m_ * max_batch_);
+    z_ = maybe_buffer(ledger, MemTag::workspace, true, max_batch_ * chunk_);
+    dw_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_ * f);
+    db_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_);
+  }
 
   // Random fan-in without duplicates, sorted (ascending gathers); each label from its own
   // stream so the result does not depend on the thread count.
@@ -151,19 +149,82 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * pscale;
     }
   }
+  if (on_gpu) {
+    const FixedFaninShape shape{d, n, f, m_, inter, max_batch_, chunk_, dropout_ > 0.0};
+    gpu_ = std::make_unique<FixedFaninCuda>(init.ctx->cuda(), shape, loss_, optim_);
+    transfer_host_params(/*to_device=*/true, /*all=*/true);
+    free_host_params();
+    set_device_views(true);
+    time_ops_ = cfg.gpu_timing;
+  }
   spdlog::info(
       "fixed_fanin: L={} fan-in F={} over {} inputs (sparsity F/{}={:.4f}){}, {} parameters "
-      "({:.1f}% of a dense {}×{} layer)",
+      "({:.1f}% of a dense {}×{} layer){}",
       n, f, m_, m_, static_cast<double>(f) / static_cast<double>(m_),
       inter ? fmt::format(", intermediate {}→{} ReLU", d, m_) : std::string(), nf + n + pn,
-      100.0 * static_cast<double>(nf + n + pn) / static_cast<double>(n * d + n), n, d);
+      100.0 * static_cast<double>(nf + n + pn) / static_cast<double>(n * d + n), n, d,
+      on_gpu ? ", on the GPU" : "");
+}
+
+FixedFaninLayer::~FixedFaninLayer() = default;
+
+void FixedFaninLayer::alloc_host_params(bool all) {
+  auto& ledger = *ledger_;
+  const int states = optimizer_state_arrays(optim_);
+  const int64_t n = num_labels(), nf = n * fan_in_;
+  const int64_t pn = inter_ ? m_ * input_dim() + m_ : 0;
+  idx_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(nf));
+  w_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(nf));
+  w_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, nf);
+  w_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, nf);
+  if (!all) return;
+  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
+  b_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, n);
+  b_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, n);
+  p_ = maybe_buffer(ledger, MemTag::weights, inter_, pn);
+  p_s1_ = maybe_buffer(ledger, MemTag::optimizer, inter_ && states >= 1, pn);
+  p_s2_ = maybe_buffer(ledger, MemTag::optimizer, inter_ && states >= 2, pn);
+}
+
+void FixedFaninLayer::free_host_params() {
+  idx_ = {};
+  for (auto* b : {&w_, &w_s1_, &w_s2_, &b_, &b_s1_, &b_s2_, &p_, &p_s1_, &p_s2_}) *b = {};
+}
+
+void FixedFaninLayer::transfer_host_params(bool to_device, bool all) {
+  FixedFaninHostArrays a;
+  a.idx = idx_.data();
+  a.w = w_.data();
+  a.w_s1 = data_or_null(w_s1_);
+  a.w_s2 = data_or_null(w_s2_);
+  if (all) {
+    a.b = b_.data();
+    a.b_s1 = data_or_null(b_s1_);
+    a.b_s2 = data_or_null(b_s2_);
+    a.p = data_or_null(p_);
+    a.p_s1 = data_or_null(p_s1_);
+    a.p_s2 = data_or_null(p_s2_);
+  }
+  if (to_device) {
+    gpu_->upload(a);
+  } else {
+    gpu_->download(a);
+  }
 }
 
 StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const int64_t bsz = h.rows, d = input_dim(), n = num_labels(), f = fan_in_;
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
-  const bool inter = p_.size() > 0;
+  if (gpu_) {
+    // The same mask draws as dropout_dense below, into the pinned buffer the step uploads.
+    if (dropout_ > 0.0) {
+      Rng rng = Rng::stream(seed_ ^ kDropoutStream, static_cast<uint64_t>(lr.step));
+      dropout_mask(gpu_->mask_host(), bsz * d, dropout_, rng);
+    }
+    return gpu_->train_step(batch.labels, h, dh, lr, timings_, time_ops_);
+  }
+  const bool inter = inter_;
   StepStats stats;
   Stopwatch sw;
   auto mark = [&](double FixedFaninTimings::*field) {
@@ -259,7 +320,7 @@ ConstMatrix FixedFaninLayer::eval_input_t(ConstMatrix h, std::vector<float>& buf
   const int64_t rows = h.rows, d = input_dim();
   std::vector<float> u_buf;
   ConstMatrix u = h;
-  if (p_.size() > 0) {
+  if (inter_) {
     u_buf.resize(static_cast<size_t>(rows * m_));
     Matrix um(u_buf.data(), rows, m_);
     const float* c = p_.data() + m_ * d;
@@ -275,6 +336,10 @@ ConstMatrix FixedFaninLayer::eval_input_t(ConstMatrix h, std::vector<float>& buf
 }
 
 void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  if (gpu_) {
+    gpu_->scores(h, lo, out);
+    return;
+  }
   std::vector<float> buf;
   ConstMatrix ut = eval_input_t(h, buf);
   kernels::fixed_fanin_forward(idx_.data() + lo * fan_in_, w_.data() + lo * fan_in_,
@@ -282,6 +347,7 @@ void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 }
 
 TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
+  if (gpu_) return gpu_->topk(h, k);
   std::vector<float> buf;
   ConstMatrix ut = eval_input_t(h, buf);
   return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) {
@@ -300,15 +366,29 @@ void FixedFaninLayer::on_step_impl(const TrainerView& t) {
   const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
   if (!rewire_due(t.step, total)) return;
   const RewireStats s = rewire(t.step);
-  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s",
-               s.pruned, num_labels() * fan_in_,
-               100.0 * static_cast<double>(s.pruned) / static_cast<double>(num_labels() * fan_in_),
-               s.step, s.seconds);
+  // GPU: idx, w and the moments go to the host and back.
+  const int64_t nf = num_labels() * fan_in_;
+  const double moved_mib =
+      gpu_ ? 2.0 * static_cast<double>(nf * 4 * (2 + optimizer_state_arrays(optim_))) / 1048576.0
+           : 0.0;
+  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s{}",
+               s.pruned, nf, 100.0 * static_cast<double>(s.pruned) / static_cast<double>(nf),
+               s.step, s.seconds,
+               gpu_ ? fmt::format(" (host round trip, {:.1f} MiB moved)", moved_mib) : "");
 }
 
 void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
   const auto& tm = timings_;
   auto frac = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  if (!time_ops_) {
+    spdlog::info(
+        "fixed_fanin epoch {}: rewiring {:.2f}s; zero output gradients {:.1f}%, labels skipped "
+        "whole {:.1f}% (per-op GPU times: model.output.gpu_timing: true)",
+        t.epoch + 1, tm.rewire, 100.0 * frac(tm.zero_grads, tm.grads),
+        100.0 * frac(tm.skipped_labels, tm.label_steps));
+    timings_ = {};
+    return;
+  }
   spdlog::info(
       "fixed_fanin epoch {}: forward {:.2f}s, loss {:.2f}s, backward {:.2f}s (input {:.2f}s, "
       "weight {:.2f}s), update {:.2f}s, intermediate backward {:.2f}s, rewiring {:.2f}s; "
@@ -328,6 +408,13 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   if (k <= 0 || f >= m_) {  // nothing to prune, or every input already used
     last_rewire_ = out;
     return out;
+  }
+  // GPU: a host round trip of idx, w and their moments (4·(2 + states)·L·F bytes each
+  // way) every `interval` steps, so that both devices rewire with this very code.
+  if (gpu_) {
+    XMC_CHECK(!staged_, "fixed_fanin: rewiring while the state is staged for a checkpoint");
+    alloc_host_params(/*all=*/false);
+    transfer_host_params(/*to_device=*/false, /*all=*/false);
   }
   // Global threshold: every slot with key < tkey is pruned, plus the first (k - below)
   // slots with key == tkey in slot order (ties broken deterministically).
@@ -381,6 +468,10 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
       pruned += static_cast<int64_t>(slots.size());
     }
   }
+  if (gpu_) {
+    transfer_host_params(/*to_device=*/true, /*all=*/false);
+    free_host_params();
+  }
   out.pruned = pruned;
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
@@ -403,6 +494,7 @@ void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
+  XMC_CHECK(!gpu_ || staged_, "state() of a device fixed_fanin layer before sync_state(to_host)");
   const int64_t n = num_labels(), f = fan_in_, d = input_dim();
   std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.data()},
                                 {"output/weight", {n, f}, w_.data()},
@@ -415,7 +507,7 @@ std::vector<TensorRef> FixedFaninLayer::state_impl() {
     out.push_back({"output/weight_opt2", {n, f}, w_s2_.data()});
     out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
   }
-  if (p_.size()) {
+  if (inter_) {
     out.push_back({"output/intermediate/weight", {m_, d}, p_.data()});
     out.push_back({"output/intermediate/bias", {m_}, p_.data() + m_ * d});
     if (p_s1_.size())
@@ -426,10 +518,30 @@ std::vector<TensorRef> FixedFaninLayer::state_impl() {
   return out;
 }
 
+void FixedFaninLayer::sync_state_impl(StateSync s) {
+  if (!gpu_) return;
+  switch (s) {
+    case StateSync::to_host:
+      if (!staged_) alloc_host_params(/*all=*/true);
+      transfer_host_params(/*to_device=*/false, /*all=*/true);
+      staged_ = true;
+      return;
+    case StateSync::to_device:
+      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
+      transfer_host_params(/*to_device=*/true, /*all=*/true);
+      break;
+    case StateSync::release:
+      break;
+  }
+  free_host_params();
+  staged_ = false;
+}
+
 int64_t FixedFaninLayer::analytic_bytes_impl() const {
+  if (gpu_) return gpu_->analytic_bytes();
   const int64_t n = num_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
   const int64_t states = optimizer_state_arrays(optim_);
-  const bool inter = p_.size() > 0;
+  const bool inter = inter_;
   const int64_t pn = inter ? m_ * d + m_ : 0;
   int64_t floats = (n * f + n) * (1 + states) + pn * (2 + states);  // params, state, dP
   if (dropout_ > 0.0) floats += 2 * bsz * d;

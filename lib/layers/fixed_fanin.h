@@ -8,7 +8,12 @@
 // not use yet (weights 0, optimizer moments reset), so the fan-in stays F.
 // Squared hinge (the default) makes most output gradients exactly zero; the backward
 // kernels skip them (StepStats::zero_grads counts them).
+// On a CUDA Context the parameters, optimizer state and workspaces live on the GPU
+// (layers/fixed_fanin_cuda.h) and h, dh, scores are device views; initialisation, the
+// dropout masks and rewiring run on the host with the CPU code (rewiring by a host round
+// trip of indices, weights and their moments), so both devices make the same draws.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +50,7 @@ struct FixedFaninConfig {
   std::string loss = "squared_hinge";
   RewireConfig rewire;
   int64_t chunk_size = 8192;  // labels per block (bounds the B×chunk logit workspace)
+  bool gpu_timing = false;    // per-op CUDA event timing on the GPU (the CPU always times)
 
   template <class V>
   void visit(V& v) {
@@ -58,10 +64,14 @@ struct FixedFaninConfig {
             Choices{"squared_hinge", "bce"});
     v.field("rewire", rewire, "Prune-and-regrow schedule (dynamic sparse training)");
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
+    v.field("gpu_timing", gpu_timing,
+            "Device cuda: time each op of a step with CUDA events for the epoch log (the CPU "
+            "always times them)");
   }
 };
 
-// Per-op wall time of train_step, accumulated (reported per epoch in the log).
+// Per-op wall time of train_step, accumulated (reported per epoch in the log). On the GPU
+// the times are CUDA event intervals, filled only with gpu_timing; the counts always.
 struct FixedFaninTimings {
   double forward = 0.0;         // input dropout, intermediate layer, transpose, sparse forward
   double loss = 0.0;            // loss gradient in place
@@ -92,9 +102,12 @@ struct RewireStats {
 void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
                    const std::vector<uint32_t>& old, int64_t m, Rng& rng);
 
+class FixedFaninCuda;
+
 class FixedFaninLayer final : public OutputLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
+  ~FixedFaninLayer() override;
 
   int64_t fan_in() const { return fan_in_; }
   // Width of the sparse layer's input: the intermediate size, or d without one.
@@ -115,19 +128,33 @@ class FixedFaninLayer final : public OutputLayer {
   void on_step_impl(const TrainerView& t) override;
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
+  void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
+
+  // GPU: host copies of the parameters (all) or of the sparse layer's idx, w and moments
+  // (rewiring), allocated in the ledger only while staged; transfer both ways.
+  void alloc_host_params(bool all);
+  void free_host_params();
+  void transfer_host_params(bool to_device, bool all);
 
   // Evaluation path: ut [m×rows] (transposed sparse-layer input) of h [rows×d] into buf.
   ConstMatrix eval_input_t(ConstMatrix h, std::vector<float>& buf) const;
   void update_labels(int64_t l0, int64_t n, const LrState& lr);
 
   int64_t fan_in_, m_, max_batch_, chunk_;
+  bool inter_;
   double dropout_;
   LossType loss_;
   RewireConfig rewire_cfg_;
   OptimizerConfig optim_;
   uint64_t seed_;
   int64_t total_steps_;
+  MemoryLedger* ledger_;
+  // On a CUDA Context: the device half; the parameter HostBuffers below are then empty
+  // except while staged (checkpoint, rewiring) and the workspaces are never allocated.
+  std::unique_ptr<FixedFaninCuda> gpu_;
+  bool staged_ = false;
+  bool time_ops_ = true;
   HostBuffer<uint32_t> idx_;          // [L×F]
   HostBuffer<float> w_, b_;           // [L×F], [L]
   HostBuffer<float> w_s1_, w_s2_, b_s1_, b_s2_;  // optimizer state (empty when unused)

@@ -29,12 +29,13 @@ LayerInit small_init(Context& ctx) {
 }
 }  // namespace
 
-TEST_CASE("dense and bottleneck have a CUDA path, the sparse backends not yet") {
+TEST_CASE("which backends have a CUDA path") {
   CHECK(backend_has_cuda("dense"));
   CHECK(backend_has_cuda("bottleneck"));
-  CHECK_FALSE(backend_has_cuda("fixed_fanin"));
+  CHECK(backend_has_cuda("fixed_fanin"));
   CHECK(backend_has_cuda("lsh_sampled"));
   CHECK(backend_has_cuda("anns_sampled"));
+  CHECK_FALSE(backend_has_cuda("group_shared"));
   CHECK_FALSE(backend_has_cuda("no_such_backend"));
 }
 
@@ -60,9 +61,9 @@ TEST_CASE("device cuda is refused without CUDA or a GPU, auto falls back only wi
     // A GPU machine: cuda resolves for dense, is refused for a backend without a CUDA path.
     CHECK(training_device("cuda", "dense") == Device::cuda);
     CHECK(training_device("auto", "bottleneck") == Device::cuda);
-    CHECK_THROWS_WITH(training_device("cuda", "fixed_fanin"),
-                      Contains("fixed_fanin") && Contains("device cpu"));
-    CHECK(training_device("auto", "fixed_fanin") == Device::cpu);
+    CHECK_THROWS_WITH(training_device("cuda", "group_shared"),
+                      Contains("group_shared") && Contains("device cpu"));
+    CHECK(training_device("auto", "group_shared") == Device::cpu);
   } else {
     CHECK_THROWS_AS(training_device("cuda", "dense"), InputError);
     CHECK_THROWS_AS(training_device("cuda", "fixed_fanin"), InputError);
