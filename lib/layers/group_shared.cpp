@@ -299,8 +299,10 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   const gpu::DenseCudaOptions opts =
       dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding);
   if (opts.precision == gpu::WeightPrecision::bf16 && t > 0 && f > 256)
-    throw_input("group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
-                "[F×64] tile and take F <= 256 (use precision fp32)", f);
+    throw_input(
+        "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
+        "[F×64] tile and take F <= 256 (use precision fp32)",
+        f);
   if (init.ctx->on_gpu()) {
     gpu_ = &init.ctx->cuda();
     set_device_views(true);
@@ -345,8 +347,10 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     // The mask is drawn on the host on both devices (the same draws); the GPU copies it.
     mask_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * d);
     if (gpu_) {
-      xd_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
-      mask_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
+      xd_dev_ =
+          gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
+      mask_dev_ =
+          gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
     } else {
       xd_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * d);
     }
@@ -403,7 +407,8 @@ void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
     const size_t start = targets_.indices.size();
     for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e)
       targets_.indices.push_back(pos_[batch.labels.indices[static_cast<size_t>(e)]]);
-    std::sort(targets_.indices.begin() + static_cast<std::ptrdiff_t>(start), targets_.indices.end());
+    std::sort(targets_.indices.begin() + static_cast<std::ptrdiff_t>(start),
+              targets_.indices.end());
     targets_.indptr.push_back(static_cast<int64_t>(targets_.indices.size()));
   }
 }
@@ -562,8 +567,8 @@ GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const 
       u = um;
     }
     if (gpu_) {
-      XMC_CHECK(rows <= max_batch_, "group_shared: {} rows of scores on the GPU, at most {} at once",
-                rows, max_batch_);
+      XMC_CHECK(rows <= max_batch_,
+                "group_shared: {} rows of scores on the GPU, at most {} at once", rows, max_batch_);
       tail_gpu_->set_input(u);  // the tail keeps ut in its workspace
     } else {
       in.ut_buf.resize(static_cast<size_t>(m_ * rows));
@@ -627,7 +632,8 @@ void GroupSharedLayer::scores_gpu(ConstMatrix h, Matrix out) const {
   }
   for (int64_t r = 0; r < h.rows; ++r)
     for (int64_t i = 0; i < n; ++i)
-      orig[static_cast<size_t>(r * n + order_[static_cast<size_t>(i)])] = internal[static_cast<size_t>(r * n + i)];
+      orig[static_cast<size_t>(r * n + order_[static_cast<size_t>(i)])] =
+          internal[static_cast<size_t>(r * n + i)];
   for (int64_t r = 0; r < h.rows; ++r)
     gpu::copy_to_device(out.row(r), orig.data() + r * n, static_cast<size_t>(n) * sizeof(float), s);
   gpu_->synchronize();
@@ -658,8 +664,8 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
   const EvalInputs in = eval_inputs(h);
   // Chunks are multiples of G and H is one too, so every tail chunk starts a group.
   const int64_t chunk = chunk_ > 0 ? chunk_ : num_labels();
-  TopK top = stream_topk(h.rows, k, chunk,
-                         [&](int64_t lo, Matrix out) { internal_scores(in, lo, out); });
+  TopK top =
+      stream_topk(h.rows, k, chunk, [&](int64_t lo, Matrix out) { internal_scores(in, lo, out); });
   to_original_ids(top);  // positions -> original ids; equal scores rank by original id
   return top;
 }
@@ -669,15 +675,19 @@ TopK GroupSharedLayer::topk_gpu(ConstMatrix h, int k) const {
   // position, ties to the lower position, as the CPU's stream_topk); only the k kept
   // entries per row are mapped to original ids, on the host, as on the CPU.
   XMC_CHECK(k >= 1 && k <= 64, "group_shared cuda top-k needs 1 <= k <= 64, got {}", k);
-  XMC_CHECK(h.cols == input_dim(), "group_shared top-k: h has {} columns, d = {}", h.cols, input_dim());
+  XMC_CHECK(h.cols == input_dim(), "group_shared top-k: h has {} columns, d = {}", h.cols,
+            input_dim());
   const int64_t n = num_labels();
   const int64_t chunk = chunk_ > 0 ? chunk_ : head_block_->chunk();
   const auto s = gpu_->stream();
   const auto rk = static_cast<size_t>(std::max<int64_t>(1, h.rows * k));
-  gpu::DeviceBuffer<float> run_s(*ledger_, MemTag::workspace, rk), tmp_s(*ledger_, MemTag::workspace, rk);
-  gpu::DeviceBuffer<uint32_t> run_l(*ledger_, MemTag::workspace, rk), tmp_l(*ledger_, MemTag::workspace, rk);
-  gpu::DeviceBuffer<float> z(*ledger_, MemTag::workspace,
-                             static_cast<size_t>(std::min(max_batch_, std::max<int64_t>(h.rows, 1)) * chunk));
+  gpu::DeviceBuffer<float> run_s(*ledger_, MemTag::workspace, rk),
+      tmp_s(*ledger_, MemTag::workspace, rk);
+  gpu::DeviceBuffer<uint32_t> run_l(*ledger_, MemTag::workspace, rk),
+      tmp_l(*ledger_, MemTag::workspace, rk);
+  gpu::DeviceBuffer<float> z(
+      *ledger_, MemTag::workspace,
+      static_cast<size_t>(std::min(max_batch_, std::max<int64_t>(h.rows, 1)) * chunk));
   TopK out;
   out.rows = h.rows;
   out.k = k;
@@ -789,7 +799,8 @@ void GroupSharedLayer::on_step_impl(const TrainerView& t) {
 void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
   const auto& tm = timings_;
   const double zero_pct =
-      tm.grads > 0 ? 100.0 * static_cast<double>(tm.zero_grads) / static_cast<double>(tm.grads) : 0.0;
+      tm.grads > 0 ? 100.0 * static_cast<double>(tm.zero_grads) / static_cast<double>(tm.grads)
+                   : 0.0;
   if (gpu_) {
     // Wall times between the step's synchronisation points (the head block and the tail
     // each read their loss back once per step).
@@ -825,7 +836,8 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
     // their moments down, the CPU code, the same up — K·F·4 + T·F·(w + 4s) bytes each
     // way (w = 4 fp32 | 2 bf16 weights, s = optimizer state arrays); biases stay.
     GroupSharedTailCuda::HostState st = tail_gpu_->download(/*bias=*/false);
-    out.pruned = rewire_arrays(step, k, st.idx.data(), st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
+    out.pruned =
+        rewire_arrays(step, k, st.idx.data(), st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
     tail_gpu_->upload(st);
   } else {
     out.pruned = rewire_arrays(step, k, idx_.data(), w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
@@ -904,7 +916,8 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   }
   if (t > 0) {
     // The same names and shapes on both devices; on the GPU the host copies.
-    XMC_CHECK(!gpu_ || staged_, "state() of a device group_shared layer before sync_state(to_host)");
+    XMC_CHECK(!gpu_ || staged_,
+              "state() of a device group_shared layer before sync_state(to_host)");
     GroupSharedTailCuda::HostState& st = tail_stage_;
     uint32_t* idx = gpu_ ? st.idx.data() : idx_.data();
     float* w = gpu_ ? st.w.data() : w_.data();

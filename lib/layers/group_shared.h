@@ -213,7 +213,8 @@ class GroupSharedLayer final : public OutputLayer {
   void draw_tail_indices(uint32_t* idx) const;
   void init_tail_weights(float* w, float* s1, float* s2) const;
   // Alg. 3's prune and regrow of k slots on host arrays; returns the slots pruned.
-  int64_t rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1, float* s2) const;
+  int64_t rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
+                        float* s2) const;
   void update_tail(int64_t r0, int64_t n, const LrState& lr);
 
   MemoryLedger* ledger_;

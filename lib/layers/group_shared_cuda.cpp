@@ -37,9 +37,10 @@ GroupSharedTailCuda::GroupSharedTailCuda(gpu::CudaContext& ctx, int64_t tail, in
       optim_(optim),
       opts_(opts),
       seed_(seed) {
-  XMC_CHECK(t_ > 0 && g_ > 0 && f_ > 0 && f_ <= m_ && max_batch_ > 0 && chunk_ > 0 && chunk_ % g_ == 0,
-            "cuda group-shared tail: T={} G={} F={} m={} B={} chunk={}", t_, g_, f_, m_, max_batch_,
-            chunk_);
+  XMC_CHECK(
+      t_ > 0 && g_ > 0 && f_ > 0 && f_ <= m_ && max_batch_ > 0 && chunk_ > 0 && chunk_ % g_ == 0,
+      "cuda group-shared tail: T={} G={} F={} m={} B={} chunk={}", t_, g_, f_, m_, max_batch_,
+      chunk_);
   XMC_CHECK(loss_ == LossType::bce || loss_ == LossType::squared_hinge,
             "cuda group-shared tail: elementwise losses only");
   XMC_CHECK(!opts_.stochastic_rounding || bf16(),
@@ -51,7 +52,8 @@ GroupSharedTailCuda::GroupSharedTailCuda(gpu::CudaContext& ctx, int64_t tail, in
   idx_ = gpu::DeviceBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(groups_ * f_));
   if (bf16()) {
     w16_ = gpu::DeviceBuffer<gpu::Bf16>(ledger, MemTag::weights, tf);
-    ut16_ = gpu::DeviceBuffer<gpu::Bf16>(ledger, MemTag::workspace, static_cast<size_t>(m_ * max_batch_));
+    ut16_ = gpu::DeviceBuffer<gpu::Bf16>(ledger, MemTag::workspace,
+                                         static_cast<size_t>(m_ * max_batch_));
   } else {
     w_ = gpu::DeviceBuffer<float>(ledger, MemTag::weights, tf);
     ut_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(m_ * max_batch_));
@@ -71,11 +73,13 @@ GroupSharedTailCuda::GroupSharedTailCuda(gpu::CudaContext& ctx, int64_t tail, in
     w_s2_.zero(s);
     b_s2_.zero(s);
   }
-  z_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
+  z_ =
+      gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
   dw_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_ * f_));
   db_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_));
   acc_ = gpu::DeviceBuffer<gpu::LossAccum>(ledger, MemTag::workspace, 1);
-  t_indptr_ = gpu::DeviceBuffer<int64_t>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ + 1));
+  t_indptr_ =
+      gpu::DeviceBuffer<int64_t>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ + 1));
 }
 
 GroupSharedTailCuda::HostState GroupSharedTailCuda::download(bool bias) const {
@@ -90,7 +94,8 @@ GroupSharedTailCuda::HostState GroupSharedTailCuda::download(bool bias) const {
   if (bf16()) {
     // Widened to fp32 on the device one chunk at a time, through a temporary.
     st.w.resize(static_cast<size_t>(t_ * f_));
-    gpu::DeviceBuffer<float> tmp(ctx_->ledger(), MemTag::workspace, static_cast<size_t>(chunk_ * f_));
+    gpu::DeviceBuffer<float> tmp(ctx_->ledger(), MemTag::workspace,
+                                 static_cast<size_t>(chunk_ * f_));
     for (int64_t r0 = 0; r0 < t_; r0 += chunk_) {
       const int64_t rows = std::min(chunk_, t_ - r0);
       gpu::from_bf16(*ctx_, w16_.data() + r0 * f_, tmp.data(), rows * f_);
@@ -179,8 +184,8 @@ StepStats GroupSharedTailCuda::train_step(const CsrMatrix& targets, int64_t lo, 
   XMC_CHECK(rows >= 1 && targets.rows == rows && lo + t_ <= targets.cols,
             "cuda group-shared step: targets [{}×{}] for an input of {} rows and labels [{}, {})",
             targets.rows, targets.cols, rows, lo, lo + t_);
-  XMC_CHECK(du.rows == rows && du.cols == m_, "cuda group-shared step: du [{}×{}], expected [{}×{}]",
-            du.rows, du.cols, rows, m_);
+  XMC_CHECK(du.rows == rows && du.cols == m_,
+            "cuda group-shared step: du [{}×{}], expected [{}×{}]", du.rows, du.cols, rows, m_);
   const auto s = ctx_->stream();
   upload_targets(targets);
   const gpu::DeviceCsr dt{t_indptr_.data(), t_indices_.data(), targets.rows, targets.cols};
@@ -233,9 +238,10 @@ StepStats GroupSharedTailCuda::train_step(const CsrMatrix& targets, int64_t lo, 
 }
 
 void GroupSharedTailCuda::scores(int64_t r0, Matrix out) {
-  XMC_CHECK(r0 >= 0 && r0 % g_ == 0 && r0 + out.cols <= t_ && out.rows == rows_,
-            "cuda group-shared scores of tail labels [{}, {}) for {} rows (T={}, G={}, input of {} rows)",
-            r0, r0 + out.cols, out.rows, t_, g_, rows_);
+  XMC_CHECK(
+      r0 >= 0 && r0 % g_ == 0 && r0 + out.cols <= t_ && out.rows == rows_,
+      "cuda group-shared scores of tail labels [{}, {}) for {} rows (T={}, G={}, input of {} rows)",
+      r0, r0 + out.cols, out.rows, t_, g_, rows_);
   if (out.cols == 0) return;
   const uint32_t* idx = idx_.data() + (r0 / g_) * f_;
   if (bf16()) {
@@ -250,10 +256,10 @@ void GroupSharedTailCuda::scores(int64_t r0, Matrix out) {
 int64_t GroupSharedTailCuda::analytic_bytes() const {
   const int64_t states = optimizer_state_arrays(optim_);
   const int64_t wbytes = bf16() ? 2 : 4;
-  int64_t bytes = 4 * groups_ * f_;                      // indices
-  bytes += t_ * f_ * wbytes + 4 * t_;                    // weights, biases
-  bytes += states * 4 * (t_ * f_ + t_);                  // optimizer state
-  bytes += wbytes * m_ * max_batch_;                     // ut (bf16 in bf16 mode)
+  int64_t bytes = 4 * groups_ * f_;                           // indices
+  bytes += t_ * f_ * wbytes + 4 * t_;                         // weights, biases
+  bytes += states * 4 * (t_ * f_ + t_);                       // optimizer state
+  bytes += wbytes * m_ * max_batch_;                          // ut (bf16 in bf16 mode)
   bytes += 4 * (max_batch_ * chunk_ + chunk_ * f_ + chunk_);  // z, dw, db
   bytes += static_cast<int64_t>(sizeof(gpu::LossAccum)) + 8 * (max_batch_ + 1);
   return bytes;

@@ -83,19 +83,19 @@ class GroupSharedTailCuda {
   OptimizerConfig optim_;
   gpu::DenseCudaOptions opts_;
   uint64_t seed_;
-  int64_t rows_ = 0;  // rows of the current input
-  gpu::DeviceBuffer<uint32_t> idx_;                   // [K×F]
-  gpu::DeviceBuffer<float> w_;                        // [T×F] (fp32 mode)
-  gpu::DeviceBuffer<gpu::Bf16> w16_;                  // [T×F] (bf16 mode)
-  gpu::DeviceBuffer<float> b_;                        // [T]
+  int64_t rows_ = 0;                  // rows of the current input
+  gpu::DeviceBuffer<uint32_t> idx_;   // [K×F]
+  gpu::DeviceBuffer<float> w_;        // [T×F] (fp32 mode)
+  gpu::DeviceBuffer<gpu::Bf16> w16_;  // [T×F] (bf16 mode)
+  gpu::DeviceBuffer<float> b_;        // [T]
   gpu::DeviceBuffer<float> w_s1_, w_s2_, b_s1_, b_s2_;
-  gpu::DeviceBuffer<float> ut_;                       // [m×B] (fp32 mode)
-  gpu::DeviceBuffer<gpu::Bf16> ut16_;                 // [m×B] (bf16 mode)
-  gpu::DeviceBuffer<float> z_;                        // [B×chunk]
-  gpu::DeviceBuffer<float> dw_, db_;                  // [chunk×F], [chunk]
-  gpu::DeviceBuffer<gpu::LossAccum> acc_;             // [1]
-  gpu::DeviceBuffer<int64_t> t_indptr_;               // [B+1]
-  gpu::DeviceBuffer<uint32_t> t_indices_;             // grows with the batch's nnz
+  gpu::DeviceBuffer<float> ut_;            // [m×B] (fp32 mode)
+  gpu::DeviceBuffer<gpu::Bf16> ut16_;      // [m×B] (bf16 mode)
+  gpu::DeviceBuffer<float> z_;             // [B×chunk]
+  gpu::DeviceBuffer<float> dw_, db_;       // [chunk×F], [chunk]
+  gpu::DeviceBuffer<gpu::LossAccum> acc_;  // [1]
+  gpu::DeviceBuffer<int64_t> t_indptr_;    // [B+1]
+  gpu::DeviceBuffer<uint32_t> t_indices_;  // grows with the batch's nnz
 };
 
 }  // namespace xmc

@@ -21,6 +21,8 @@
 // loss 1e-5 + 1e-4 rel, dh 1e-6 + 1e-3 rel, parameters 1e-5 + 1e-3 rel after three steps
 // (the GPU input gradient sums by atomics in any order; Adam divides by sqrt(v) of tiny
 // gradients), exact-zero counts within 1e-3·count + 2.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,11 +31,9 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "config/config_loader.h"
 #include "core/context.h"
@@ -87,9 +87,9 @@ void expect_close(const std::string& name, const std::vector<float>& got,
   }
   if (bad) {
     char buf[320];
-    std::snprintf(buf, sizeof buf, "%s: %lld of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g",
-                  name.c_str(), static_cast<long long>(bad), got.size(), worst_i, got[worst_i],
-                  ref[worst_i]);
+    std::snprintf(buf, sizeof buf,
+                  "%s: %lld of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g", name.c_str(),
+                  static_cast<long long>(bad), got.size(), worst_i, got[worst_i], ref[worst_i]);
     fail(buf);
   }
 }
@@ -138,7 +138,8 @@ Batch random_batch(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
     b.ids.push_back(r);
     const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
     std::vector<uint32_t> row;
-    for (int i = 0; i < np; ++i) row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
+    for (int i = 0; i < np; ++i)
+      row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
     std::sort(row.begin(), row.end());
     row.erase(std::unique(row.begin(), row.end()), row.end());
     b.labels.indices.insert(b.labels.indices.end(), row.begin(), row.end());
@@ -188,7 +189,12 @@ std::vector<Case> layer_cases() {
     out.push_back(c);
   }
   {  // head projection, G = 40 (several warps per group), F = 33, B = 64
-    Case c{"bce adamw head_dim G=40 F=33", 50, 500, 64, {}, optim(OptimizerType::adamw, 0.01, 0.0, 0.01)};
+    Case c{"bce adamw head_dim G=40 F=33",
+           50,
+           500,
+           64,
+           {},
+           optim(OptimizerType::adamw, 0.01, 0.0, 0.01)};
     c.cfg.group_size = 40;
     c.cfg.fan_in = 33;
     c.cfg.head_fraction = 0.16;
@@ -198,7 +204,8 @@ std::vector<Case> layer_cases() {
     out.push_back(c);
   }
   {  // everything: both projections and dropout, B = 1 (a single row)
-    Case c{"squared_hinge adam both projections B=1", 30, 130, 1, {}, optim(OptimizerType::adam, 0.01)};
+    Case c{"squared_hinge adam both projections B=1", 30, 130, 1, {},
+           optim(OptimizerType::adam, 0.01)};
     c.cfg.group_size = 8;
     c.cfg.fan_in = 16;
     c.cfg.head_fraction = 0.2;
@@ -246,8 +253,8 @@ LayerInit make_init(Context& ctx, const Case& c) {
 struct StateCopy {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::vector<float>> f32;      // float tensors (empty otherwise)
-  std::vector<std::vector<uint32_t>> u32;   // uint32 tensors (empty otherwise)
+  std::vector<std::vector<float>> f32;     // float tensors (empty otherwise)
+  std::vector<std::vector<uint32_t>> u32;  // uint32 tensors (empty otherwise)
 };
 StateCopy copy_state(GroupSharedLayer& layer) {
   layer.sync_state(StateSync::to_host);
@@ -271,7 +278,8 @@ StateCopy copy_state(GroupSharedLayer& layer) {
 
 void compare_state(const std::string& name, const StateCopy& got, const StateCopy& ref, double abs,
                    double rel) {
-  expect_true(name + ": same tensor names and shapes", got.names == ref.names && got.shapes == ref.shapes);
+  expect_true(name + ": same tensor names and shapes",
+              got.names == ref.names && got.shapes == ref.shapes);
   if (got.names != ref.names) return;
   for (size_t i = 0; i < ref.names.size(); ++i) {
     if (!ref.u32[i].empty() || ref.f32[i].empty()) {
@@ -338,8 +346,8 @@ void compare_topk(const std::string& name, const TopK& want, const TopK& have,
       }
       const bool score_ok = std::abs(hs - ws) <= tol_abs + std::abs(ws) * tol_rel;
       const bool label_ok =
-          hl < static_cast<uint32_t>(n) &&
-          std::abs(all[static_cast<size_t>(r * n + hl)] - ws) <= 2 * (tol_abs + std::abs(ws) * tol_rel);
+          hl < static_cast<uint32_t>(n) && std::abs(all[static_cast<size_t>(r * n + hl)] - ws) <=
+                                               2 * (tol_abs + std::abs(ws) * tol_rel);
       if (!score_ok || !label_ok) ++bad;
     }
     std::vector<uint32_t> l(have.row_labels(r), have.row_labels(r) + have.k);
@@ -384,18 +392,23 @@ void run_layer_case(const Case& c, Rng& rng) {
     if (step == 3 && got.tail_labels() > 0) {
       const RewireStats rr = ref.rewire(1000);
       const RewireStats rg = got.rewire(1000);
-      expect_scalar(sn + " rewired slots", static_cast<double>(rg.pruned), static_cast<double>(rr.pruned), 0, 0);
-      expect_true(sn + " rewiring pruned something", rr.pruned > 0 || c.cfg.fan_in >= got.tail_input_dim());
+      expect_scalar(sn + " rewired slots", static_cast<double>(rg.pruned),
+                    static_cast<double>(rr.pruned), 0, 0);
+      expect_true(sn + " rewiring pruned something",
+                  rr.pruned > 0 || c.cfg.fan_in >= got.tail_input_dim());
     }
     const Batch bt = random_batch(rng, b, n, 4);
     const auto h = random_vec(rng, static_cast<size_t>(b * d));
     auto hd = upload(dev, h);
     std::fill(dh_ref.begin(), dh_ref.end(), 7.0f);
     const LrState lr{c.optim.lr, step};
-    const StepStats rs = ref.train_step(bt, ConstMatrix(h.data(), b, d), Matrix(dh_ref.data(), b, d), lr);
-    const StepStats gs = got.train_step(bt, ConstMatrix(hd.data(), b, d), Matrix(dh_dev.data(), b, d), lr);
+    const StepStats rs =
+        ref.train_step(bt, ConstMatrix(h.data(), b, d), Matrix(dh_ref.data(), b, d), lr);
+    const StepStats gs =
+        got.train_step(bt, ConstMatrix(hd.data(), b, d), Matrix(dh_dev.data(), b, d), lr);
     expect_scalar(sn + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
-    expect_scalar(sn + " grads", static_cast<double>(gs.grads), static_cast<double>(rs.grads), 0, 0);
+    expect_scalar(sn + " grads", static_cast<double>(gs.grads), static_cast<double>(rs.grads), 0,
+                  0);
     expect_scalar(sn + " zero gradients", static_cast<double>(gs.zero_grads),
                   static_cast<double>(rs.zero_grads), 1e-3 * static_cast<double>(rs.grads) + 2, 0);
     expect_close(sn + " dh", download(dev, dh_dev, dh_ref.size()), dh_ref, 1e-6, 1e-3);
@@ -469,7 +482,8 @@ void test_bf16(Rng& rng) {
     GroupSharedLayer ref(make_init(cpu, cf), cf.cfg);
     const int64_t before = ledger_total(dev);
     GroupSharedLayer got(make_init(dev, c), c.cfg);
-    expect_scalar(name + ": ledger bytes == analytic size", static_cast<double>(ledger_total(dev) - before),
+    expect_scalar(name + ": ledger bytes == analytic size",
+                  static_cast<double>(ledger_total(dev) - before),
                   static_cast<double>(got.analytic_bytes()), 0, 0);
     const StateCopy s0 = copy_state(got), r0 = copy_state(ref);
     // Weights within half a bf16 ulp (2^-9 relative).
@@ -481,8 +495,10 @@ void test_bf16(Rng& rng) {
     std::vector<float> dh_ref(static_cast<size_t>(b * d));
     DeviceBuffer<float> dh_dev(dev.ledger(), MemTag::activations, dh_ref.size());
     const LrState lr{c.optim.lr, 1};
-    const StepStats rs = ref.train_step(bt, ConstMatrix(h.data(), b, d), Matrix(dh_ref.data(), b, d), lr);
-    const StepStats gs = got.train_step(bt, ConstMatrix(hd.data(), b, d), Matrix(dh_dev.data(), b, d), lr);
+    const StepStats rs =
+        ref.train_step(bt, ConstMatrix(h.data(), b, d), Matrix(dh_ref.data(), b, d), lr);
+    const StepStats gs =
+        got.train_step(bt, ConstMatrix(hd.data(), b, d), Matrix(dh_dev.data(), b, d), lr);
     expect_scalar(name + " loss", gs.loss, rs.loss, 0.0, 1e-2);
     float scale = 0.0f;
     for (float x : dh_ref) scale = std::max(scale, std::abs(x));
@@ -554,7 +570,8 @@ ExperimentConfig parity_config(const std::string& dir, const std::string& groupi
 std::vector<float> to_host_vec(const gpu::CudaContext& ctx, ConstMatrix m) {
   std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
   for (int64_t r = 0; r < m.rows; ++r)
-    gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * 4, ctx.stream());
+    gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * 4,
+                      ctx.stream());
   ctx.synchronize();
   return v;
 }
@@ -589,11 +606,12 @@ void test_model_step(Rng& rng) {
     const ConstMatrix h2 = got.encoder().forward(bt, true, r_got);
     expect_close("model step " + std::to_string(step) + " h", to_host_vec(dev.cuda(), h2),
                  std::vector<float>(h1.data, h1.data + b * d), 1e-5, 1e-4);
-    const StepStats s1 = ref.output().train_step(bt, h1, Matrix(dh_host.data(), b, d), {0.01, step});
+    const StepStats s1 =
+        ref.output().train_step(bt, h1, Matrix(dh_host.data(), b, d), {0.01, step});
     const StepStats s2 = got.output().train_step(bt, h2, Matrix(dh_dev.data(), b, d), {0.01, step});
     expect_scalar("model step " + std::to_string(step) + " loss", s2.loss, s1.loss, 1e-5, 1e-4);
-    expect_close("model step " + std::to_string(step) + " dh", download(dev, dh_dev, dh_host.size()),
-                 dh_host, 1e-6, 1e-3);
+    expect_close("model step " + std::to_string(step) + " dh",
+                 download(dev, dh_dev, dh_host.size()), dh_host, 1e-6, 1e-3);
     ref.encoder().backward_update(ConstMatrix(dh_host.data(), b, d), 0.01, step);
     got.encoder().backward_update(ConstMatrix(dh_dev.data(), b, d), 0.01, step);
   }
@@ -651,8 +669,8 @@ void test_training_runs(Rng&) {
   // (The bf16 run's config asks for bf16, which the CPU refuses.)
   const std::vector<std::pair<size_t, std::string>> cross = {{1, "cpu"}, {0, "cuda"}, {4, "cpu"}};
   for (const auto& [run, device] : cross) {
-    LoadedModel lm = load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5",
-                                device, 0);
+    LoadedModel lm =
+        load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5", device, 0);
     io::DataSource src;
     src.features = (root / "data" / "tst_X.npy").string();
     src.labels = (root / "data" / "tst_X_Y.txt").string();
@@ -660,7 +678,8 @@ void test_training_runs(Rng&) {
     EvalSettings es;
     es.k = 5;
     const EvalResult ev = evaluate_dataset(*lm.model, test, es);
-    const std::string label = "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
+    const std::string label =
+        "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
     expect_true(label + " on the requested device", lm.ctx->device() == resolve_device(device));
     for (int k : {1, 5})
       expect_scalar(label + " P@" + std::to_string(k), ev.metrics.p.at(static_cast<size_t>(k - 1)),

@@ -4,12 +4,11 @@
 // projection and the tail projection), grouping invariants for the three groupings,
 // rewiring invariants and determinism, ledger = analytic size, top-k in original ids, and
 // an end-to-end CLI run that learns and resumes to the same metrics.
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
@@ -732,7 +731,8 @@ TEST_CASE("group_shared rejects a fan-in larger than its input") {
   }
 }
 
-TEST_CASE("group_shared device options: a CUDA path, bf16 refused on the CPU, sync_state a no-op there") {
+TEST_CASE(
+    "group_shared device options: a CUDA path, bf16 refused on the CPU, sync_state a no-op there") {
   CHECK(backend_has_cuda("group_shared"));
   Context ctx(Device::cpu, 1);
   LayerInit init = make_init(ctx, 16, 40, 4);
@@ -752,7 +752,8 @@ TEST_CASE("group_shared device options: a CUDA path, bf16 refused on the CPU, sy
   CHECK_FALSE(layer.device_views());
   const auto before = f32(layer.state(), "output/weight");
   const auto head_before = f32(layer.state(), "output/head/weight");
-  for (StateSync s : {StateSync::to_host, StateSync::to_device, StateSync::release}) layer.sync_state(s);
+  for (StateSync s : {StateSync::to_host, StateSync::to_device, StateSync::release})
+    layer.sync_state(s);
   CHECK(f32(layer.state(), "output/weight") == before);
   CHECK(f32(layer.state(), "output/head/weight") == head_before);
 }
