@@ -98,6 +98,29 @@ print("train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f 
 sys.exit(1 if bad or b["device"] != "cuda" else 0)
 PY
 
+# group_shared (HASTE) on the GPU: its parity binary, then the small run cpu vs cuda with
+# the same data (semantic grouping, rewiring, tail projection): P@1/P@5 within 0.01.
+gs_rc=0
+cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_group_shared \
+  >>"$out_dir/gpu_check_build.log" 2>&1 || gs_rc=$?
+"$build_dir/tests/cuda/test_cuda_parity_group_shared" | tee "$out_dir/gpu_parity_group_shared.log" ||
+  gs_rc=$?
+sed 's/output: {type: dense, loss: bce}/output: {type: group_shared, group_size: 16, fan_in: 32, head_fraction: 0.05, tail_projection: 256, grouping: semantic, rewire: {interval: 50, fraction: 0.1, until: 0.66}, loss: bce}/' \
+  "$work/small.yaml" >"$work/small_gs.yaml"
+for dev in cpu cuda; do
+  "$xmc" train "$work/small_gs.yaml" --device "$dev" --out "$work/small_gs_$dev" \
+    >"$out_dir/gpu_check_train_gs_$dev.log" 2>&1 || gs_rc=$?
+done
+python3 - "$work/small_gs_cpu/results.json" "$work/small_gs_cuda/results.json" <<'PY' || gs_rc=$?
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
+print("group_shared train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
+    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
+    a["last_epoch_seconds"], b["last_epoch_seconds"]))
+sys.exit(1 if bad or b["device"] != "cuda" else 0)
+PY
+
 # One epoch at L=670091, d=768 (identity encoder: the output layer's time).
 cat >"$work/l670k.yaml" <<EOF
 name: gpu-check-670k
@@ -192,6 +215,7 @@ cat "$out_dir/gpu_bench_dense.txt"
 echo "sparse bench JSON: $out_dir/gpu_bench_sparse.json (exit $sparse_bench_rc)"
 cat "$out_dir/gpu_bench_sparse.txt"
 echo "cli runs: $([ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && echo PASSED || echo "FAILED (train $train_rc, compare $compare_rc)")"
+echo "group_shared parity + cli: $([ "$gs_rc" -eq 0 ] && echo PASSED || echo "FAILED ($gs_rc)")"
 [ "$parity_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$parity_sparse_rc" -eq 0 ] &&
   [ "$sparse_bench_rc" -eq 0 ] && [ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] &&
-  [ "$ff_rc" -eq 0 ]
+  [ "$ff_rc" -eq 0 ] && [ "$gs_rc" -eq 0 ]

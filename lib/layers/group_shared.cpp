@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -11,7 +12,9 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "kernels/dense_ops.h"
-#include "kernels/fixed_fanin_ops.h"  // transpose
+#include "kernels/dense_ops_cuda.h"
+#include "kernels/encoder_ops_cuda.h"  // bias_activation, activation_grad, multiply_mask
+#include "kernels/fixed_fanin_ops.h"   // transpose
 #include "kernels/group_shared_ops.h"
 #include "model/dropout.h"
 #include "model/optimizer_state.h"
@@ -37,6 +40,19 @@ HostBuffer<float> gs_buffer(MemoryLedger& ledger, MemTag tag, int64_t n) {
 
 float* gs_at(HostBuffer<float>& b, int64_t offset) { return b.size() ? b.data() + offset : nullptr; }
 
+float* gs_ptr(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+// m = 0 (a DEVICE view) on `stream`.
+void gs_zero_device(Matrix m, gpu::Stream stream) {
+  if (m.empty()) return;
+  if (m.ld == m.cols) {
+    gpu::memset_device(m.data, 0, static_cast<size_t>(m.rows * m.cols) * sizeof(float), stream);
+    return;
+  }
+  for (int64_t r = 0; r < m.rows; ++r)
+    gpu::memset_device(m.row(r), 0, static_cast<size_t>(m.cols) * sizeof(float), stream);
+}
+
 // F distinct values of [0, m) (Floyd's algorithm), sorted; `mark` [m] is all zero on entry
 // and on return.
 void gs_draw_set(Rng& rng, int64_t m, int64_t f, uint32_t* out, std::vector<char>& mark) {
@@ -55,28 +71,61 @@ void gs_draw_set(Rng& rng, int64_t m, int64_t f, uint32_t* out, std::vector<char
 // ---------------------------------------------------------------------------------------
 // GroupSharedProjection
 
-GroupSharedProjection::GroupSharedProjection(MemoryLedger& ledger, int64_t in, int64_t out,
-                                             bool relu, const OptimizerConfig& optim,
-                                             int64_t max_batch, uint64_t seed)
+GroupSharedProjection::GroupSharedProjection(Context& ctx, int64_t in, int64_t out, bool relu,
+                                             const OptimizerConfig& optim, int64_t max_batch,
+                                             uint64_t seed)
     : in_(in), out_(out), max_batch_(max_batch), relu_(relu), optim_(optim) {
   if (out_ <= 0) return;
+  MemoryLedger& ledger = ctx.ledger();
   const int64_t pn = out_ * in_ + out_;
+  // The initial P (c = 0) on the host, on both devices.
+  std::vector<float> p0(static_cast<size_t>(pn), 0.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(in_));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < out_; ++r) {
+    Rng rng = Rng::stream(seed, static_cast<uint64_t>(r));
+    float* row = p0.data() + r * in_;
+    for (int64_t j = 0; j < in_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
+  }
+  if (ctx.on_gpu()) {
+    cuda_ = &ctx.cuda();
+    const auto s = cuda_->stream();
+    const auto n = static_cast<size_t>(pn);
+    const auto ub = static_cast<size_t>(max_batch_ * out_);
+    p_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::weights, n);
+    p_dev_.upload(p0.data(), n, s);
+    const int states = optimizer_state_arrays(optim_);
+    if (states >= 1) {
+      s1_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::optimizer, n);
+      s1_dev_.zero(s);
+    }
+    if (states >= 2) {
+      s2_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::optimizer, n);
+      s2_dev_.zero(s);
+    }
+    dp_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, n);
+    u_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, ub);
+    du_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, ub);
+    if (relu_) dz_dev_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, ub);
+    cuda_->synchronize();  // p0 is freed on return
+    return;
+  }
   p_ = gs_buffer(ledger, MemTag::weights, pn);
+  std::copy(p0.begin(), p0.end(), p_.data());
   s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(pn));
   s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(pn));
   dp_ = gs_buffer(ledger, MemTag::workspace, pn);
   u_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * out_);
   du_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * out_);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(in_));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < out_; ++r) {
-    Rng rng = Rng::stream(seed, static_cast<uint64_t>(r));
-    float* row = p_.data() + r * in_;
-    for (int64_t j = 0; j < in_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
 }
 
 void GroupSharedProjection::apply(ConstMatrix x, Matrix u) const {
+  if (cuda_) {
+    const float* p = p_dev_.data();
+    gpu::gemm_nt(*cuda_, x, ConstMatrix(p, out_, in_), u);
+    gpu::bias_activation(*cuda_, u, p + out_ * in_, relu_);
+    return;
+  }
   const float* c = p_.data() + out_ * in_;
   for (int64_t r = 0; r < x.rows; ++r) std::copy(c, c + out_, u.row(r));
   kernels::gemm_nt(x, ConstMatrix(p_.data(), out_, in_), u, 1.0f, 1.0f);
@@ -87,7 +136,7 @@ void GroupSharedProjection::apply(ConstMatrix x, Matrix u) const {
 
 Matrix GroupSharedProjection::forward(ConstMatrix x) {
   XMC_CHECK(x.rows <= max_batch_, "projection: batch of {} rows exceeds {}", x.rows, max_batch_);
-  Matrix u(u_.data(), x.rows, out_);
+  Matrix u(cuda_ ? u_dev_.data() : u_.data(), x.rows, out_);
   apply(x, u);
   return u;
 }
@@ -95,6 +144,25 @@ Matrix GroupSharedProjection::forward(ConstMatrix x) {
 void GroupSharedProjection::backward_update(ConstMatrix x, Matrix dh, float beta,
                                             const LrState& lr) {
   const int64_t rows = x.rows;
+  const int64_t pn = out_ * in_ + out_;
+  if (cuda_) {
+    // The same sequence on the device; the ReLU's gradient goes to its own workspace.
+    ConstMatrix du(du_dev_.data(), rows, out_);
+    if (relu_) {
+      Matrix dz(dz_dev_.data(), rows, out_);
+      gpu::activation_grad(*cuda_, true, ConstMatrix(u_dev_.data(), rows, out_), du, dz);
+      du = dz;
+    }
+    float* p = p_dev_.data();
+    float* dp = dp_dev_.data();
+    gpu::gemm_nn(*cuda_, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
+    gpu::gemm_tn(*cuda_, du, x, Matrix(dp, out_, in_));
+    gpu::column_sums(*cuda_, du, dp + out_ * in_);
+    gpu::optimizer_update(*cuda_, optim_, lr.lr, lr.step, p, dp,
+                          s1_dev_.size() ? s1_dev_.data() : nullptr,
+                          s2_dev_.size() ? s2_dev_.data() : nullptr, pn);
+    return;
+  }
   Matrix du(du_.data(), rows, out_);
   if (relu_) {
     const float* u = u_.data();
@@ -105,23 +173,66 @@ void GroupSharedProjection::backward_update(ConstMatrix x, Matrix dh, float beta
   kernels::gemm_nn(du, p, dh, 1.0f, beta);
   kernels::gemm_tn(du, x, Matrix(dp_.data(), out_, in_));
   kernels::column_sums(du, dp_.data() + out_ * in_);
-  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), gs_at(s1_, 0), gs_at(s2_, 0),
-                   static_cast<int64_t>(p_.size()));
+  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), gs_at(s1_, 0), gs_at(s2_, 0), pn);
 }
 
 void GroupSharedProjection::append_state(std::vector<TensorRef>& out, const std::string& prefix) {
   if (out_ <= 0) return;
-  out.push_back({prefix + "/weight", {out_, in_}, p_.data()});
-  out.push_back({prefix + "/bias", {out_}, p_.data() + out_ * in_});
-  const int64_t pn = static_cast<int64_t>(p_.size());
-  if (s1_.size()) out.push_back({prefix + "/opt1", {pn}, s1_.data()});
-  if (s2_.size()) out.push_back({prefix + "/opt2", {pn}, s2_.data()});
+  float* p = p_.data();
+  float* s1 = s1_.size() ? s1_.data() : nullptr;
+  float* s2 = s2_.size() ? s2_.data() : nullptr;
+  if (cuda_) {
+    XMC_CHECK(staged_, "state() of a device projection before sync_state(to_host)");
+    p = p_stage_.data();
+    s1 = s1_stage_.empty() ? nullptr : s1_stage_.data();
+    s2 = s2_stage_.empty() ? nullptr : s2_stage_.data();
+  }
+  const int64_t pn = out_ * in_ + out_;
+  out.push_back({prefix + "/weight", {out_, in_}, p});
+  out.push_back({prefix + "/bias", {out_}, p + out_ * in_});
+  if (s1) out.push_back({prefix + "/opt1", {pn}, s1});
+  if (s2) out.push_back({prefix + "/opt2", {pn}, s2});
+}
+
+void GroupSharedProjection::sync_state(StateSync s) {
+  if (!cuda_ || out_ <= 0) return;
+  const auto st = cuda_->stream();
+  auto down = [&](const gpu::DeviceBuffer<float>& b, std::vector<float>& v) {
+    v.resize(b.size());
+    b.download(v.data(), b.size(), st);
+  };
+  auto up = [&](gpu::DeviceBuffer<float>& b, const std::vector<float>& v) {
+    b.upload(v.data(), v.size(), st);
+  };
+  switch (s) {
+    case StateSync::to_host:
+      down(p_dev_, p_stage_);
+      down(s1_dev_, s1_stage_);
+      down(s2_dev_, s2_stage_);
+      cuda_->synchronize();
+      staged_ = true;
+      return;
+    case StateSync::to_device:
+      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
+      up(p_dev_, p_stage_);
+      up(s1_dev_, s1_stage_);
+      up(s2_dev_, s2_stage_);
+      cuda_->synchronize();
+      break;
+    case StateSync::release:
+      break;
+  }
+  p_stage_ = {};
+  s1_stage_ = {};
+  s2_stage_ = {};
+  staged_ = false;
 }
 
 int64_t GroupSharedProjection::bytes() const {
   if (out_ <= 0) return 0;
   const int64_t pn = out_ * in_ + out_;
-  return 4 * (pn * (2 + optimizer_state_arrays(optim_)) + 2 * max_batch_ * out_);
+  const int64_t ub = max_batch_ * out_;
+  return 4 * (pn * (2 + optimizer_state_arrays(optim_)) + (cuda_ && relu_ ? 3 : 2) * ub);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -185,17 +296,39 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   }
 
   // Head: a dense block over positions [0, H) on its (projected) input.
-  head_proj_ = GroupSharedProjection(ledger, d, head_ > 0 ? cfg.head_dim : 0, false, optim_,
+  const gpu::DenseCudaOptions opts =
+      dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding);
+  if (opts.precision == gpu::WeightPrecision::bf16 && t > 0 && f > 256)
+    throw_input(
+        "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
+        "[F×64] tile and take F <= 256 (use precision fp32)",
+        f);
+  if (init.ctx->on_gpu()) {
+    gpu_ = &init.ctx->cuda();
+    set_device_views(true);
+  }
+  head_proj_ = GroupSharedProjection(*init.ctx, d, head_ > 0 ? cfg.head_dim : 0, false, optim_,
                                      max_batch_, Rng::stream(seed_, kGsProjStream).next());
   if (head_ > 0)
     head_block_.emplace(*init.ctx, cfg.head_dim > 0 ? cfg.head_dim : d, 0, head_, max_batch_,
-                        cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next());
+                        cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next(),
+                        opts);
 
   // Tail: shared index sets, per-label weights and biases, optional ReLU projection.
   const int64_t tf = t * f;
-  tail_proj_ = GroupSharedProjection(ledger, d, t > 0 ? cfg.tail_projection : 0, true, optim_,
+  tail_proj_ = GroupSharedProjection(*init.ctx, d, t > 0 ? cfg.tail_projection : 0, true, optim_,
                                      max_batch_, Rng::stream(seed_, kGsProjStream + 1).next());
-  if (t > 0) {
+  if (t > 0 && gpu_) {
+    // The CPU's initial index sets and weights, drawn on the host and uploaded.
+    tail_gpu_ = std::make_unique<GroupSharedTailCuda>(*gpu_, t, g, f, m_, max_batch_, chunk_, loss_,
+                                                      optim_, opts, seed_);
+    GroupSharedTailCuda::HostState st;
+    st.idx.resize(static_cast<size_t>(groups_ * f));
+    st.w.resize(static_cast<size_t>(tf));
+    draw_tail_indices(st.idx.data());
+    init_tail_weights(st.w.data(), nullptr, nullptr);
+    tail_gpu_->upload(st);
+  } else if (t > 0) {
     idx_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(groups_ * f));
     w_ = gs_buffer(ledger, MemTag::weights, tf);
     b_ = gs_buffer(ledger, MemTag::weights, t);
@@ -207,24 +340,21 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     z_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * chunk_);
     dw_ = gs_buffer(ledger, MemTag::workspace, chunk_ * f);
     db_ = gs_buffer(ledger, MemTag::workspace, chunk_);
+    draw_tail_indices(idx_.data());
+    init_tail_weights(w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
   }
   if (dropout_ > 0.0) {
-    xd_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * d);
+    // The mask is drawn on the host on both devices (the same draws); the GPU copies it.
     mask_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * d);
-  }
-
-  // One random index set per group, each from its own stream (thread-count independent).
-  const uint64_t idx_seed = Rng::stream(seed_, kGsIndexStream).next();
-#pragma omp parallel
-  {
-    std::vector<char> mark(static_cast<size_t>(m_), 0);
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < groups_; ++k) {
-      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(k));
-      gs_draw_set(rng, m_, f, idx_.data() + k * f, mark);
+    if (gpu_) {
+      xd_dev_ =
+          gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
+      mask_dev_ =
+          gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
+    } else {
+      xd_ = gs_buffer(ledger, MemTag::workspace, max_batch_ * d);
     }
   }
-  init_tail_weights();
 
   spdlog::info(
       "group_shared: L={}: dense head of {} labels{}, tail of {} labels in {} groups of G={} "
@@ -237,7 +367,22 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       groups_ * f, 100.0 * static_cast<double>(groups_ * f) / static_cast<double>(std::max<int64_t>(1, tf)));
 }
 
-void GroupSharedLayer::init_tail_weights() {
+void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
+  // One random index set per group, each from its own stream (thread-count independent).
+  const int64_t f = fan_in_;
+  const uint64_t idx_seed = Rng::stream(seed_, kGsIndexStream).next();
+#pragma omp parallel
+  {
+    std::vector<char> mark(static_cast<size_t>(m_), 0);
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < groups_; ++k) {
+      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(k));
+      gs_draw_set(rng, m_, f, idx + k * f, mark);
+    }
+  }
+}
+
+void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
   const int64_t t = tail_labels(), f = fan_in_;
   if (t == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(f));
@@ -245,11 +390,27 @@ void GroupSharedLayer::init_tail_weights() {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < t; ++r) {
     Rng rng = Rng::stream(w_seed, static_cast<uint64_t>(r));
-    float* wr = w_.data() + r * f;
+    float* wr = w + r * f;
     for (int64_t j = 0; j < f; ++j) wr[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
   }
-  for (HostBuffer<float>* s : {&w_s1_, &w_s2_})
-    std::fill(s->span().begin(), s->span().end(), 0.0f);
+  for (float* s : {s1, s2})
+    if (s) std::fill(s, s + t * f, 0.0f);
+}
+
+void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
+  // The batch's positives at internal positions (sorted within a row, as the losses want).
+  targets_.rows = rows;
+  targets_.cols = num_labels();
+  targets_.indptr.assign(1, 0);
+  targets_.indices.clear();
+  for (int64_t i = 0; i < rows; ++i) {
+    const size_t start = targets_.indices.size();
+    for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e)
+      targets_.indices.push_back(pos_[batch.labels.indices[static_cast<size_t>(e)]]);
+    std::sort(targets_.indices.begin() + static_cast<std::ptrdiff_t>(start),
+              targets_.indices.end());
+    targets_.indptr.push_back(static_cast<int64_t>(targets_.indices.size()));
+  }
 }
 
 StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -263,27 +424,25 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     sw.reset();
   };
 
-  // The batch's positives at internal positions (sorted within a row, as the losses want).
-  targets_.rows = bsz;
-  targets_.cols = num_labels();
-  targets_.indptr.assign(1, 0);
-  targets_.indices.clear();
-  for (int64_t i = 0; i < bsz; ++i) {
-    const size_t start = targets_.indices.size();
-    for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e)
-      targets_.indices.push_back(pos_[batch.labels.indices[static_cast<size_t>(e)]]);
-    std::sort(targets_.indices.begin() + static_cast<std::ptrdiff_t>(start), targets_.indices.end());
-    targets_.indptr.push_back(static_cast<int64_t>(targets_.indices.size()));
-  }
+  build_targets(batch, bsz);
 
-  // x = dropout(h) [B×d].
+  // x = dropout(h) [B×d]. The mask is drawn on the host from the same stream on both
+  // devices (dropout_mask makes dropout_dense's draws); the GPU copies it, [B×d] floats.
   ConstMatrix x = h;
   if (dropout_ > 0.0) {
-    Matrix xd(xd_.data(), bsz, d);
-    for (int64_t r = 0; r < bsz; ++r) std::copy(h.row(r), h.row(r) + d, xd.row(r));
     Rng rng = Rng::stream(seed_ ^ kGsDropoutStream, static_cast<uint64_t>(lr.step));
-    dropout_dense(xd, mask_.data(), dropout_, rng);
-    x = xd;
+    if (gpu_) {
+      dropout_mask(mask_.data(), bsz * d, dropout_, rng);
+      mask_dev_.upload(mask_.data(), static_cast<size_t>(bsz * d), gpu_->stream());
+      Matrix xd(xd_dev_.data(), bsz, d);
+      gpu::multiply_mask(*gpu_, h, mask_dev_.data(), xd);
+      x = xd;
+    } else {
+      Matrix xd(xd_.data(), bsz, d);
+      for (int64_t r = 0; r < bsz; ++r) std::copy(h.row(r), h.row(r) + d, xd.row(r));
+      dropout_dense(xd, mask_.data(), dropout_, rng);
+      x = xd;
+    }
   }
   mark(&GroupSharedTimings::forward);
 
@@ -301,12 +460,29 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     loss += hs.loss * static_cast<double>(bsz);
     stats.zero_grads += hs.zero_grads;
     stats.grads += hs.grads;
+  } else if (gpu_) {
+    gs_zero_device(dh, gpu_->stream());
   } else {
     for (int64_t r = 0; r < bsz; ++r) std::fill(dh.row(r), dh.row(r) + d, 0.0f);
   }
   mark(&GroupSharedTimings::head);
 
-  if (t > 0) {
+  if (t > 0 && gpu_) {
+    // The same sequence on the device; the chunk loop is GroupSharedTailCuda::train_step.
+    ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
+    Matrix du = dh;
+    if (tail_proj_.active()) {
+      du = tail_proj_.grad_workspace(bsz);
+      gs_zero_device(du, gpu_->stream());
+    }
+    tail_gpu_->set_input(u);
+    const StepStats ts = tail_gpu_->train_step(targets_, head_, du, lr);
+    loss += ts.loss * static_cast<double>(bsz);
+    stats.zero_grads += ts.zero_grads;
+    stats.grads += ts.grads;
+    if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
+    mark(&GroupSharedTimings::tail_gpu);
+  } else if (t > 0) {
     ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
     Matrix ut(ut_.data(), m_, bsz);
     kernels::transpose(u, ut);
@@ -339,7 +515,9 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
     mark(&GroupSharedTimings::projection_backward);
   }
-  if (dropout_ > 0.0) {
+  if (dropout_ > 0.0 && gpu_) {
+    gpu::multiply_mask(*gpu_, dh, mask_dev_.data(), dh);
+  } else if (dropout_ > 0.0) {
     const float* mk = mask_.data();
     for (int64_t r = 0; r < bsz; ++r) {
       float* row = dh.row(r);
@@ -365,25 +543,39 @@ void GroupSharedLayer::update_tail(int64_t r0, int64_t n, const LrState& lr) {
 GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const {
   EvalInputs in;
   const int64_t rows = h.rows;
+  // A workspace of rows×cols floats: a host vector, or a device temporary on the GPU.
+  auto buffer = [&](std::vector<float>& host, gpu::DeviceBuffer<float>& dev, int64_t cols) {
+    const auto n = static_cast<size_t>(rows * cols);
+    if (gpu_) {
+      dev = gpu::DeviceBuffer<float>(*ledger_, MemTag::workspace, std::max<size_t>(n, 1));
+      return Matrix(dev.data(), rows, cols);
+    }
+    host.resize(n);
+    return Matrix(host.data(), rows, cols);
+  };
   in.head_in = h;
   if (head_proj_.active()) {
-    in.head_buf.resize(static_cast<size_t>(rows * head_proj_.out_dim()));
-    Matrix hp(in.head_buf.data(), rows, head_proj_.out_dim());
+    Matrix hp = buffer(in.head_buf, in.head_dev, head_proj_.out_dim());
     head_proj_.apply(h, hp);
     in.head_in = hp;
   }
   if (tail_labels() > 0) {
     ConstMatrix u = h;
     if (tail_proj_.active()) {
-      in.tail_buf.resize(static_cast<size_t>(rows * m_));
-      Matrix um(in.tail_buf.data(), rows, m_);
+      Matrix um = buffer(in.tail_buf, in.tail_dev, m_);
       tail_proj_.apply(h, um);
       u = um;
     }
-    in.ut_buf.resize(static_cast<size_t>(m_ * rows));
-    Matrix ut(in.ut_buf.data(), m_, rows);
-    kernels::transpose(u, ut);
-    in.ut = ut;
+    if (gpu_) {
+      XMC_CHECK(rows <= max_batch_,
+                "group_shared: {} rows of scores on the GPU, at most {} at once", rows, max_batch_);
+      tail_gpu_->set_input(u);  // the tail keeps ut in its workspace
+    } else {
+      in.ut_buf.resize(static_cast<size_t>(m_ * rows));
+      Matrix ut(in.ut_buf.data(), m_, rows);
+      kernels::transpose(u, ut);
+      in.ut = ut;
+    }
   }
   return in;
 }
@@ -398,9 +590,13 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
   if (s < hi) {
     const int64_t r0 = s - head_;
     XMC_CHECK(r0 % group_ == 0, "group_shared scores: tail position {} is not on a group boundary", r0);
-    kernels::group_shared_forward(idx_.data() + (r0 / group_) * fan_in_, w_.data() + r0 * fan_in_,
-                                  b_.data() + r0, hi - s, group_, fan_in_, in.ut,
-                                  Matrix(out.data + (s - lo), out.rows, hi - s, out.ld));
+    const Matrix tail_out(out.data + (s - lo), out.rows, hi - s, out.ld);
+    if (gpu_) {
+      tail_gpu_->scores(r0, tail_out);
+    } else {
+      kernels::group_shared_forward(idx_.data() + (r0 / group_) * fan_in_, w_.data() + r0 * fan_in_,
+                                    b_.data() + r0, hi - s, group_, fan_in_, in.ut, tail_out);
+    }
   }
 }
 
@@ -408,6 +604,10 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
   // Internal scores of all labels, then out's columns in original label order.
   XMC_CHECK(lo == 0 && out.cols == num_labels(), "group_shared scores: labels [{}, {})", lo,
             lo + out.cols);
+  if (gpu_) {
+    scores_gpu(h, out);
+    return;
+  }
   const EvalInputs in = eval_inputs(h);
   std::vector<float> buf(static_cast<size_t>(h.rows * out.cols));
   Matrix all(buf.data(), h.rows, out.cols);
@@ -416,13 +616,31 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
     for (int64_t i = 0; i < out.cols; ++i) out(r, order_[static_cast<size_t>(i)]) = all(r, i);
 }
 
-TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
-  const EvalInputs in = eval_inputs(h);
-  // Chunks are multiples of G and H is one too, so every tail chunk starts a group.
-  const int64_t chunk = chunk_ > 0 ? chunk_ : num_labels();
-  TopK top = stream_topk(h.rows, k, chunk,
-                         [&](int64_t lo, Matrix out) { internal_scores(in, lo, out); });
-  // Positions -> original ids; equal scores then rank by original id, as elsewhere.
+void GroupSharedLayer::scores_gpu(ConstMatrix h, Matrix out) const {
+  // Tests and small L only: the internal scores go to the host, are put in original label
+  // order there, and come back (2·B·L floats moved; topk_gpu does not do this).
+  const int64_t n = num_labels();
+  const auto s = gpu_->stream();
+  std::vector<float> internal(static_cast<size_t>(h.rows * n)), orig(internal.size());
+  for (int64_t r0 = 0; r0 < h.rows; r0 += max_batch_) {
+    const int64_t rows = std::min(max_batch_, h.rows - r0);
+    const EvalInputs in = eval_inputs(h.rows_range(r0, rows));
+    gpu::DeviceBuffer<float> z(*ledger_, MemTag::workspace, static_cast<size_t>(rows * n));
+    internal_scores(in, 0, Matrix(z.data(), rows, n));
+    z.download(internal.data() + r0 * n, static_cast<size_t>(rows * n), s);
+    gpu_->synchronize();  // the temporaries are freed at the end of the iteration
+  }
+  for (int64_t r = 0; r < h.rows; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      orig[static_cast<size_t>(r * n + order_[static_cast<size_t>(i)])] =
+          internal[static_cast<size_t>(r * n + i)];
+  for (int64_t r = 0; r < h.rows; ++r)
+    gpu::copy_to_device(out.row(r), orig.data() + r * n, static_cast<size_t>(n) * sizeof(float), s);
+  gpu_->synchronize();
+}
+
+void GroupSharedLayer::to_original_ids(TopK& top) const {
+  const int k = top.k;
   std::vector<std::pair<float, uint32_t>> row(static_cast<size_t>(k));
   for (int64_t r = 0; r < top.rows; ++r) {
     uint32_t* lab = top.row_labels(r);
@@ -439,7 +657,63 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
       lab[j] = row[static_cast<size_t>(j)].second;
     }
   }
+}
+
+TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
+  if (gpu_) return topk_gpu(h, k);
+  const EvalInputs in = eval_inputs(h);
+  // Chunks are multiples of G and H is one too, so every tail chunk starts a group.
+  const int64_t chunk = chunk_ > 0 ? chunk_ : num_labels();
+  TopK top =
+      stream_topk(h.rows, k, chunk, [&](int64_t lo, Matrix out) { internal_scores(in, lo, out); });
+  to_original_ids(top);  // positions -> original ids; equal scores rank by original id
   return top;
+}
+
+TopK GroupSharedLayer::topk_gpu(ConstMatrix h, int k) const {
+  // The device top-k runs over internal positions (label offset = the chunk's first
+  // position, ties to the lower position, as the CPU's stream_topk); only the k kept
+  // entries per row are mapped to original ids, on the host, as on the CPU.
+  XMC_CHECK(k >= 1 && k <= 64, "group_shared cuda top-k needs 1 <= k <= 64, got {}", k);
+  XMC_CHECK(h.cols == input_dim(), "group_shared top-k: h has {} columns, d = {}", h.cols,
+            input_dim());
+  const int64_t n = num_labels();
+  const int64_t chunk = chunk_ > 0 ? chunk_ : head_block_->chunk();
+  const auto s = gpu_->stream();
+  const auto rk = static_cast<size_t>(std::max<int64_t>(1, h.rows * k));
+  gpu::DeviceBuffer<float> run_s(*ledger_, MemTag::workspace, rk),
+      tmp_s(*ledger_, MemTag::workspace, rk);
+  gpu::DeviceBuffer<uint32_t> run_l(*ledger_, MemTag::workspace, rk),
+      tmp_l(*ledger_, MemTag::workspace, rk);
+  gpu::DeviceBuffer<float> z(
+      *ledger_, MemTag::workspace,
+      static_cast<size_t>(std::min(max_batch_, std::max<int64_t>(h.rows, 1)) * chunk));
+  TopK out;
+  out.rows = h.rows;
+  out.k = k;
+  out.labels.resize(static_cast<size_t>(h.rows * k));
+  out.scores.resize(static_cast<size_t>(h.rows * k));
+  for (int64_t r0 = 0; r0 < h.rows; r0 += max_batch_) {
+    const int64_t rows = std::min(max_batch_, h.rows - r0);
+    const auto off = static_cast<size_t>(r0 * k);
+    const EvalInputs in = eval_inputs(h.rows_range(r0, rows));
+    gpu::topk_reset(run_s.data() + off, run_l.data() + off, rows, k, s);
+    for (int64_t lo = 0; lo < n; lo += chunk) {
+      const int64_t c = std::min(chunk, n - lo);
+      const Matrix zc(z.data(), rows, c);
+      internal_scores(in, lo, zc);
+      gpu::topk_merge_chunk(zc.data, rows, c, c, k, lo, tmp_s.data() + off, tmp_l.data() + off,
+                            run_s.data() + off, run_l.data() + off, s);
+    }
+    gpu_->synchronize();  // the row block's temporaries are freed at the end of the iteration
+  }
+  run_s.download(out.scores.data(), out.scores.size(), s);
+  run_l.download(out.labels.data(), out.labels.size(), s);
+  gpu_->synchronize();
+  for (size_t i = 0; i < out.labels.size(); ++i)
+    if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
+  to_original_ids(out);
+  return out;
 }
 
 void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_labels) {
@@ -476,12 +750,24 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   std::vector<uint32_t> old(order_.data() + head_, order_.data() + n);
   for (int64_t i = 0; i < t; ++i) order_[static_cast<size_t>(head_ + i)] = old[static_cast<size_t>(arr[static_cast<size_t>(i)])];
   for (int64_t i = 0; i < n; ++i) pos_[order_[static_cast<size_t>(i)]] = static_cast<uint32_t>(i);
-  for (HostBuffer<float>* b : {&b_, &b_s1_, &b_s2_}) {
-    if (!b->size()) continue;
-    std::vector<float> prev(b->span().begin(), b->span().end());
-    for (int64_t i = 0; i < t; ++i) (*b)[static_cast<size_t>(i)] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
+  // On the GPU through host copies of the tail (once per run): T·(F·(1+s)+1+s) floats
+  // down and up, s = optimizer state arrays.
+  GroupSharedTailCuda::HostState st;
+  if (gpu_) st = tail_gpu_->download();
+  float* bias[3] = {gpu_ ? gs_ptr(st.b) : gs_at(b_, 0), gpu_ ? gs_ptr(st.b_s1) : gs_at(b_s1_, 0),
+                    gpu_ ? gs_ptr(st.b_s2) : gs_at(b_s2_, 0)};
+  for (float* b : bias) {
+    if (!b) continue;
+    const std::vector<float> prev(b, b + t);
+    for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
   }
-  init_tail_weights();
+  if (gpu_) {
+    init_tail_weights(st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
+    st.idx.clear();  // unchanged
+    tail_gpu_->upload(st);
+  } else {
+    init_tail_weights(w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
+  }
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",
@@ -512,19 +798,32 @@ void GroupSharedLayer::on_step_impl(const TrainerView& t) {
 
 void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
   const auto& tm = timings_;
+  const double zero_pct =
+      tm.grads > 0 ? 100.0 * static_cast<double>(tm.zero_grads) / static_cast<double>(tm.grads)
+                   : 0.0;
+  if (gpu_) {
+    // Wall times between the step's synchronisation points (the head block and the tail
+    // each read their loss back once per step).
+    spdlog::info(
+        "group_shared epoch {} (cuda): dropout {:.2f}s, head {:.2f}s, tail {:.2f}s, rewiring "
+        "{:.2f}s; zero output gradients {:.1f}%",
+        t.epoch + 1, tm.forward, tm.head, tm.tail_gpu, tm.rewire, zero_pct);
+    timings_ = {};
+    return;
+  }
   spdlog::info(
       "group_shared epoch {}: head {:.2f}s, tail forward {:.2f}s, loss {:.2f}s, backward "
       "{:.2f}s (input {:.2f}s, weight {:.2f}s), update {:.2f}s, projection backward {:.2f}s, "
       "rewiring {:.2f}s; zero output gradients {:.1f}%",
       t.epoch + 1, tm.head, tm.forward, tm.loss, tm.backward_input + tm.backward_weight,
       tm.backward_input, tm.backward_weight, tm.update, tm.projection_backward, tm.rewire,
-      tm.grads > 0 ? 100.0 * static_cast<double>(tm.zero_grads) / static_cast<double>(tm.grads) : 0.0);
+      zero_pct);
   timings_ = {};
 }
 
 RewireStats GroupSharedLayer::rewire(int64_t step) {
   Stopwatch sw;
-  const int64_t t = tail_labels(), g = group_, f = fan_in_, slots = groups_ * f;
+  const int64_t t = tail_labels(), f = fan_in_, slots = groups_ * f;
   RewireStats out;
   out.step = step;
   const auto k = std::llround(rewire_cfg_.fraction * static_cast<double>(slots));
@@ -532,6 +831,26 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
     last_rewire_ = out;
     return out;
   }
+  if (gpu_) {
+    // Host round trip at the CPU's schedule (every `interval` steps): indices, weights and
+    // their moments down, the CPU code, the same up — K·F·4 + T·F·(w + 4s) bytes each
+    // way (w = 4 fp32 | 2 bf16 weights, s = optimizer state arrays); biases stay.
+    GroupSharedTailCuda::HostState st = tail_gpu_->download(/*bias=*/false);
+    out.pruned =
+        rewire_arrays(step, k, st.idx.data(), st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
+    tail_gpu_->upload(st);
+  } else {
+    out.pruned = rewire_arrays(step, k, idx_.data(), w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
+  }
+  out.seconds = sw.seconds();
+  timings_.rewire += out.seconds;
+  last_rewire_ = out;
+  return out;
+}
+
+int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
+                                        float* s2) const {
+  const int64_t t = tail_labels(), g = group_, f = fan_in_, slots = groups_ * f;
   // Slot score: mean |w| over the group's labels (the last group may be partial).
   std::vector<float> score(static_cast<size_t>(slots));
 #pragma omp parallel for schedule(static)
@@ -539,7 +858,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
     const int64_t r0 = q * g, gn = std::min(g, t - r0);
     for (int64_t j = 0; j < f; ++j) {
       float s = 0.0f;
-      for (int64_t r = r0; r < r0 + gn; ++r) s += std::abs(w_[static_cast<size_t>(r * f + j)]);
+      for (int64_t r = r0; r < r0 + gn; ++r) s += std::abs(w[r * f + j]);
       score[static_cast<size_t>(q * f + j)] = s / static_cast<float>(gn);
     }
   }
@@ -553,8 +872,6 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
   for (int64_t i = 0; i < k; ++i) prune[static_cast<size_t>(rank[static_cast<size_t>(i)])] = 1;
 
   const uint64_t base = Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next();
-  float* s1 = gs_at(w_s1_, 0);
-  float* s2 = gs_at(w_s2_, 0);
   int64_t pruned = 0;
 #pragma omp parallel reduction(+ : pruned)
   {
@@ -566,7 +883,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
       for (int64_t j = 0; j < f; ++j)
         if (prune[static_cast<size_t>(q * f + j)]) slots_k.push_back(j);
       if (slots_k.empty()) continue;
-      uint32_t* iq = idx_.data() + q * f;
+      uint32_t* iq = idx + q * f;
       old.clear();
       for (int64_t j : slots_k) old.push_back(iq[j]);
       Rng rng = Rng::stream(base, static_cast<uint64_t>(q));
@@ -575,8 +892,8 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
       const int64_t r0 = q * g, gn = std::min(g, t - r0);
       for (int64_t j : slots_k) {
         for (int64_t r = r0; r < r0 + gn; ++r) {
-          const auto e = static_cast<size_t>(r * f + j);
-          w_[e] = 0.0f;
+          const int64_t e = r * f + j;
+          w[e] = 0.0f;
           if (s1) s1[e] = 0.0f;
           if (s2) s2[e] = 0.0f;
         }
@@ -584,11 +901,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
       pruned += static_cast<int64_t>(slots_k.size());
     }
   }
-  out.pruned = pruned;
-  out.seconds = sw.seconds();
-  timings_.rewire += out.seconds;
-  last_rewire_ = out;
-  return out;
+  return pruned;
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {
@@ -602,33 +915,71 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
     head_proj_.append_state(out, "output/head/projection");
   }
   if (t > 0) {
-    out.push_back({"output/indices", {groups_, f}, idx_.data()});
-    out.push_back({"output/weight", {t, f}, w_.data()});
-    out.push_back({"output/bias", {t}, b_.data()});
-    if (w_s1_.size()) {
-      out.push_back({"output/weight_opt1", {t, f}, w_s1_.data()});
-      out.push_back({"output/bias_opt1", {t}, b_s1_.data()});
+    // The same names and shapes on both devices; on the GPU the host copies.
+    XMC_CHECK(!gpu_ || staged_,
+              "state() of a device group_shared layer before sync_state(to_host)");
+    GroupSharedTailCuda::HostState& st = tail_stage_;
+    uint32_t* idx = gpu_ ? st.idx.data() : idx_.data();
+    float* w = gpu_ ? st.w.data() : w_.data();
+    float* b = gpu_ ? st.b.data() : b_.data();
+    float* ws1 = gpu_ ? gs_ptr(st.w_s1) : gs_at(w_s1_, 0);
+    float* bs1 = gpu_ ? gs_ptr(st.b_s1) : gs_at(b_s1_, 0);
+    float* ws2 = gpu_ ? gs_ptr(st.w_s2) : gs_at(w_s2_, 0);
+    float* bs2 = gpu_ ? gs_ptr(st.b_s2) : gs_at(b_s2_, 0);
+    out.push_back({"output/indices", {groups_, f}, idx});
+    out.push_back({"output/weight", {t, f}, w});
+    out.push_back({"output/bias", {t}, b});
+    if (ws1) {
+      out.push_back({"output/weight_opt1", {t, f}, ws1});
+      out.push_back({"output/bias_opt1", {t}, bs1});
     }
-    if (w_s2_.size()) {
-      out.push_back({"output/weight_opt2", {t, f}, w_s2_.data()});
-      out.push_back({"output/bias_opt2", {t}, b_s2_.data()});
+    if (ws2) {
+      out.push_back({"output/weight_opt2", {t, f}, ws2});
+      out.push_back({"output/bias_opt2", {t}, bs2});
     }
     tail_proj_.append_state(out, "output/tail_projection");
   }
   return out;
 }
 
+void GroupSharedLayer::sync_state_impl(StateSync s) {
+  if (!gpu_) return;
+  if (head_block_) head_block_->sync_state(s);
+  head_proj_.sync_state(s);
+  tail_proj_.sync_state(s);
+  if (!tail_gpu_) return;
+  switch (s) {
+    case StateSync::to_host:
+      tail_stage_ = tail_gpu_->download();
+      staged_ = true;
+      return;
+    case StateSync::to_device:
+      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
+      tail_gpu_->upload(tail_stage_);
+      break;
+    case StateSync::release:
+      break;
+  }
+  tail_stage_ = {};
+  staged_ = false;
+}
+
 int64_t GroupSharedLayer::analytic_bytes_impl() const {
   const int64_t n = num_labels(), t = tail_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
   const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = 4 * (2 * n + 1);  // label order, positions, semantic flag
+  int64_t bytes = 4 * (2 * n + 1);  // label order, positions, semantic flag (host)
   if (head_block_) bytes += head_block_->analytic_bytes() + head_proj_.bytes();
   if (t > 0) {
-    bytes += 4 * ((t * f + t) * (1 + states) + groups_ * f);
-    bytes += 4 * (m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_);
+    if (gpu_) {
+      bytes += tail_gpu_->analytic_bytes();
+    } else {
+      bytes += 4 * ((t * f + t) * (1 + states) + groups_ * f);
+      bytes += 4 * (m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_);
+    }
     bytes += tail_proj_.bytes();
   }
-  if (dropout_ > 0.0) bytes += 4 * 2 * bsz * d;
+  // Dropout: the mask [B×d] (host) and x [B×d]; on the GPU also the mask's device copy.
+  if (dropout_ > 0.0) bytes += 4 * (gpu_ ? 3 : 2) * bsz * d;
   return bytes;
 }
 

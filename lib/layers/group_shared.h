@@ -20,6 +20,16 @@
 // (k, j) scores the mean over group k of |w[r, j]|; the globally smallest fraction ρ of the
 // K·F slots is pruned and each regrown with a random input the group does not use yet
 // (nor just pruned), its weights zeroed for the whole group and their moments reset.
+//
+// Devices: on a CUDA Context (device_views(): h, dh and the scores' out are DEVICE views,
+// output_layer.h) the head is an AnyDenseBlock on the GPU, the projections keep their
+// parameters on the device, and the tail is a GroupSharedTailCuda
+// (layers/group_shared_cuda.h); the same initial values as on the CPU (drawn on the host,
+// uploaded). Labels, TopK, the label order and the dropout masks (drawn on the host from
+// the CPU's stream) stay on the host. Rare work — rewiring, semantic grouping, checkpoints
+// — runs the CPU code on host copies of the tail (download, change, upload).
+// precision: fp32 | bf16 (GPU only) for the head block and the tail weights; the
+// projections stay fp32.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,10 +38,12 @@
 
 #include "config/field_constraints.h"
 
+#include "core/cuda_context.h"
 #include "core/memory_ledger.h"
 #include "grouping/label_grouping.h"
-#include "layers/dense_block.h"
+#include "layers/dense_any.h"
 #include "layers/fixed_fanin.h"  // RewireConfig, RewireStats
+#include "layers/group_shared_cuda.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "model/loss.h"
@@ -51,6 +63,8 @@ struct GroupSharedConfig {
   RewireConfig rewire;
   double dropout = 0.0;       // input dropout on h
   int64_t chunk_size = 8192;  // labels per block (rounded down to a multiple of G)
+  std::string precision = "fp32";
+  bool stochastic_rounding = false;
 
   template <class V>
   void visit(V& v) {
@@ -76,6 +90,12 @@ struct GroupSharedConfig {
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
+    v.field("precision", precision,
+            "Weight storage of the head block and the tail: fp32, or bf16 (device cuda only; the "
+            "projections stay fp32)",
+            Choices{"fp32", "bf16"});
+    v.field("stochastic_rounding", stochastic_rounding,
+            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
   }
 };
 
@@ -89,6 +109,7 @@ struct GroupSharedTimings {
   double update = 0.0;
   double projection_backward = 0.0;
   double rewire = 0.0;
+  double tail_gpu = 0.0;  // GPU: the whole tail step (its kernels are not timed one by one)
   int64_t zero_grads = 0;
   int64_t grads = 0;
 };
@@ -96,10 +117,13 @@ struct GroupSharedTimings {
 // A projection u = act(x·Pᵀ + c) of the layer input, P [out×in] and c [out] in one array
 // [out×in + out] (zero bias at start, P ~ uniform(±1/sqrt(in))), with its optimizer state,
 // gradient and batch workspaces u, du [B×out] in the ledger. Empty (out = 0) = identity.
+// On a CUDA Context all of it lives on the device (the same initial P, drawn on the host;
+// plus a [B×out] workspace for the ReLU's gradient) and every matrix argument below is a
+// DEVICE view.
 class GroupSharedProjection {
  public:
   GroupSharedProjection() = default;
-  GroupSharedProjection(MemoryLedger& ledger, int64_t in, int64_t out, bool relu,
+  GroupSharedProjection(Context& ctx, int64_t in, int64_t out, bool relu,
                         const OptimizerConfig& optim, int64_t max_batch, uint64_t seed);
 
   bool active() const { return out_ > 0; }
@@ -109,19 +133,26 @@ class GroupSharedProjection {
   // Training forward into the workspace u [B×out].
   Matrix forward(ConstMatrix x);
   // The workspace du [B×out] for the caller to fill.
-  Matrix grad_workspace(int64_t rows) { return {du_.data(), rows, out_}; }
+  Matrix grad_workspace(int64_t rows) { return {cuda_ ? du_dev_.data() : du_.data(), rows, out_}; }
   // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
   // then one optimizer step of P and c.
   void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
+  // On the GPU: host copies (sync_state(to_host) first).
   void append_state(std::vector<TensorRef>& out, const std::string& prefix);
+  void sync_state(StateSync s);  // no-op on the CPU (OutputLayer::sync_state)
   int64_t bytes() const;  // analytic size of every buffer above
 
  private:
   int64_t in_ = 0, out_ = 0, max_batch_ = 0;
   bool relu_ = false;
   OptimizerConfig optim_;
+  gpu::CudaContext* cuda_ = nullptr;    // set on a CUDA Context
   HostBuffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
   HostBuffer<float> u_, du_;            // [B×out]
+  gpu::DeviceBuffer<float> p_dev_, s1_dev_, s2_dev_, dp_dev_;  // GPU twins of the above
+  gpu::DeviceBuffer<float> u_dev_, du_dev_, dz_dev_;           // dz: ReLU gradient (relu only)
+  std::vector<float> p_stage_, s1_stage_, s2_stage_;           // GPU: checkpoint host copies
+  bool staged_ = false;
 };
 
 class GroupSharedLayer final : public OutputLayer {
@@ -157,22 +188,37 @@ class GroupSharedLayer final : public OutputLayer {
   void on_step_impl(const TrainerView& t) override;
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
+  void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
   // Inputs of the evaluation path for h [rows×d]: the head's (projected) input and the
-  // tail's transposed input ut [m×rows].
+  // tail's transposed input ut [m×rows] (on the GPU: set into the device tail, rows <=
+  // max_batch; the buffers are device temporaries).
   struct EvalInputs {
     std::vector<float> head_buf, tail_buf, ut_buf;
+    gpu::DeviceBuffer<float> head_dev, tail_dev;
     ConstMatrix head_in, ut;
   };
   EvalInputs eval_inputs(ConstMatrix h) const;
   // Scores of internal positions [lo, lo+out.cols) (lo and the head/tail boundary on
   // group boundaries of the tail).
   void internal_scores(const EvalInputs& in, int64_t lo, Matrix out) const;
-  void init_tail_weights();
+  TopK topk_gpu(ConstMatrix h, int k) const;
+  void scores_gpu(ConstMatrix h, Matrix out) const;
+  // Positions -> original ids in place; equal scores then rank by original id.
+  void to_original_ids(TopK& top) const;
+  void build_targets(const Batch& batch, int64_t rows);
+  // One index set per group into idx [K×F]; the initial tail weights into w [T×F] and
+  // zero moments s1, s2 [T×F] (nullable).
+  void draw_tail_indices(uint32_t* idx) const;
+  void init_tail_weights(float* w, float* s1, float* s2) const;
+  // Alg. 3's prune and regrow of k slots on host arrays; returns the slots pruned.
+  int64_t rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
+                        float* s2) const;
   void update_tail(int64_t r0, int64_t n, const LrState& lr);
 
   MemoryLedger* ledger_;
+  gpu::CudaContext* gpu_ = nullptr;  // set on a CUDA Context
   int64_t group_, fan_in_, head_, groups_, m_, max_batch_, chunk_;
   double dropout_;
   LossType loss_;
@@ -185,15 +231,19 @@ class GroupSharedLayer final : public OutputLayer {
   int64_t total_steps_;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
-  std::optional<DenseBlock> head_block_;
+  std::optional<AnyDenseBlock> head_block_;
   GroupSharedProjection head_proj_;             // d→head_dim (linear), or none
-  HostBuffer<uint32_t> idx_;                    // [K×F]
-  HostBuffer<float> w_, b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T×F], [T] and optimizer state
+  HostBuffer<uint32_t> idx_;                    // [K×F] (CPU)
+  HostBuffer<float> w_, b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T×F], [T] and optimizer state (CPU)
+  std::unique_ptr<GroupSharedTailCuda> tail_gpu_;        // the same on the GPU
+  GroupSharedTailCuda::HostState tail_stage_;            // GPU: checkpoint host copies
+  bool staged_ = false;
   GroupSharedProjection tail_proj_;             // d→m (ReLU), or none
-  HostBuffer<float> xd_, mask_;                 // workspace [B×d] (dropout only)
-  HostBuffer<float> ut_;                        // workspace [m×B]
-  HostBuffer<float> z_;                         // workspace [B×chunk]
-  HostBuffer<float> dw_, db_;                   // workspace [chunk×F], [chunk]
+  HostBuffer<float> xd_, mask_;                 // workspace [B×d] (dropout only; GPU: mask_ only)
+  gpu::DeviceBuffer<float> xd_dev_, mask_dev_;  // GPU: [B×d] each (dropout only)
+  HostBuffer<float> ut_;                        // workspace [m×B] (CPU)
+  HostBuffer<float> z_;                         // workspace [B×chunk] (CPU)
+  HostBuffer<float> dw_, db_;                   // workspace [chunk×F], [chunk] (CPU)
   CsrMatrix targets_;                           // the batch's positives at internal positions
   RewireStats last_rewire_;
   GroupSharedTimings timings_;

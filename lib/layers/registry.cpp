@@ -26,7 +26,8 @@ const std::vector<OutputBackend>& output_backends() {
           "fixed_fanin", "Constant fan-in sparse layer [L×F] with prune-and-regrow (Schultheis & Babbar 2023)",
           /*cuda=*/true),
       make_backend<GroupSharedLayer, GroupSharedConfig>(
-          "group_shared", "HASTE: groups of G tail labels share one fan-in set; dense head over frequent labels"),
+          "group_shared", "HASTE: groups of G tail labels share one fan-in set; dense head over frequent labels",
+          /*cuda=*/true),
   };
   return table;
 }

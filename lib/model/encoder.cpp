@@ -104,10 +104,7 @@ ConstMatrix Encoder::forward_staged() {
 }
 
 ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
-  if (impl_->gpu) {
-    impl_->gpu->stage(batch, training, rng);
-    return impl_->gpu->forward_staged();
-  }
+  if (impl_->gpu) return impl_->gpu->forward_now(batch, training, rng);
   return forward_cpu(batch, training, rng);
 }
 

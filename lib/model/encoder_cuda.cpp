@@ -226,6 +226,19 @@ ConstMatrix EncoderCuda::forward_staged() {
   XMC_CHECK(staged_count_ > 0, "encoder forward without a staged batch");
   const int idx = (next_stage_ + 2 - staged_count_) % 2;
   --staged_count_;
+  return forward_slot(idx);
+}
+
+ConstMatrix EncoderCuda::forward_now(const Batch& batch, bool training, Rng& rng) {
+  stage(batch, training, rng);
+  const int idx = next_stage_ ^ 1;  // the slot just filled
+  --staged_count_;
+  // A batch staged before stays first in line: the next stage() refills this slot.
+  if (staged_count_ > 0) next_stage_ = idx;
+  return forward_slot(idx);
+}
+
+ConstMatrix EncoderCuda::forward_slot(int idx) {
   Slot& slot = *slots_[static_cast<size_t>(idx)];
   auto& cuda = ctx_.cuda();
   auto& ledger = ctx_.ledger();

@@ -47,6 +47,10 @@ class EncoderCuda {
   // Forward of the oldest staged batch: h [B×output_dim], a device view valid until the
   // next forward.
   ConstMatrix forward_staged();
+  // stage() + forward of THIS batch at once; a batch staged before stays queued for the
+  // next forward_staged() (a layer hook may embed points — TrainerView::embed_train —
+  // between the trainer's staging of batch i+1 and its forward).
+  ConstMatrix forward_now(const Batch& batch, bool training, Rng& rng);
   // dh [B×output_dim] (device) for the last training forward: gradients, then one
   // optimizer step of every layer.
   void backward_update(ConstMatrix dh, double lr, int64_t step);
@@ -58,6 +62,8 @@ class EncoderCuda {
  private:
   struct Layer;
   struct Slot;
+
+  ConstMatrix forward_slot(int idx);
 
   Context& ctx_;
   int64_t input_dim_;

@@ -29,13 +29,13 @@ LayerInit small_init(Context& ctx) {
 }
 }  // namespace
 
-TEST_CASE("which backends have a CUDA path") {
-  CHECK(backend_has_cuda("dense"));
-  CHECK(backend_has_cuda("bottleneck"));
-  CHECK(backend_has_cuda("fixed_fanin"));
-  CHECK(backend_has_cuda("lsh_sampled"));
-  CHECK(backend_has_cuda("anns_sampled"));
-  CHECK_FALSE(backend_has_cuda("group_shared"));
+TEST_CASE("every registered backend has a CUDA path") {
+  for (const auto& b : output_backends()) {
+    INFO(b.config.name);
+    CHECK(b.cuda);
+    CHECK(backend_has_cuda(b.config.name));
+  }
+  CHECK(output_backends().size() == 6);
   CHECK_FALSE(backend_has_cuda("no_such_backend"));
 }
 
@@ -58,12 +58,12 @@ TEST_CASE("bf16 weights and stochastic rounding are refused on the CPU, naming t
 
 TEST_CASE("device cuda is refused without CUDA or a GPU, auto falls back only with a warning") {
   if (gpu::built_with_cuda() && !gpu::query_devices().empty()) {
-    // A GPU machine: cuda resolves for dense, is refused for a backend without a CUDA path.
-    CHECK(training_device("cuda", "dense") == Device::cuda);
-    CHECK(training_device("auto", "bottleneck") == Device::cuda);
-    CHECK_THROWS_WITH(training_device("cuda", "group_shared"),
-                      Contains("group_shared") && Contains("device cpu"));
-    CHECK(training_device("auto", "group_shared") == Device::cpu);
+    // A GPU machine: cuda and auto resolve to the GPU for every backend.
+    for (const auto& b : output_backends()) {
+      INFO(b.config.name);
+      CHECK(training_device("cuda", b.config.name) == Device::cuda);
+      CHECK(training_device("auto", b.config.name) == Device::cuda);
+    }
   } else {
     CHECK_THROWS_AS(training_device("cuda", "dense"), InputError);
     CHECK_THROWS_AS(training_device("cuda", "fixed_fanin"), InputError);

@@ -4,14 +4,14 @@
 // projection and the tail projection), grouping invariants for the three groupings,
 // rewiring invariants and determinism, ledger = analytic size, top-k in original ids, and
 // an end-to-end CLI run that learns and resumes to the same metrics.
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "kernels/group_shared_ops.h"
 #include "layers/group_shared.h"
+#include "layers/registry.h"
 #include "support/layer_support.h"
 #include "support/test_support.h"
 
@@ -728,6 +729,33 @@ TEST_CASE("group_shared rejects a fan-in larger than its input") {
     CHECK(msg.find("17") != std::string::npos);
     CHECK(msg.find("16") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "group_shared device options: a CUDA path, bf16 refused on the CPU, sync_state a no-op there") {
+  CHECK(backend_has_cuda("group_shared"));
+  Context ctx(Device::cpu, 1);
+  LayerInit init = make_init(ctx, 16, 40, 4);
+  GroupSharedConfig cfg;
+  cfg.fan_in = 4;
+  cfg.group_size = 4;
+  cfg.head_fraction = 0.2;
+  for (const auto& [precision, sr, key] : {std::tuple{"bf16", false, "model.output.precision"},
+                                           std::tuple{"fp32", true, "stochastic_rounding"}}) {
+    GroupSharedConfig c = cfg;
+    c.precision = precision;
+    c.stochastic_rounding = sr;
+    CHECK_THROWS_AS(GroupSharedLayer(init, c), InputError);
+    CHECK_THROWS_WITH(GroupSharedLayer(init, c), Catch::Matchers::Contains(key));
+  }
+  GroupSharedLayer layer(init, cfg);
+  CHECK_FALSE(layer.device_views());
+  const auto before = f32(layer.state(), "output/weight");
+  const auto head_before = f32(layer.state(), "output/head/weight");
+  for (StateSync s : {StateSync::to_host, StateSync::to_device, StateSync::release})
+    layer.sync_state(s);
+  CHECK(f32(layer.state(), "output/weight") == before);
+  CHECK(f32(layer.state(), "output/head/weight") == head_before);
 }
 
 TEST_CASE("xmctrain train with group_shared learns and resumes to the same metrics") {
