@@ -95,9 +95,13 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   init.label_freq = meta_.label_freq;
   init.total_steps = total_steps;
   init.num_train = meta_.n_train;
-  const int64_t before = ctx.ledger().total_current();
+  // Host and device together: a layer on the GPU keeps its parameters in device memory.
+  const auto ledger_total = [&ctx] {
+    return ctx.ledger().total_current(MemSpace::host) + ctx.ledger().total_current(MemSpace::device);
+  };
+  const int64_t before = ledger_total();
   output_ = create_output_layer(init, cfg.model.output);
-  output_ledger_bytes_ = ctx.ledger().total_current() - before;
+  output_ledger_bytes_ = ledger_total() - before;
 }
 
 TopK Model::predict(const Batch& batch, int k) {
