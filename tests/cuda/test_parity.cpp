@@ -33,6 +33,7 @@
 #include "train/inference.h"
 #include "train/model.h"
 #include "train/trainer.h"
+#include "parity_support.h"
 
 #include <filesystem>
 #include <fstream>
@@ -46,63 +47,7 @@ using gpu::Bf16;
 using gpu::CudaContext;
 using gpu::DeviceBuffer;
 
-int g_checks = 0;
-int g_failures = 0;
-
-void fail(const std::string& what) {
-  ++g_failures;
-  std::printf("FAIL %s\n", what.c_str());
-}
-
-// Every element: |got - ref| <= abs + |ref|·rel. Reports the worst element.
-void expect_close(const std::string& name, const std::vector<float>& got,
-                  const std::vector<float>& ref, double abs, double rel) {
-  ++g_checks;
-  if (got.size() != ref.size()) {
-    fail(name + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
-    return;
-  }
-  double worst = 0.0;
-  size_t worst_i = 0;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double excess = std::abs(static_cast<double>(got[i]) - ref[i]) -
-                          (abs + std::abs(static_cast<double>(ref[i])) * rel);
-    if (!(excess <= 0.0)) {  // NaN counts as bad
-      ++bad;
-      if (!(excess <= worst)) {
-        worst = excess;
-        worst_i = i;
-      }
-    }
-  }
-  if (bad) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%s: %d of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g",
-                  name.c_str(), bad, got.size(), worst_i, got[worst_i], ref[worst_i]);
-    fail(buf);
-  }
-}
-
-void expect_scalar(const std::string& name, double got, double ref, double abs, double rel) {
-  ++g_checks;
-  if (!(std::abs(got - ref) <= abs + std::abs(ref) * rel)) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%s: got %.12g ref %.12g", name.c_str(), got, ref);
-    fail(buf);
-  }
-}
-
-void expect_true(const std::string& name, bool ok) {
-  ++g_checks;
-  if (!ok) fail(name);
-}
-
-std::vector<float> random_vec(Rng& rng, size_t n, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = (2.0f * rng.uniformf() - 1.0f) * scale;
-  return v;
-}
+using namespace xmc::parity;
 
 // Host round-to-nearest-even to bf16 (finite inputs), and back.
 uint16_t to_bf16_bits(float x) {
@@ -849,20 +794,7 @@ void test_training_runs(CudaContext&, Rng&) {
 }  // namespace
 
 int main() {
-  std::vector<gpu::DeviceInfo> devices;
-  try {
-    devices = gpu::query_devices();
-  } catch (const std::exception& e) {
-    std::printf("no CUDA GPU: skipped (%s)\n", e.what());
-    return 77;
-  }
-  if (devices.empty()) {
-    std::printf("no CUDA GPU: skipped\n");
-    return 77;
-  }
-  std::printf("GPU: %s (cc %d.%d, %d SMs)\n", devices[0].name.c_str(), devices[0].cc_major,
-              devices[0].cc_minor, devices[0].multiprocessors);
-  const std::vector<std::pair<const char*, std::function<void(CudaContext&, Rng&)>>> tests = {
+  return run_parity_main({
       {"gemm", test_gemm},
       {"helpers", test_helpers},
       {"losses", test_losses},
@@ -874,23 +806,5 @@ int main() {
       {"encoder", test_encoder},
       {"model step", test_model_step},
       {"training", test_training_runs},
-  };
-  MemoryLedger ledger;
-  try {
-    CudaContext ctx(ledger, 0);
-    for (const auto& [name, fn] : tests) {
-      const int before = g_failures;
-      Rng rng(std::hash<std::string>{}(name));
-      try {
-        fn(ctx, rng);
-      } catch (const std::exception& e) {
-        fail(std::string(name) + ": exception: " + e.what());
-      }
-      std::printf("%-12s %s\n", name, g_failures == before ? "ok" : "FAILED");
-    }
-  } catch (const std::exception& e) {
-    fail(std::string("context: ") + e.what());
-  }
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 && g_checks > 0 ? 0 : 1;
+  });
 }

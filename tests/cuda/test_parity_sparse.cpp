@@ -29,6 +29,7 @@
 #include "kernels/fixed_fanin_ops.h"
 #include "kernels/sampled_ops.h"
 #include "kernels/sparse_ops_cuda.h"
+#include "parity_support.h"
 
 namespace {
 
@@ -37,13 +38,7 @@ using gpu::Bf16;
 using gpu::CudaContext;
 using gpu::DeviceBuffer;
 
-int g_checks = 0;
-int g_failures = 0;
-
-void fail(const std::string& what) {
-  ++g_failures;
-  std::printf("FAIL %s\n", what.c_str());
-}
+using namespace xmc::parity;
 
 // Every element: |got - ref| <= abs + |ref|·rel (or, with `scale`, abs + scale[i]·rel).
 void expect_close(const std::string& name, const std::vector<float>& got,
@@ -521,40 +516,9 @@ void test_shape_checks(CudaContext& ctx, Rng&) {
 }  // namespace
 
 int main() {
-  std::vector<gpu::DeviceInfo> devices;
-  try {
-    devices = gpu::query_devices();
-  } catch (const std::exception& e) {
-    std::printf("no CUDA GPU: skipped (%s)\n", e.what());
-    return 77;
-  }
-  if (devices.empty()) {
-    std::printf("no CUDA GPU: skipped\n");
-    return 77;
-  }
-  std::printf("GPU: %s (cc %d.%d, %d SMs)\n", devices[0].name.c_str(), devices[0].cc_major,
-              devices[0].cc_minor, devices[0].multiprocessors);
-  const std::vector<std::pair<const char*, std::function<void(CudaContext&, Rng&)>>> tests = {
+  return run_parity_main({
       {"transpose", test_transpose},       {"fixed_fanin", test_fixed_fanin},
       {"group_shared", test_group_shared}, {"sampled", test_sampled},
       {"shape checks", test_shape_checks},
-  };
-  MemoryLedger ledger;
-  try {
-    CudaContext ctx(ledger, 0);
-    for (const auto& [name, fn] : tests) {
-      const int before = g_failures;
-      Rng rng(std::hash<std::string>{}(name));
-      try {
-        fn(ctx, rng);
-      } catch (const std::exception& e) {
-        fail(std::string(name) + ": exception: " + e.what());
-      }
-      std::printf("%-14s %s\n", name, g_failures == before ? "ok" : "FAILED");
-    }
-  } catch (const std::exception& e) {
-    fail(std::string("context: ") + e.what());
-  }
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 && g_checks > 0 ? 0 : 1;
+  });
 }
