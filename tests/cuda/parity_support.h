@@ -14,10 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/cuda_context.h"
 #include "core/gpu.h"
 #include "core/memory_ledger.h"
 #include "core/rng.h"
+#include "model/optimizer.h"
 
 namespace xmc::parity {
 
@@ -83,6 +86,33 @@ inline std::vector<float> random_vec(Rng& rng, size_t n, float scale = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = (2.0f * rng.uniformf() - 1.0f) * scale;
   return v;
+}
+
+// The four update rules (sgd, sgd + momentum, adam, adamw) with weight decay.
+inline std::vector<OptimizerConfig> optimizers() {
+  OptimizerConfig sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.lr = 0.1;
+  sgd.weight_decay = 1e-3;
+  OptimizerConfig mom = sgd;
+  mom.momentum = 0.9;
+  OptimizerConfig adam;
+  adam.type = OptimizerType::adam;
+  adam.lr = 1e-2;
+  adam.weight_decay = 1e-4;
+  OptimizerConfig adamw = adam;
+  adamw.type = OptimizerType::adamw;
+  adamw.weight_decay = 1e-2;
+  return {sgd, mom, adam, adamw};
+}
+
+inline std::string describe(const OptimizerConfig& o) {
+  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
+}
+
+// results.json metrics: "P@1", ...
+inline double metric(const nlohmann::json& r, const char* key, int at) {
+  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
 }
 
 using ParityTest = std::pair<const char*, std::function<void(gpu::CudaContext&, Rng&)>>;

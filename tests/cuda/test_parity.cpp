@@ -292,27 +292,6 @@ void test_losses(CudaContext& ctx, Rng& rng) {
 }
 
 // --- optimizer updates -------------------------------------------------------------------
-std::vector<OptimizerConfig> optimizers() {
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 0.1;
-  sgd.weight_decay = 1e-3;
-  OptimizerConfig mom = sgd;
-  mom.momentum = 0.9;
-  OptimizerConfig adam;
-  adam.type = OptimizerType::adam;
-  adam.lr = 1e-2;
-  adam.weight_decay = 1e-4;
-  OptimizerConfig adamw = adam;
-  adamw.type = OptimizerType::adamw;
-  adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
-}
-
-std::string describe(const OptimizerConfig& o) {
-  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
-}
-
 void test_optimizers(CudaContext& ctx, Rng& rng) {
   for (const OptimizerConfig& cfg : optimizers()) {
     const int states = optimizer_state_arrays(cfg);
@@ -728,11 +707,6 @@ void test_model_step(CudaContext&, Rng& rng) {
     expect_true(type + " model top-5 agrees on >= 95% of positions",
                 same >= static_cast<int>(0.95 * static_cast<double>(t1.labels.size())));
   }
-}
-
-// results.json metrics: "P@1", ...
-double metric(const nlohmann::json& r, const char* key, int at) {
-  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
 }
 
 void test_training_runs(CudaContext&, Rng&) {

@@ -87,23 +87,6 @@ Batch random_batch(Rng& rng, int64_t rows, int64_t labels) {
   return b;
 }
 
-std::vector<OptimizerConfig> optimizers() {
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 0.1;
-  sgd.weight_decay = 1e-3;
-  OptimizerConfig mom = sgd;
-  mom.momentum = 0.9;
-  OptimizerConfig adam;
-  adam.type = OptimizerType::adam;
-  adam.lr = 1e-2;
-  adam.weight_decay = 1e-4;
-  OptimizerConfig adamw = adam;
-  adamw.type = OptimizerType::adamw;
-  adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
-}
-
 struct Case {
   std::string loss;
   int64_t inter;
@@ -384,10 +367,6 @@ optim:
 train: {epochs: 2, batch_size: 128, log_every_s: 100}
 eval: {k: 5}
 )";
-
-double metric(const nlohmann::json& r, const char* key, int at) {
-  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
-}
 
 void test_training_runs(CudaContext&, Rng&) {
   namespace fs = std::filesystem;

@@ -569,10 +569,6 @@ void test_model_step(Rng& rng) {
                   same >= static_cast<int>(0.95 * static_cast<double>(t1.labels.size())));
 }
 
-double metric(const nlohmann::json& r, const char* key, int at) {
-  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
-}
-
 void test_training_runs(Rng&) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("xmc_parity_gs_" + std::to_string(::getpid()));

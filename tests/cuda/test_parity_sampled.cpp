@@ -65,27 +65,6 @@ std::vector<T> download(CudaContext& ctx, const DeviceBuffer<T>& b, size_t n) {
   return v;
 }
 
-std::vector<OptimizerConfig> optimizers() {
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 0.1;
-  sgd.weight_decay = 1e-3;
-  OptimizerConfig mom = sgd;
-  mom.momentum = 0.9;
-  OptimizerConfig adam;
-  adam.type = OptimizerType::adam;
-  adam.lr = 1e-2;
-  adam.weight_decay = 1e-4;
-  OptimizerConfig adamw = adam;
-  adamw.type = OptimizerType::adamw;
-  adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
-}
-
-std::string describe(const OptimizerConfig& o) {
-  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
-}
-
 // --- the row-gathered optimizer kernel against OptimizerStep::apply per row ----------------
 void test_optimizer_rows(CudaContext& ctx, Rng& rng) {
   const int64_t n = 50;
