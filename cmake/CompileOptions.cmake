@@ -15,3 +15,16 @@ target_compile_options(xmc_options INTERFACE
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
 endif()
+
+# Host code for the CPU that builds it (AVX2/FMA/AVX-512 where present). The hand-written
+# CPU kernels (fixed fan-in, group-shared, losses, optimizers) are auto-vectorised; at the
+# x86-64 baseline they run at SSE2 width. OpenBLAS picks its kernels at run time either
+# way. Turn off to build a binary for another machine.
+option(XMC_NATIVE "Optimise host code for this machine's CPU (-march=native)" ON)
+if(XMC_NATIVE)
+  include(CheckCXXCompilerFlag)
+  check_cxx_compiler_flag(-march=native XMC_HAS_MARCH_NATIVE)
+  if(XMC_HAS_MARCH_NATIVE)
+    target_compile_options(xmc_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+endif()
