@@ -564,13 +564,13 @@ void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
 std::vector<TensorRef> AnnsSampledLayer::state_impl() {
   const int64_t nl = num_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
-  XMC_CHECK(!gpu_ || staged_, "state() of a device anns_sampled layer before sync_state(to_host)");
-  float* w = gpu_ ? staging_.weight.data() : w_.data();
-  float* b = gpu_ ? staging_.bias.data() : b_.data();
-  float* w1 = gpu_ ? staging_.weight_opt1.data() : w_s1_.data();
-  float* b1 = gpu_ ? staging_.bias_opt1.data() : b_s1_.data();
-  float* w2 = gpu_ ? staging_.weight_opt2.data() : w_s2_.data();
-  float* b2 = gpu_ ? staging_.bias_opt2.data() : b_s2_.data();
+  XMC_CHECK(!gpu_ || staging_.staged(), "state() of a device anns_sampled layer before sync_state(to_host)");
+  float* w = gpu_ ? staging_.state().weight.data() : w_.data();
+  float* b = gpu_ ? staging_.state().bias.data() : b_.data();
+  float* w1 = gpu_ ? staging_.state().weight_opt1.data() : w_s1_.data();
+  float* b1 = gpu_ ? staging_.state().bias_opt1.data() : b_s1_.data();
+  float* w2 = gpu_ ? staging_.state().weight_opt2.data() : w_s2_.data();
+  float* b2 = gpu_ ? staging_.state().bias_opt2.data() : b_s2_.data();
   const int states = optimizer_state_arrays(optim_);
   std::vector<TensorRef> out = {{"output/weight", {nl, d_}, w}, {"output/bias", {nl}, b}};
   if (states >= 1) {
@@ -587,21 +587,7 @@ std::vector<TensorRef> AnnsSampledLayer::state_impl() {
 }
 
 void AnnsSampledLayer::sync_state_impl(StateSync s) {
-  if (!gpu_) return;
-  switch (s) {
-    case StateSync::to_host:
-      staging_ = gpu_->download();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      gpu_->upload(staging_);
-      break;
-    case StateSync::release:
-      break;
-  }
-  staging_ = {};
-  staged_ = false;
+  if (gpu_) staging_.sync(s, *gpu_);
 }
 
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {

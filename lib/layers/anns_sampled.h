@@ -39,6 +39,7 @@
 #include "config/field_constraints.h"
 
 #include "core/memory_ledger.h"
+#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_cuda.h"
@@ -166,8 +167,7 @@ class AnnsSampledLayer final : public OutputLayer {
   HostBuffer<float> w_s1_, w_s2_;    // optimizer state of W
   HostBuffer<float> b_s1_, b_s2_;    // optimizer state of b
   std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
-  bool staged_ = false;
-  SampledCudaBlock::HostState staging_;    // host copies for checkpoints (GPU)
+  HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
   int front_ = 0;
   int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed

@@ -133,10 +133,11 @@ std::vector<TensorRef> BottleneckLayer::state_impl() {
   float* s1 = p_s1_.size() ? p_s1_.data() : nullptr;
   float* s2 = p_s2_.size() ? p_s2_.data() : nullptr;
   if (gpu_) {
-    XMC_CHECK(staged_, "state() of a device bottleneck before sync_state(to_host)");
-    p = p_stage_.data();
-    s1 = p_s1_stage_.empty() ? nullptr : p_s1_stage_.data();
-    s2 = p_s2_stage_.empty() ? nullptr : p_s2_stage_.data();
+    XMC_CHECK(staging_.staged(), "state() of a device bottleneck before sync_state(to_host)");
+    BufferCopies& c = staging_.state();  // projection, its optimizer states
+    p = c[0].data();
+    s1 = c[1].empty() ? nullptr : c[1].data();
+    s2 = c[2].empty() ? nullptr : c[2].data();
   }
   out.push_back({"output/projection", {dim_, input_dim()}, p});
   if (s1) out.push_back({"output/projection_opt1", {dim_, input_dim()}, s1});
@@ -147,36 +148,9 @@ std::vector<TensorRef> BottleneckLayer::state_impl() {
 void BottleneckLayer::sync_state_impl(StateSync s) {
   block_.sync_state(s);
   if (!gpu_) return;
-  const auto st = gpu_->stream();
-  auto down = [&](const gpu::DeviceBuffer<float>& b, std::vector<float>& v) {
-    v.resize(b.size());
-    b.download(v.data(), b.size(), st);
-  };
-  auto up = [&](gpu::DeviceBuffer<float>& b, const std::vector<float>& v) {
-    b.upload(v.data(), v.size(), st);
-  };
-  switch (s) {
-    case StateSync::to_host:
-      down(p_dev_, p_stage_);
-      down(p_s1_dev_, p_s1_stage_);
-      down(p_s2_dev_, p_s2_stage_);
-      gpu_->synchronize();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      up(p_dev_, p_stage_);
-      up(p_s1_dev_, p_s1_stage_);
-      up(p_s2_dev_, p_s2_stage_);
-      gpu_->synchronize();
-      break;
-    case StateSync::release:
-      break;
-  }
-  p_stage_ = {};
-  p_s1_stage_ = {};
-  p_s2_stage_ = {};
-  staged_ = false;
+  staging_.sync(
+      s, [&] { return download_buffers(*gpu_, {&p_dev_, &p_s1_dev_, &p_s2_dev_}); },
+      [&](const BufferCopies& c) { upload_buffers(*gpu_, {&p_dev_, &p_s1_dev_, &p_s2_dev_}, c); });
 }
 
 int64_t BottleneckLayer::analytic_bytes_impl() const {

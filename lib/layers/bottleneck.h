@@ -11,6 +11,7 @@
 #include "core/cuda_context.h"
 #include "core/memory_ledger.h"
 #include "layers/dense_any.h"
+#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -63,8 +64,7 @@ class BottleneckLayer final : public OutputLayer {
   HostBuffer<float> u_, du_, dp_;      // CPU workspace: [B×b], [B×b], [b×d]
   gpu::DeviceBuffer<float> p_dev_, p_s1_dev_, p_s2_dev_;  // GPU twins of the above
   gpu::DeviceBuffer<float> u_dev_, du_dev_, dp_dev_;
-  std::vector<float> p_stage_, p_s1_stage_, p_s2_stage_;  // GPU: checkpoint host copies
-  bool staged_ = false;
+  HostStaging<BufferCopies> staging_;  // GPU: checkpoint host copies of the projection
   AnyDenseBlock block_;
 };
 

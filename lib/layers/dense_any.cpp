@@ -56,9 +56,9 @@ TopK AnyDenseBlock::topk_gpu(ConstMatrix h, int k) const {
 
 std::vector<TensorRef> AnyDenseBlock::state(const std::string& prefix) {
   if (cpu_) return cpu_->state(prefix);
-  XMC_CHECK(staged_, "state() of a device dense block before sync_state(to_host)");
+  XMC_CHECK(staging_.staged(), "state() of a device dense block before sync_state(to_host)");
   // DenseBlock::state's names and shapes.
-  auto& st = staging_;
+  auto& st = staging_.state();
   std::vector<TensorRef> out = {{prefix + "weight", {n_, d_}, st.weight.data()},
                                 {prefix + "bias", {n_}, st.bias.data()}};
   if (!st.weight_opt1.empty()) {
@@ -73,21 +73,7 @@ std::vector<TensorRef> AnyDenseBlock::state(const std::string& prefix) {
 }
 
 void AnyDenseBlock::sync_state(StateSync s) {
-  if (!gpu_) return;
-  switch (s) {
-    case StateSync::to_host:
-      staging_ = gpu_->download();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      gpu_->upload(staging_);
-      break;
-    case StateSync::release:
-      break;
-  }
-  staging_ = {};
-  staged_ = false;
+  if (gpu_) staging_.sync(s, *gpu_);
 }
 
 int64_t AnyDenseBlock::analytic_bytes() const {

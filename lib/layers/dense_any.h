@@ -13,6 +13,7 @@
 #include "core/tensor_ref.h"
 #include "kernels/dense_block_cuda.h"
 #include "layers/dense_block.h"
+#include "layers/host_staging.h"
 #include "layers/output_layer.h"
 
 namespace xmc {
@@ -45,8 +46,7 @@ class AnyDenseBlock {
   std::unique_ptr<DenseBlock> cpu_;
   std::unique_ptr<gpu::DenseBlockCuda> gpu_;
   int64_t d_, n_;
-  bool staged_ = false;
-  gpu::DenseBlockCuda::HostState staging_;  // host copies for checkpoints (GPU)
+  HostStaging<gpu::DenseBlockCuda::HostState> staging_;  // host copies for checkpoints (GPU)
 };
 
 }  // namespace xmc

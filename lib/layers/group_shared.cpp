@@ -182,10 +182,11 @@ void GroupSharedProjection::append_state(std::vector<TensorRef>& out, const std:
   float* s1 = s1_.size() ? s1_.data() : nullptr;
   float* s2 = s2_.size() ? s2_.data() : nullptr;
   if (cuda_) {
-    XMC_CHECK(staged_, "state() of a device projection before sync_state(to_host)");
-    p = p_stage_.data();
-    s1 = s1_stage_.empty() ? nullptr : s1_stage_.data();
-    s2 = s2_stage_.empty() ? nullptr : s2_stage_.data();
+    XMC_CHECK(staging_.staged(), "state() of a device projection before sync_state(to_host)");
+    BufferCopies& c = staging_.state();  // parameters, their optimizer states
+    p = c[0].data();
+    s1 = c[1].empty() ? nullptr : c[1].data();
+    s2 = c[2].empty() ? nullptr : c[2].data();
   }
   const int64_t pn = out_ * in_ + out_;
   out.push_back({prefix + "/weight", {out_, in_}, p});
@@ -196,36 +197,9 @@ void GroupSharedProjection::append_state(std::vector<TensorRef>& out, const std:
 
 void GroupSharedProjection::sync_state(StateSync s) {
   if (!cuda_ || out_ <= 0) return;
-  const auto st = cuda_->stream();
-  auto down = [&](const gpu::DeviceBuffer<float>& b, std::vector<float>& v) {
-    v.resize(b.size());
-    b.download(v.data(), b.size(), st);
-  };
-  auto up = [&](gpu::DeviceBuffer<float>& b, const std::vector<float>& v) {
-    b.upload(v.data(), v.size(), st);
-  };
-  switch (s) {
-    case StateSync::to_host:
-      down(p_dev_, p_stage_);
-      down(s1_dev_, s1_stage_);
-      down(s2_dev_, s2_stage_);
-      cuda_->synchronize();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      up(p_dev_, p_stage_);
-      up(s1_dev_, s1_stage_);
-      up(s2_dev_, s2_stage_);
-      cuda_->synchronize();
-      break;
-    case StateSync::release:
-      break;
-  }
-  p_stage_ = {};
-  s1_stage_ = {};
-  s2_stage_ = {};
-  staged_ = false;
+  staging_.sync(
+      s, [&] { return download_buffers(*cuda_, {&p_dev_, &s1_dev_, &s2_dev_}); },
+      [&](const BufferCopies& c) { upload_buffers(*cuda_, {&p_dev_, &s1_dev_, &s2_dev_}, c); });
 }
 
 int64_t GroupSharedProjection::bytes() const {
@@ -916,9 +890,9 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   }
   if (t > 0) {
     // The same names and shapes on both devices; on the GPU the host copies.
-    XMC_CHECK(!gpu_ || staged_,
+    XMC_CHECK(!gpu_ || tail_stage_.staged(),
               "state() of a device group_shared layer before sync_state(to_host)");
-    GroupSharedTailCuda::HostState& st = tail_stage_;
+    GroupSharedTailCuda::HostState& st = tail_stage_.state();
     uint32_t* idx = gpu_ ? st.idx.data() : idx_.data();
     float* w = gpu_ ? st.w.data() : w_.data();
     float* b = gpu_ ? st.b.data() : b_.data();
@@ -947,21 +921,7 @@ void GroupSharedLayer::sync_state_impl(StateSync s) {
   if (head_block_) head_block_->sync_state(s);
   head_proj_.sync_state(s);
   tail_proj_.sync_state(s);
-  if (!tail_gpu_) return;
-  switch (s) {
-    case StateSync::to_host:
-      tail_stage_ = tail_gpu_->download();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      tail_gpu_->upload(tail_stage_);
-      break;
-    case StateSync::release:
-      break;
-  }
-  tail_stage_ = {};
-  staged_ = false;
+  if (tail_gpu_) tail_stage_.sync(s, *tail_gpu_);
 }
 
 int64_t GroupSharedLayer::analytic_bytes_impl() const {

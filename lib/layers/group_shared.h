@@ -44,6 +44,7 @@
 #include "layers/dense_any.h"
 #include "layers/fixed_fanin.h"  // RewireConfig, RewireStats
 #include "layers/group_shared_cuda.h"
+#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "model/loss.h"
@@ -151,8 +152,7 @@ class GroupSharedProjection {
   HostBuffer<float> u_, du_;            // [B×out]
   gpu::DeviceBuffer<float> p_dev_, s1_dev_, s2_dev_, dp_dev_;  // GPU twins of the above
   gpu::DeviceBuffer<float> u_dev_, du_dev_, dz_dev_;           // dz: ReLU gradient (relu only)
-  std::vector<float> p_stage_, s1_stage_, s2_stage_;           // GPU: checkpoint host copies
-  bool staged_ = false;
+  HostStaging<BufferCopies> staging_;  // GPU: checkpoint host copies (parameters, states)
 };
 
 class GroupSharedLayer final : public OutputLayer {
@@ -236,8 +236,7 @@ class GroupSharedLayer final : public OutputLayer {
   HostBuffer<uint32_t> idx_;                    // [K×F] (CPU)
   HostBuffer<float> w_, b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T×F], [T] and optimizer state (CPU)
   std::unique_ptr<GroupSharedTailCuda> tail_gpu_;        // the same on the GPU
-  GroupSharedTailCuda::HostState tail_stage_;            // GPU: checkpoint host copies
-  bool staged_ = false;
+  HostStaging<GroupSharedTailCuda::HostState> tail_stage_;  // GPU: checkpoint host copies
   GroupSharedProjection tail_proj_;             // d→m (ReLU), or none
   HostBuffer<float> xd_, mask_;                 // workspace [B×d] (dropout only; GPU: mask_ only)
   gpu::DeviceBuffer<float> xd_dev_, mask_dev_;  // GPU: [B×d] each (dropout only)

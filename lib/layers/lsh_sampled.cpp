@@ -428,9 +428,9 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
   const int64_t n = num_labels(), d = input_dim();
   std::vector<TensorRef> out;
   if (gpu_) {
-    XMC_CHECK(staged_, "state() of a device lsh_sampled layer before sync_state(to_host)");
+    XMC_CHECK(staging_.staged(), "state() of a device lsh_sampled layer before sync_state(to_host)");
     // The CPU layer's names and shapes, from the host copies.
-    auto& st = staging_;
+    auto& st = staging_.state();
     out = {{"output/weight", {n, d}, st.weight.data()}, {"output/bias", {n}, st.bias.data()}};
     if (!st.weight_opt1.empty()) {
       out.push_back({"output/weight_opt1", {n, d}, st.weight_opt1.data()});
@@ -459,21 +459,7 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
 }
 
 void LshSampledLayer::sync_state_impl(StateSync s) {
-  if (!gpu_) return;
-  switch (s) {
-    case StateSync::to_host:
-      staging_ = gpu_->download();
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      gpu_->upload(staging_);
-      break;
-    case StateSync::release:
-      break;
-  }
-  staging_ = {};
-  staged_ = false;
+  if (gpu_) staging_.sync(s, *gpu_);
 }
 
 int64_t LshSampledLayer::analytic_bytes_impl() const {

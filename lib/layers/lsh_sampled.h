@@ -28,6 +28,7 @@
 
 #include "config/field_constraints.h"
 #include "core/memory_ledger.h"
+#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_cuda.h"
@@ -141,8 +142,7 @@ class LshSampledLayer final : public OutputLayer {
   HostBuffer<float> w_s1_, w_s2_;  // optimizer state of W (lazy: touched rows only)
   HostBuffer<float> b_s1_, b_s2_;
   std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
-  bool staged_ = false;
-  SampledCudaBlock::HostState staging_;    // host copies for checkpoints (GPU)
+  HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
   std::unique_ptr<LshTables> tables_;  // null when query = none
   // mutable: evaluation through the tables uses the sampler's per-thread scratch.
   mutable std::unique_ptr<CandidateSampler> sampler_;
