@@ -2,7 +2,7 @@
 // The config reference, generated from the structs' visit() lists and the registered
 // output types: one Markdown table per section (key path, type, default, allowed values,
 // description). docs/config-reference.md is this text for the registry's types
-// (regenerate: build/tools/config_reference > docs/config-reference.md).
+// (regenerate: build/app/xmctrain train --config-reference > docs/config-reference.md).
 #include <string>
 #include <vector>
 

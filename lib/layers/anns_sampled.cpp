@@ -523,13 +523,22 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
   Stopwatch sw;
   LedgerEntry snapshot(ctx_->ledger(), MemTag::workspace,
                        static_cast<int64_t>(vectors.bytes() + queries.bytes()));
+  const int k = static_cast<int>(k_h_);
+  // Two halves, so that a test pause in between exposes any early swap.
+  const int64_t half = n_train_ / 2;
+  if (cfg_.retrieval == "exact") {
+    exact_hard_set(vectors.view(), queries.view().rows_range(0, half), back.data());
+    if (pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
+    exact_hard_set(vectors.view(), queries.view().rows_range(half, n_train_ - half),
+                   back.data() + half * k_h_);
+    spdlog::info("anns_sampled: exact top-{} of {} points over {} labels in {:.2f}s", k_h_,
+                 n_train_, vectors.rows, sw.seconds());
+    return;
+  }
   HnswIndex index(vectors.view(), HnswParams{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous}, seed,
                   &ctx_->ledger());
   const double build_s = sw.seconds();
   sw.reset();
-  // Two halves, so that a test pause in between exposes any early swap.
-  const int64_t half = n_train_ / 2;
-  const int k = static_cast<int>(k_h_);
   index.search(queries.view().rows_range(0, half), k, back.data(), nullptr);
   if (pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
   index.search(queries.view().rows_range(half, n_train_ - half), k, back.data() + half * k_h_,
@@ -537,6 +546,35 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
   spdlog::info("anns_sampled: index over {} labels built in {:.2f}s ({:.1f} MiB), {} points "
                "retrieved (k_h={}) in {:.2f}s",
                vectors.rows, build_s, index.bytes() / 1048576.0, n_train_, k_h_, sw.seconds());
+}
+
+void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
+                                      uint32_t* out) const {
+  // Row blocks × label chunks of scores [rows×chunk] (workspace in the ledger), merged
+  // into a running top-k_h per row.
+  const int k = static_cast<int>(k_h_);
+  const int64_t block = std::min<int64_t>(queries.rows, 1024);
+  const int64_t chunk = std::min<int64_t>(chunk_, vectors.rows);
+  LedgerEntry scratch(ctx_->ledger(), MemTag::workspace,
+                      static_cast<int64_t>(sizeof(float)) * block * chunk);
+  std::vector<float> buf(static_cast<size_t>(block * chunk));
+  for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
+    const int64_t rows = std::min(block, queries.rows - r0);
+    const ConstMatrix q = queries.rows_range(r0, rows);
+    TopKAccumulator acc(rows, k);
+    for (int64_t c0 = 0; c0 < vectors.rows; c0 += chunk) {
+      const int64_t c = std::min(chunk, vectors.rows - c0);
+      Matrix s(buf.data(), rows, c);
+      kernels::gemm_nt(q, vectors.rows_range(c0, c), s);
+      acc.add_chunk(s, c0);
+    }
+    const TopK t = acc.result();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int j = 0; j < k; ++j) {
+        const uint32_t l = t.row_labels(i)[j];
+        out[(r0 + i) * k_h_ + j] = l == TopK::kNoLabel ? kNone : l;
+      }
+  }
 }
 
 void AnnsSampledLayer::install_refresh(bool block) {

@@ -58,6 +58,7 @@ struct AnnsSampledConfig {
   int64_t m = 16;
   int64_t ef_construction = 200;
   int64_t ef = 64;
+  std::string retrieval = "hnsw";
   std::string negative_weight = "none";
   std::string search = "exact";
   int64_t recall_sample = 64;
@@ -81,6 +82,11 @@ struct AnnsSampledConfig {
             "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
             "sampled loss estimates the dense loss)",
             Choices{"none", "unbiased"});
+    v.field("retrieval", retrieval,
+            "How a refresh finds each point's k_h best-scoring labels: hnsw (the index) or "
+            "exact (brute force over [W | b], N·L·(d+1) multiply-adds per refresh: a reference "
+            "for measuring what the index misses, practical up to ~1e5 labels)",
+            Choices{"hnsw", "exact"});
     v.field("synchronous", synchronous,
             "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
             "false: background thread, parallel build");
@@ -150,6 +156,8 @@ class AnnsSampledLayer final : public OutputLayer {
   // Retrieval of k_h labels per point into the back buffer (runs on the worker thread).
   void compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
                         uint64_t seed);
+  // retrieval: exact — the k_h best-scoring labels of every row of queries into out [rows×k_h].
+  void exact_hard_set(ConstMatrix vectors, ConstMatrix queries, uint32_t* out) const;
   // Joins a finished (or, when block, any) refresh and swaps its set in.
   void install_refresh(bool block);
   // [W | b] [L×(d+1)], the index's vectors.

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -322,6 +323,11 @@ TEST_CASE("anns_sampled hard negatives are the best-scoring labels of each point
   AnnsSampledConfig cfg;
   cfg.hard_negatives = 10;
   cfg.synchronous = true;
+  // hnsw: recall >= 0.9; exact (label chunks of 37, so the top-k merges across chunks):
+  // exactly the brute-force top-10.
+  cfg.retrieval = GENERATE(as<std::string>{}, "hnsw", "exact");
+  cfg.chunk_size = 37;
+  const double min_recall = cfg.retrieval == "exact" ? 1.0 : 0.9;
   AnnsSampledLayer layer(s.init, cfg);
   Dataset train = make_train(n, num_labels);
   DenseMatrix emb = random_matrix(n, d, 2);
@@ -344,8 +350,8 @@ TEST_CASE("anns_sampled hard negatives are the best-scoring labels of each point
       hits += std::count(hard.begin(), hard.end(), sc[static_cast<size_t>(j)].second);
   }
   const double recall = static_cast<double>(hits) / static_cast<double>(n * 10);
-  INFO("recall of the hard negatives " << recall);
-  CHECK(recall >= 0.9);
+  INFO(cfg.retrieval << ": recall of the hard negatives " << recall);
+  CHECK(recall >= min_recall);
 }
 
 // The worker pauses halfway through writing the new set; training steps keep running and
