@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "layers/weight_init.h"
 
 namespace xmc::gpu {
 
@@ -72,16 +73,10 @@ DenseBlockCuda::DenseBlockCuda(CudaContext& ctx, int64_t d, int64_t lo, int64_t 
 
   // DenseBlock's initialisation, row by row from Rng::stream(seed, global row), drawn on
   // the host one chunk at a time and uploaded (through dw_ in bf16 mode, then rounded).
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> host(static_cast<size_t>(chunk_ * d));
   for (int64_t r0 = 0; r0 < n; r0 += chunk_) {
     const int64_t rows = std::min(chunk_, n - r0);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      Rng rng = Rng::stream(seed, static_cast<uint64_t>(lo + r0 + r));
-      float* row = host.data() + r * d;
-      for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-    }
+    init_uniform_rows(host.data(), rows, d, seed, lo + r0);
     const auto count = static_cast<size_t>(rows * d);
     if (bf16()) {
       dw_.upload(host.data(), count, s);

@@ -12,6 +12,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "layers/weight_init.h"
 #include "model/optimizer.h"
 #include "model/optimizer_state.h"
 
@@ -95,14 +96,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);
   }
-  // Same initialisation as `dense`: row r from its own stream, uniform(±1/sqrt(d)).
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < num_labels; ++r) {
-    Rng rng = Rng::stream(seed_, static_cast<uint64_t>(r));
-    float* row = w0 + r * d_;
-    for (int64_t j = 0; j < d_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
+  init_uniform_rows(w0, num_labels, d_, seed_);  // same initialisation as `dense`
   if (on_gpu) {
     // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
     const int64_t batch = std::max<int64_t>(init.batch_size, 1);

@@ -7,6 +7,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -34,14 +35,7 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
   dw_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_ * d));
   db_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_));
 
-  // Each row drawn from its own stream: the values do not depend on the thread count.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < n; ++r) {
-    Rng rng = Rng::stream(seed, static_cast<uint64_t>(lo + r));
-    float* row = w_.data() + r * d;
-    for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
+  init_uniform_rows(w_.data(), n, d, seed, lo);
 }
 
 StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh,

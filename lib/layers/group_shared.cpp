@@ -16,6 +16,7 @@
 #include "kernels/encoder_ops_cuda.h"  // bias_activation, activation_grad, multiply_mask
 #include "kernels/fixed_fanin_ops.h"   // transpose
 #include "kernels/group_shared_ops.h"
+#include "layers/weight_init.h"
 #include "model/dropout.h"
 #include "model/optimizer_state.h"
 
@@ -80,13 +81,7 @@ GroupSharedProjection::GroupSharedProjection(Context& ctx, int64_t in, int64_t o
   const int64_t pn = out_ * in_ + out_;
   // The initial P (c = 0) on the host, on both devices.
   std::vector<float> p0(static_cast<size_t>(pn), 0.0f);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(in_));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < out_; ++r) {
-    Rng rng = Rng::stream(seed, static_cast<uint64_t>(r));
-    float* row = p0.data() + r * in_;
-    for (int64_t j = 0; j < in_; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
+  init_uniform_rows(p0.data(), out_, in_, seed);
   if (ctx.on_gpu()) {
     cuda_ = &ctx.cuda();
     const auto s = cuda_->stream();
@@ -359,14 +354,7 @@ void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
 void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
   const int64_t t = tail_labels(), f = fan_in_;
   if (t == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(f));
-  const uint64_t w_seed = Rng::stream(seed_, kGsWeightStream).next();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < t; ++r) {
-    Rng rng = Rng::stream(w_seed, static_cast<uint64_t>(r));
-    float* wr = w + r * f;
-    for (int64_t j = 0; j < f; ++j) wr[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
+  init_uniform_rows(w, t, f, Rng::stream(seed_, kGsWeightStream).next());
   for (float* s : {s1, s2})
     if (s) std::fill(s, s + t * f, 0.0f);
 }

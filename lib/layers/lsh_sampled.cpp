@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -97,14 +98,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   std::fill(slot_of_.data(), slot_of_.data() + n, -1);
   sched_[0] = cfg.rebuild_interval;
 
-  // Same initialisation as dense: row r from its own stream, uniform(±1/sqrt(d)).
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < n; ++r) {
-    Rng rng = Rng::stream(init.seed, static_cast<uint64_t>(r));
-    float* row = w0 + r * d;
-    for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * scale;
-  }
+  init_uniform_rows(w0, n, d, init.seed);  // same initialisation as dense
 
   CandidateParams cp;
   cp.query = parse_lsh_query(cfg.query);
