@@ -544,25 +544,18 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
 
 void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
                                       uint32_t* out) const {
-  // Row blocks × label chunks of scores [rows×chunk] (workspace in the ledger), merged
-  // into a running top-k_h per row.
+  // The streamed top-k of evaluation over the snapshot [W | b], 1024 rows at a time (its
+  // [rows×chunk] score buffer is counted as workspace).
   const int k = static_cast<int>(k_h_);
   const int64_t block = std::min<int64_t>(queries.rows, 1024);
-  const int64_t chunk = std::min<int64_t>(chunk_, vectors.rows);
   LedgerEntry scratch(ctx_->ledger(), MemTag::workspace,
-                      static_cast<int64_t>(sizeof(float)) * block * chunk);
-  std::vector<float> buf(static_cast<size_t>(block * chunk));
+                      static_cast<int64_t>(sizeof(float)) * block * chunk_);
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
     const int64_t rows = std::min(block, queries.rows - r0);
     const ConstMatrix q = queries.rows_range(r0, rows);
-    TopKAccumulator acc(rows, k);
-    for (int64_t c0 = 0; c0 < vectors.rows; c0 += chunk) {
-      const int64_t c = std::min(chunk, vectors.rows - c0);
-      Matrix s(buf.data(), rows, c);
-      kernels::gemm_nt(q, vectors.rows_range(c0, c), s);
-      acc.add_chunk(s, c0);
-    }
-    const TopK t = acc.result();
+    const TopK t = stream_topk(rows, k, chunk_, [&](int64_t lo, Matrix s) {
+      kernels::gemm_nt(q, vectors.rows_range(lo, s.cols), s);
+    });
     for (int64_t i = 0; i < rows; ++i)
       for (int j = 0; j < k; ++j) {
         const uint32_t l = t.row_labels(i)[j];
