@@ -291,62 +291,32 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
     if (e == 0 || entries[e].label != entries[e - 1].label) starts.push_back(e);
   starts.push_back(entries.size());
 
-  // The touched rows u = 0..U-1 are gathered into contiguous [U×d] arrays (gradient,
-  // parameters, optimizer state), updated by one optimizer_update call, and scattered
-  // back: one call instead of one per row (per-row calls would each open a nested
-  // OpenMP region).
+  // Each touched row u is summed and updated in place by exactly one thread
+  // (OptimizerStep::apply opens no OpenMP region, so per-row calls are cheap).
   const auto touched = static_cast<int64_t>(starts.size()) - 1;
-  const int states = optimizer_state_arrays(optim_);
-  const auto td = static_cast<size_t>(touched * d_);
-  std::vector<float> dw(td), db(static_cast<size_t>(touched)), pw(td), pb(db.size());
-  std::vector<float> sw1(states >= 1 ? td : 0), sw2(states >= 2 ? td : 0);
-  std::vector<float> sb1(states >= 1 ? db.size() : 0), sb2(states >= 2 ? db.size() : 0);
-  auto rows_of = [&](int64_t u) { return static_cast<int64_t>(entries[starts[static_cast<size_t>(u)]].label); };
-#pragma omp parallel for schedule(dynamic, 16)
-  for (int64_t u = 0; u < touched; ++u) {
-    float* g = dw.data() + u * d_;
-    float gb = 0.0f;
-    for (size_t e = starts[static_cast<size_t>(u)]; e < starts[static_cast<size_t>(u) + 1]; ++e) {
-      const float ge = entries[e].g;
-      const float* hr = h.row(entries[e].row);
-      for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
-      gb += ge;
-    }
-    const auto su = static_cast<size_t>(u);
-    db[su] = gb;
-    const int64_t l = rows_of(u);
-    const int64_t off = l * d_;
-    std::copy(w_.data() + off, w_.data() + off + d_, pw.data() + u * d_);
-    pb[su] = b_[static_cast<size_t>(l)];
-    if (states >= 1) {
-      std::copy(w_s1_.data() + off, w_s1_.data() + off + d_, sw1.data() + u * d_);
-      sb1[su] = b_s1_[static_cast<size_t>(l)];
-    }
-    if (states >= 2) {
-      std::copy(w_s2_.data() + off, w_s2_.data() + off + d_, sw2.data() + u * d_);
-      sb2[su] = b_s2_[static_cast<size_t>(l)];
-    }
-  }
-  auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  optimizer_update(optim_, lr.lr, lr.step, pw.data(), dw.data(), ptr(sw1), ptr(sw2),
-                   touched * d_);
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as in `dense`
-  optimizer_update(bias_cfg, lr.lr, lr.step, pb.data(), db.data(), ptr(sb1), ptr(sb2), touched);
-#pragma omp parallel for schedule(static)
-  for (int64_t u = 0; u < touched; ++u) {
-    const auto su = static_cast<size_t>(u);
-    const int64_t l = rows_of(u);
-    const int64_t off = l * d_;
-    std::copy(pw.data() + u * d_, pw.data() + (u + 1) * d_, w_.data() + off);
-    b_[static_cast<size_t>(l)] = pb[su];
-    if (states >= 1) {
-      std::copy(sw1.data() + u * d_, sw1.data() + (u + 1) * d_, w_s1_.data() + off);
-      b_s1_[static_cast<size_t>(l)] = sb1[su];
-    }
-    if (states >= 2) {
-      std::copy(sw2.data() + u * d_, sw2.data() + (u + 1) * d_, w_s2_.data() + off);
-      b_s2_[static_cast<size_t>(l)] = sb2[su];
+  const OptimizerStep w_step(optim_, lr.lr, lr.step);
+  const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
+  auto st = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
+#pragma omp parallel
+  {
+    std::vector<float> g(static_cast<size_t>(d_));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t u = 0; u < touched; ++u) {
+      const size_t first = starts[static_cast<size_t>(u)];
+      std::fill(g.begin(), g.end(), 0.0f);
+      float gb = 0.0f;
+      for (size_t e = first; e < starts[static_cast<size_t>(u) + 1]; ++e) {
+        const float ge = entries[e].g;
+        const float* hr = h.row(entries[e].row);
+        for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
+        gb += ge;
+      }
+      const int64_t l = entries[first].label;
+      const int64_t off = l * d_;
+      w_step.apply(w_.data() + off, g.data(), st(w_s1_, off), st(w_s2_, off), d_);
+      b_step.apply(b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l), 1);
     }
   }
 }
