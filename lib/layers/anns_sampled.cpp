@@ -182,14 +182,16 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
     }
   }
   SampledCandidates c;
+  const auto hard_w = static_cast<float>(cfg_.hard_weight);
   for (int64_t i = 0; i < rows; ++i) {
     const auto& v = cand[static_cast<size_t>(i)];
     c.labels.insert(c.labels.end(), v.begin(), v.end());
     for (size_t j = 0; j < v.size(); ++j) {
       c.positive.push_back(static_cast<int64_t>(j) < npos[static_cast<size_t>(i)] ? 1 : 0);
-      c.weight.push_back(static_cast<int64_t>(j) < nfixed[static_cast<size_t>(i)]
-                             ? 1.0f
-                             : rweight[static_cast<size_t>(i)]);
+      const auto jj = static_cast<int64_t>(j);
+      c.weight.push_back(jj < npos[static_cast<size_t>(i)]     ? 1.0f
+                         : jj < nfixed[static_cast<size_t>(i)] ? hard_w
+                                                               : rweight[static_cast<size_t>(i)]);
     }
     c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
   }

@@ -61,6 +61,7 @@ struct AnnsSampledConfig {
   int64_t ef = 64;
   std::string retrieval = "hnsw";
   std::string negative_weight = "none";
+  double hard_weight = 1.0;
   std::string search = "exact";
   int64_t recall_sample = 64;
   int64_t chunk_size = 8192;
@@ -85,6 +86,10 @@ struct AnnsSampledConfig {
             "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
             "sampled loss estimates the dense loss)",
             Choices{"none", "unbiased"});
+    v.field("hard_weight", hard_weight,
+            "Loss weight of each stale hard negative (positives weigh 1); below 1 damps the hard "
+            "set's push on labels that are near-positives (docs/benchmarks.md)",
+            Range{0, 1e6});
     v.field("retrieval", retrieval,
             "How a refresh finds each point's k_h best-scoring labels: hnsw (the index) or "
             "exact (brute force over [W | b], N·L·(d+1) multiply-adds per refresh: a reference "
@@ -113,7 +118,8 @@ struct SampledCandidates {
   std::vector<int64_t> ptr{0};     // [B+1]
   std::vector<uint32_t> labels;    // global ids
   std::vector<uint8_t> positive;   // 1 for a positive
-  std::vector<float> weight;       // loss weight: 1, or (labels left)/k_r for uniform ones
+  std::vector<float> weight;       // loss weight: 1 for positives, hard_weight for hard
+                                   // negatives, 1 or (labels left)/k_r for uniform ones
 };
 
 class AnnsSampledLayer final : public OutputLayer {

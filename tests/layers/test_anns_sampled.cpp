@@ -187,14 +187,16 @@ TEST_CASE("anns_sampled candidates: no positive among the negatives, exact set s
 // One SGD step with lr = 1 exposes the gradient as old - new; the reference is the dense
 // loss of all labels restricted to the step's candidates, in double.
 TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the candidates") {
+  for (double hard_weight : {1.0, 0.25})
   for (std::string weighting : {"none", "unbiased"})
   for (std::string loss : {"bce", "squared_hinge"}) {
-    DYNAMIC_SECTION(loss << " negative_weight " << weighting) {
+    DYNAMIC_SECTION(loss << " negative_weight " << weighting << " hard_weight " << hard_weight) {
       const int64_t d = 6, num_labels = 40, n = 30, batch = 5;
       Setup s(d, num_labels, batch, n);
       AnnsSampledConfig cfg;
       cfg.loss = loss;
       cfg.negative_weight = weighting;
+      cfg.hard_weight = hard_weight;
       cfg.hard_negatives = 6;
       cfg.random_negatives = 5;
       cfg.synchronous = true;
@@ -220,6 +222,7 @@ TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the can
       // Reference gradients in double.
       std::vector<double> gw(w.size(), 0.0), gb(bias.size(), 0.0), gh(h.values.size(), 0.0);
       double ref_loss = 0.0;
+      int64_t hard_entries = 0;
       for (int64_t i = 0; i < batch; ++i)
         for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
           const uint32_t l = c.labels[static_cast<size_t>(p)];
@@ -235,9 +238,20 @@ TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the can
             ref_loss += m * m;
             g = -2.0 * y * m;
           }
-          // Uniform negatives carry (labels left)/k_r when unbiased, else 1.
+          // Positives weigh 1, hard negatives hard_weight, uniform negatives (labels
+          // left)/k_r when unbiased, else 1.
           const double wt = c.weight[static_cast<size_t>(p)];
-          CHECK((wt == 1.0 || (weighting == "unbiased" && !c.positive[static_cast<size_t>(p)])));
+          const auto hard = layer.hard_negatives(b.ids[static_cast<size_t>(i)]);
+          const bool is_hard = !c.positive[static_cast<size_t>(p)] &&
+                               std::find(hard.begin(), hard.end(), l) != hard.end();
+          if (c.positive[static_cast<size_t>(p)]) {
+            CHECK(wt == 1.0);
+          } else if (is_hard) {
+            CHECK(wt == Approx(hard_weight));
+            ++hard_entries;
+          } else {
+            CHECK((wt == 1.0 || (weighting == "unbiased" && wt > 1.0)));
+          }
           if (wt != 1.0) ref_loss += (wt - 1.0) * (loss == "bce" ? std::log1p(std::exp(-y * z))
                                                                 : std::pow(std::max(0.0, 1.0 - y * z), 2));
           g *= wt / static_cast<double>(batch);
@@ -248,6 +262,7 @@ TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the can
           gb[l] += g;
         }
       ref_loss /= static_cast<double>(batch);
+      CHECK(hard_entries >= batch);  // the hard weights were checked
 
       std::vector<float> dh(static_cast<size_t>(batch * d), 123.0f);
       StepStats st = layer.train_step(b, h.view(), Matrix(dh.data(), batch, d), {1.0, step});
