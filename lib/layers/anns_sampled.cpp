@@ -14,7 +14,6 @@
 #include "kernels/dense_ops.h"
 #include "layers/weight_init.h"
 #include "model/optimizer.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -84,14 +83,9 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   if (on_gpu) {
     w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
   } else {
-    w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
-    b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(num_labels));
-    w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
-    b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(num_labels));
-    w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
-    b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(num_labels));
+    host_ = SampledHostParams(ledger, optim_, num_labels, d_);
   }
-  float* w0 = on_gpu ? w_init.data() : w_.data();
+  float* w0 = on_gpu ? w_init.data() : host_.w.data();
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);
@@ -217,8 +211,8 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     std::fill(dhi, dhi + d_, 0.0f);
     for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
       const uint32_t l = c.labels[static_cast<size_t>(p)];
-      const float* wl = w_.data() + static_cast<int64_t>(l) * d_;
-      float z = b_[l];
+      const float* wl = host_.w.data() + static_cast<int64_t>(l) * d_;
+      float z = host_.b[l];
       for (int64_t j = 0; j < d_; ++j) z += wl[j] * hi[j];
       float g = 0.0f;
       loss += anns_entry_grad(loss_, z, c.positive[static_cast<size_t>(p)] != 0,
@@ -300,7 +294,6 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as in `dense`
   const OptimizerStep w_step(optim_, lr.lr, lr.step);
   const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
-  auto st = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
 #pragma omp parallel
   {
     std::vector<float> g(static_cast<size_t>(d_));
@@ -315,10 +308,7 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
         for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
         gb += ge;
       }
-      const int64_t l = entries[first].label;
-      const int64_t off = l * d_;
-      w_step.apply(w_.data() + off, g.data(), st(w_s1_, off), st(w_s2_, off), d_);
-      b_step.apply(b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l), 1);
+      host_.update_row(entries[first].label, d_, g.data(), gb, w_step, b_step);
     }
   }
 }
@@ -328,15 +318,15 @@ void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
     gpu_->scores(h, lo, out);
     return;
   }
-  kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * d_, out.cols, d_), out);
-  kernels::add_row_vector(out, b_.data() + lo);
+  kernels::gemm_nt(h, ConstMatrix(host_.w.data() + lo * d_, out.cols, d_), out);
+  kernels::add_row_vector(out, host_.b.data() + lo);
 }
 
 DenseMatrix AnnsSampledLayer::augmented_weights() const {
   const int64_t nl = num_labels();
   DenseMatrix v(nl, d_ + 1);
-  const float* w = w_.data();
-  const float* b = b_.data();
+  const float* w = host_.w.data();
+  const float* b = host_.b.data();
   std::vector<float> wd, bd;
   if (gpu_) {
     // Host round trip of W and b (L×d + L floats), at each refresh / eval index build.
@@ -562,22 +552,8 @@ std::vector<TensorRef> AnnsSampledLayer::state_impl() {
   const int64_t nl = num_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
   XMC_CHECK(!gpu_ || staging_.staged(), "state() of a device anns_sampled layer before sync_state(to_host)");
-  float* w = gpu_ ? staging_.state().weight.data() : w_.data();
-  float* b = gpu_ ? staging_.state().bias.data() : b_.data();
-  float* w1 = gpu_ ? staging_.state().weight_opt1.data() : w_s1_.data();
-  float* b1 = gpu_ ? staging_.state().bias_opt1.data() : b_s1_.data();
-  float* w2 = gpu_ ? staging_.state().weight_opt2.data() : w_s2_.data();
-  float* b2 = gpu_ ? staging_.state().bias_opt2.data() : b_s2_.data();
-  const int states = optimizer_state_arrays(optim_);
-  std::vector<TensorRef> out = {{"output/weight", {nl, d_}, w}, {"output/bias", {nl}, b}};
-  if (states >= 1) {
-    out.push_back({"output/weight_opt1", {nl, d_}, w1});
-    out.push_back({"output/bias_opt1", {nl}, b1});
-  }
-  if (states >= 2) {
-    out.push_back({"output/weight_opt2", {nl, d_}, w2});
-    out.push_back({"output/bias_opt2", {nl}, b2});
-  }
+  std::vector<TensorRef> out = gpu_ ? sampled_param_refs(nl, d_, staging_.state())
+                                    : sampled_param_refs(nl, d_, host_);
   if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
   out.push_back({"output/anns_meta", {2}, meta_});
   return out;

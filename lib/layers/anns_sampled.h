@@ -44,6 +44,7 @@
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_cuda.h"
+#include "layers/sampled_params.h"
 #include "model/loss.h"
 #include "sampling/hnsw_index.h"
 
@@ -180,9 +181,7 @@ class AnnsSampledLayer final : public OutputLayer {
   OptimizerConfig optim_;
   uint64_t seed_;
   Context* ctx_;
-  HostBuffer<float> w_, b_;          // [L×d], [L] (CPU layer; empty on the GPU)
-  HostBuffer<float> w_s1_, w_s2_;    // optimizer state of W
-  HostBuffer<float> b_s1_, b_s2_;    // optimizer state of b
+  SampledHostParams host_;  // W, b and their optimizer state (CPU layer; empty on the GPU)
   std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
   HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)

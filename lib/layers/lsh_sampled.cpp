@@ -11,7 +11,6 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -84,14 +83,9 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   if (on_gpu) {
     w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
   } else {
-    w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
-    b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-    w_s1_ = optimizer_state_buffer(ledger, optim_, 1, wn);
-    b_s1_ = optimizer_state_buffer(ledger, optim_, 1, static_cast<size_t>(n));
-    w_s2_ = optimizer_state_buffer(ledger, optim_, 2, wn);
-    b_s2_ = optimizer_state_buffer(ledger, optim_, 2, static_cast<size_t>(n));
+    host_ = SampledHostParams(ledger, optim_, n, d);
   }
-  float* w0 = on_gpu ? w_init.data() : w_.data();
+  float* w0 = on_gpu ? w_init.data() : host_.w.data();
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   slot_of_ = HostBuffer<int32_t>(ledger, MemTag::workspace, static_cast<size_t>(n));
@@ -149,8 +143,8 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
   const int64_t entries = off[nb];
   std::vector<float> g(static_cast<size_t>(entries));
-  const float* w = w_.data();
-  const float* bias = b_.data();
+  const float* w = host_.w.data();
+  const float* bias = host_.b.data();
   const double inv_b = 1.0 / static_cast<double>(nb);
   double loss_sum = 0.0;
   int64_t zeros = 0;
@@ -209,7 +203,6 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   // bias corrections and enter a (serialised) OpenMP region for every touched row.
   const OptimizerStep w_step(optim_, lr.lr, lr.step);
   const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
-  auto st = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
 #pragma omp parallel
   {
     std::vector<float> gw(static_cast<size_t>(d));
@@ -225,9 +218,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
         const float* hp = h.row(point[e]);
         for (int64_t j = 0; j < d; ++j) gw[j] += ge * hp[j];
       }
-      const int64_t o = int64_t{l} * d;
-      w_step.apply(w_.data() + o, gw.data(), st(w_s1_, o), st(w_s2_, o), d);
-      b_step.apply(b_.data() + l, &gb, st(b_s1_, l), st(b_s2_, l), 1);
+      host_.update_row(l, d, gw.data(), gb, w_step, b_step);
       dirty_[l] = 1;
     }
   }
@@ -343,8 +334,8 @@ void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
     gpu_->scores(h, lo, out);
     return;
   }
-  kernels::gemm_nt(h, ConstMatrix(w_.data() + lo * input_dim(), out.cols, input_dim()), out);
-  kernels::add_row_vector(out, b_.data() + lo);
+  kernels::gemm_nt(h, ConstMatrix(host_.w.data() + lo * input_dim(), out.cols, input_dim()), out);
+  kernels::add_row_vector(out, host_.b.data() + lo);
 }
 
 TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
@@ -389,7 +380,7 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
     for (int64_t i = 0; i < h.rows; ++i)
       for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e) {
         const uint32_t l = labels[static_cast<size_t>(e)];
-        z[static_cast<size_t>(e)] = dot(w_.data() + int64_t{l} * d, h.row(i), d) + b_[l];
+        z[static_cast<size_t>(e)] = dot(host_.w.data() + int64_t{l} * d, h.row(i), d) + host_.b[l];
       }
   }
   TopKAccumulator acc(h.rows, k);
@@ -420,31 +411,11 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
 
 std::vector<TensorRef> LshSampledLayer::state_impl() {
   const int64_t n = num_labels(), d = input_dim();
-  std::vector<TensorRef> out;
-  if (gpu_) {
-    XMC_CHECK(staging_.staged(), "state() of a device lsh_sampled layer before sync_state(to_host)");
-    // The CPU layer's names and shapes, from the host copies.
-    auto& st = staging_.state();
-    out = {{"output/weight", {n, d}, st.weight.data()}, {"output/bias", {n}, st.bias.data()}};
-    if (!st.weight_opt1.empty()) {
-      out.push_back({"output/weight_opt1", {n, d}, st.weight_opt1.data()});
-      out.push_back({"output/bias_opt1", {n}, st.bias_opt1.data()});
-    }
-    if (!st.weight_opt2.empty()) {
-      out.push_back({"output/weight_opt2", {n, d}, st.weight_opt2.data()});
-      out.push_back({"output/bias_opt2", {n}, st.bias_opt2.data()});
-    }
-  } else {
-    out = {{"output/weight", {n, d}, w_.data()}, {"output/bias", {n}, b_.data()}};
-    if (w_s1_.size()) {
-      out.push_back({"output/weight_opt1", {n, d}, w_s1_.data()});
-      out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
-    }
-    if (w_s2_.size()) {
-      out.push_back({"output/weight_opt2", {n, d}, w_s2_.data()});
-      out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
-    }
-  }
+  XMC_CHECK(!gpu_ || staging_.staged(),
+            "state() of a device lsh_sampled layer before sync_state(to_host)");
+  // The same names and shapes on both devices (a device layer's from its host copies).
+  std::vector<TensorRef> out = gpu_ ? sampled_param_refs(n, d, staging_.state())
+                                    : sampled_param_refs(n, d, host_);
   out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
   out.push_back({"output/lsh/schedule", {2}, sched_.data()});
   if (tables_)

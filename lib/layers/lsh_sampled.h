@@ -32,6 +32,7 @@
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_cuda.h"
+#include "layers/sampled_params.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "sampling/lsh.h"
@@ -129,7 +130,7 @@ class LshSampledLayer final : public OutputLayer {
   int64_t analytic_bytes_impl() const override;
 
   // The host weights (CPU layer only).
-  ConstMatrix weights() const { return {w_.data(), num_labels(), input_dim()}; }
+  ConstMatrix weights() const { return {host_.w.data(), num_labels(), input_dim()}; }
   TopK lsh_topk(ConstMatrix h, int k) const;
   StepStats train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
 
@@ -138,9 +139,7 @@ class LshSampledLayer final : public OutputLayer {
   LossType loss_;
   OptimizerConfig optim_;
   int64_t chunk_;
-  HostBuffer<float> w_, b_;        // [L×d], [L] (CPU layer; empty on the GPU)
-  HostBuffer<float> w_s1_, w_s2_;  // optimizer state of W (lazy: touched rows only)
-  HostBuffer<float> b_s1_, b_s2_;
+  SampledHostParams host_;  // W, b and their optimizer state (CPU layer; empty on the GPU)
   std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
   HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
   std::unique_ptr<LshTables> tables_;  // null when query = none

@@ -1,0 +1,76 @@
+#pragma once
+// The host half of the sampled backends (lsh_sampled, anns_sampled): W [n×d], bias [n] and
+// their optimizer state, updated lazily one touched row at a time, and the checkpoint
+// names of those arrays, which are the same on both devices (a device layer lists its
+// SampledCudaBlock::HostState copies under them).
+#include <cstdint>
+#include <vector>
+
+#include "core/memory_ledger.h"
+#include "core/tensor_ref.h"
+#include "layers/sampled_cuda.h"
+#include "model/optimizer.h"
+#include "model/optimizer_state.h"
+
+namespace xmc {
+
+struct SampledHostParams {
+  HostBuffer<float> w, b;        // [n×d], [n]: ledger `weights`
+  HostBuffer<float> w_s1, w_s2;  // optimizer state of W (`optimizer`; empty when not needed)
+  HostBuffer<float> b_s1, b_s2;  // optimizer state of b
+
+  SampledHostParams() = default;
+  SampledHostParams(MemoryLedger& ledger, const OptimizerConfig& optim, int64_t n, int64_t d)
+      : w(ledger, MemTag::weights, static_cast<size_t>(n * d)),
+        b(ledger, MemTag::weights, static_cast<size_t>(n)),
+        w_s1(optimizer_state_buffer(ledger, optim, 1, static_cast<size_t>(n * d))),
+        w_s2(optimizer_state_buffer(ledger, optim, 2, static_cast<size_t>(n * d))),
+        b_s1(optimizer_state_buffer(ledger, optim, 1, static_cast<size_t>(n))),
+        b_s2(optimizer_state_buffer(ledger, optim, 2, static_cast<size_t>(n))) {}
+
+  // The lazy update of row l with its summed gradient g [d] and bias gradient gb:
+  // w_step is the layer's optimizer step, b_step the same without weight decay. Touches
+  // row l of W, b and their state only, on the calling thread.
+  void update_row(int64_t l, int64_t d, const float* g, float gb, const OptimizerStep& w_step,
+                  const OptimizerStep& b_step) {
+    const int64_t o = l * d;
+    w_step.apply(w.data() + o, g, at(w_s1, o), at(w_s2, o), d);
+    b_step.apply(b.data() + l, &gb, at(b_s1, l), at(b_s2, l), 1);
+  }
+
+ private:
+  static float* at(HostBuffer<float>& s, int64_t o) { return s.size() ? s.data() + o : nullptr; }
+};
+
+// "output/weight" [n×d], "output/bias" [n], then "output/weight_opt1", "output/bias_opt1",
+// "output/weight_opt2", "output/bias_opt2" for the state arrays that exist (null = none).
+inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d, float* w, float* b,
+                                                 float* w1, float* b1, float* w2, float* b2) {
+  std::vector<TensorRef> out = {{"output/weight", {n, d}, w}, {"output/bias", {n}, b}};
+  if (w1) {
+    out.push_back({"output/weight_opt1", {n, d}, w1});
+    out.push_back({"output/bias_opt1", {n}, b1});
+  }
+  if (w2) {
+    out.push_back({"output/weight_opt2", {n, d}, w2});
+    out.push_back({"output/bias_opt2", {n}, b2});
+  }
+  return out;
+}
+
+// The same names over a device layer's host copies.
+inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d,
+                                                 SampledCudaBlock::HostState& st) {
+  auto p = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  return sampled_param_refs(n, d, st.weight.data(), st.bias.data(), p(st.weight_opt1),
+                            p(st.bias_opt1), p(st.weight_opt2), p(st.bias_opt2));
+}
+
+// ... and over a CPU layer's arrays.
+inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d, SampledHostParams& hp) {
+  auto p = [](HostBuffer<float>& v) { return v.size() ? v.data() : nullptr; };
+  return sampled_param_refs(n, d, hp.w.data(), hp.b.data(), p(hp.w_s1), p(hp.b_s1), p(hp.w_s2),
+                            p(hp.b_s2));
+}
+
+}  // namespace xmc
