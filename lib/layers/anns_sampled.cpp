@@ -290,10 +290,7 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
   // Each touched row u is summed and updated in place by exactly one thread
   // (OptimizerStep::apply opens no OpenMP region, so per-row calls are cheap).
   const auto touched = static_cast<int64_t>(starts.size()) - 1;
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as in `dense`
-  const OptimizerStep w_step(optim_, lr.lr, lr.step);
-  const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
+  const SampledRowStep step(optim_, lr.lr, lr.step);
 #pragma omp parallel
   {
     std::vector<float> g(static_cast<size_t>(d_));
@@ -308,7 +305,7 @@ void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
         for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
         gb += ge;
       }
-      host_.update_row(entries[first].label, d_, g.data(), gb, w_step, b_step);
+      host_.update_row(entries[first].label, d_, g.data(), gb, step);
     }
   }
 }

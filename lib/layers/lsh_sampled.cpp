@@ -197,12 +197,9 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t e = 0; e < entries; ++e) order[fill[slot[e]]++] = e;
   }
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
   // Prepared once per step: per-row calls of optimizer_update would recompute Adam's
   // bias corrections and enter a (serialised) OpenMP region for every touched row.
-  const OptimizerStep w_step(optim_, lr.lr, lr.step);
-  const OptimizerStep b_step(bias_cfg, lr.lr, lr.step);
+  const SampledRowStep step(optim_, lr.lr, lr.step);
 #pragma omp parallel
   {
     std::vector<float> gw(static_cast<size_t>(d));
@@ -218,7 +215,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
         const float* hp = h.row(point[e]);
         for (int64_t j = 0; j < d; ++j) gw[j] += ge * hp[j];
       }
-      host_.update_row(l, d, gw.data(), gb, w_step, b_step);
+      host_.update_row(l, d, gw.data(), gb, step);
       dirty_[l] = 1;
     }
   }

@@ -14,6 +14,21 @@
 
 namespace xmc {
 
+// One step's lazy row update, prepared once (Adam's bias corrections folded) and applied
+// to every touched row: W with the layer's optimizer, the bias without weight decay (as
+// `dense`).
+struct SampledRowStep {
+  OptimizerStep w, b;
+  SampledRowStep(const OptimizerConfig& optim, double lr, int64_t step)
+      : w(optim, lr, step), b(without_decay(optim), lr, step) {}
+
+ private:
+  static OptimizerConfig without_decay(OptimizerConfig c) {
+    c.weight_decay = 0.0;
+    return c;
+  }
+};
+
 struct SampledHostParams {
   HostBuffer<float> w, b;        // [n×d], [n]: ledger `weights`
   HostBuffer<float> w_s1, w_s2;  // optimizer state of W (`optimizer`; empty when not needed)
@@ -28,14 +43,12 @@ struct SampledHostParams {
         b_s1(optimizer_state_buffer(ledger, optim, 1, static_cast<size_t>(n))),
         b_s2(optimizer_state_buffer(ledger, optim, 2, static_cast<size_t>(n))) {}
 
-  // The lazy update of row l with its summed gradient g [d] and bias gradient gb:
-  // w_step is the layer's optimizer step, b_step the same without weight decay. Touches
-  // row l of W, b and their state only, on the calling thread.
-  void update_row(int64_t l, int64_t d, const float* g, float gb, const OptimizerStep& w_step,
-                  const OptimizerStep& b_step) {
+  // The lazy update of row l with its summed gradient g [d] and bias gradient gb. Touches
+  // row l of W, b and their state only, on the calling thread (no OpenMP region).
+  void update_row(int64_t l, int64_t d, const float* g, float gb, const SampledRowStep& step) {
     const int64_t o = l * d;
-    w_step.apply(w.data() + o, g, at(w_s1, o), at(w_s2, o), d);
-    b_step.apply(b.data() + l, &gb, at(b_s1, l), at(b_s2, l), 1);
+    step.w.apply(w.data() + o, g, at(w_s1, o), at(w_s2, o), d);
+    step.b.apply(b.data() + l, &gb, at(b_s1, l), at(b_s2, l), 1);
   }
 
  private:
