@@ -407,10 +407,13 @@ void test_anns_layer(CudaContext&, Rng& rng) {
   DenseMatrix embedded(n_train, d);
   for (auto& x : embedded.values) x = 2.0f * rng.uniformf() - 1.0f;
   for (const auto& c : cases) {
-    const std::string tag = "anns " + c.loss + " " + c.negative_weight + " " + describe(c.optim);
+    const std::string tag = "anns " + c.loss + " " + c.negative_weight +
+                            (c.negative_weight == "unbiased" ? " hard_weight 0.25 " : " ") +
+                            describe(c.optim);
     AnnsSampledConfig cfg;
     cfg.loss = c.loss;
     cfg.negative_weight = c.negative_weight;
+    cfg.hard_weight = c.negative_weight == "unbiased" ? 0.25 : 1.0;  // weighted hard negatives too
     cfg.hard_negatives = 8;
     cfg.random_negatives = 13;
     cfg.synchronous = true;  // deterministic single-threaded index build
