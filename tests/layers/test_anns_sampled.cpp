@@ -397,6 +397,20 @@ TEST_CASE("anns_sampled background refresh never exposes a half-written set") {
       }
     }
   };
+  // One training step on the next batch, counting whether a refresh was in flight before
+  // it and whether the step swapped one in; the set in use is checked after it.
+  auto one_step = [&] {
+    if (layer.refresh_pending()) ++steps_while_pending;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < batch; ++i) ids.push_back((step * batch + i) % n);
+    Batch b = batch_of(train, ids);
+    DenseMatrix h = random_matrix(batch, d, static_cast<uint64_t>(step));
+    ++step;
+    const int64_t before = layer.refreshes_installed();
+    layer.train_step(b, h.view(), Matrix(dh.data(), batch, d), {0.01, step});
+    swaps_in_step += layer.refreshes_installed() - before;
+    check_set();
+  };
   const int refreshes = 12;
   for (int r = 0; r < refreshes; ++r) {
     DenseMatrix emb = random_matrix(n, d, static_cast<uint64_t>(100 + r));
@@ -404,16 +418,7 @@ TEST_CASE("anns_sampled background refresh never exposes a half-written set") {
     view.embed_train = [&] { return emb; };
     layer.on_epoch(view);  // starts refresh r (finishing r-1 first if still running)
     for (int t = 0; t < 10; ++t) {
-      if (layer.refresh_pending()) ++steps_while_pending;
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < batch; ++i) ids.push_back((step * batch + i) % n);
-      Batch b = batch_of(train, ids);
-      DenseMatrix h = random_matrix(batch, d, static_cast<uint64_t>(step));
-      ++step;
-      const int64_t before = layer.refreshes_installed();
-      layer.train_step(b, h.view(), Matrix(dh.data(), batch, d), {0.01, step});
-      swaps_in_step += layer.refreshes_installed() - before;
-      check_set();
+      one_step();
       // Slow steps in the second half of each round: some refreshes finish while
       // training runs and are swapped in by a step rather than by the next on_epoch.
       if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(8));
@@ -429,16 +434,7 @@ TEST_CASE("anns_sampled background refresh never exposes a half-written set") {
     layer.on_epoch(view);
     const int64_t before = layer.refreshes_installed();
     for (int t = 0; t < 3000 && layer.refreshes_installed() == before; ++t) {
-      if (layer.refresh_pending()) ++steps_while_pending;
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < batch; ++i) ids.push_back((step * batch + i) % n);
-      Batch b = batch_of(train, ids);
-      DenseMatrix h = random_matrix(batch, d, static_cast<uint64_t>(step));
-      ++step;
-      const int64_t in_step = layer.refreshes_installed();
-      layer.train_step(b, h.view(), Matrix(dh.data(), batch, d), {0.01, step});
-      swaps_in_step += layer.refreshes_installed() - in_step;
-      check_set();
+      one_step();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
