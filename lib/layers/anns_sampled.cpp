@@ -12,6 +12,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "kernels/sampled_ops.h"
 #include "layers/weight_init.h"
 #include "model/optimizer.h"
 
@@ -263,49 +264,34 @@ StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Ma
   return s;
 }
 
-// dW_l = Σ_i g_il·h_i over the rows i that have l as a candidate. Entries are grouped
-// by label (sorted by label, then row), so each label's row is summed by exactly one
-// thread in a fixed order: race-free and independent of the thread count.
+// dW_l = Σ_i g_il·h_i over the rows i that have l as a candidate. The entries are grouped
+// by label (kernels::group_entries_by_label, rows ascending within a label, as the GPU
+// path groups them), so each label's row is summed by exactly one thread in a fixed
+// order: race-free and independent of the thread count.
 void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
                                    const std::vector<float>& grad, const LrState& lr) {
-  struct Entry {
-    uint32_t label;
-    uint32_t row;
-    float g;
-  };
-  std::vector<Entry> entries;
-  entries.reserve(c.labels.size());
-  for (size_t i = 0; i + 1 < c.ptr.size(); ++i)
-    for (int64_t p = c.ptr[i]; p < c.ptr[i + 1]; ++p)
-      entries.push_back({c.labels[static_cast<size_t>(p)], static_cast<uint32_t>(i),
-                         grad[static_cast<size_t>(p)]});
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.label != b.label ? a.label < b.label : a.row < b.row;
-  });
-  std::vector<size_t> starts;
-  for (size_t e = 0; e < entries.size(); ++e)
-    if (e == 0 || entries[e].label != entries[e - 1].label) starts.push_back(e);
-  starts.push_back(entries.size());
-
+  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(),
+                                  static_cast<int64_t>(c.ptr.size()) - 1,
+                                  static_cast<int64_t>(c.labels.size())};
+  const kernels::EntryGroupsBuffers groups = kernels::group_entries_by_label(csr, num_labels());
   // Each touched row u is summed and updated in place by exactly one thread
   // (OptimizerStep::apply opens no OpenMP region, so per-row calls are cheap).
-  const auto touched = static_cast<int64_t>(starts.size()) - 1;
+  const auto touched = static_cast<int64_t>(groups.labels.size());
   const SampledRowStep step(optim_, lr.lr, lr.step);
 #pragma omp parallel
   {
     std::vector<float> g(static_cast<size_t>(d_));
 #pragma omp for schedule(dynamic, 16)
     for (int64_t u = 0; u < touched; ++u) {
-      const size_t first = starts[static_cast<size_t>(u)];
       std::fill(g.begin(), g.end(), 0.0f);
       float gb = 0.0f;
-      for (size_t e = first; e < starts[static_cast<size_t>(u) + 1]; ++e) {
-        const float ge = entries[e].g;
-        const float* hr = h.row(entries[e].row);
+      for (int64_t i = groups.ptr[static_cast<size_t>(u)]; i < groups.ptr[static_cast<size_t>(u) + 1]; ++i) {
+        const float ge = grad[static_cast<size_t>(groups.entry[static_cast<size_t>(i)])];
+        const float* hr = h.row(groups.row[static_cast<size_t>(i)]);
         for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
         gb += ge;
       }
-      host_.update_row(entries[first].label, d_, g.data(), gb, step);
+      host_.update_row(groups.labels[static_cast<size_t>(u)], d_, g.data(), gb, step);
     }
   }
 }
