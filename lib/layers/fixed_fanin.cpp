@@ -14,6 +14,7 @@
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"
 #include "layers/fixed_fanin_cuda.h"
+#include "layers/param_refs.h"
 #include "model/dropout.h"
 
 namespace xmc {
@@ -496,17 +497,9 @@ void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
   XMC_CHECK(!gpu_ || staged_, "state() of a device fixed_fanin layer before sync_state(to_host)");
   const int64_t n = num_labels(), f = fan_in_, d = input_dim();
-  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.data()},
-                                {"output/weight", {n, f}, w_.data()},
-                                {"output/bias", {n}, b_.data()}};
-  if (w_s1_.size()) {
-    out.push_back({"output/weight_opt1", {n, f}, w_s1_.data()});
-    out.push_back({"output/bias_opt1", {n}, b_s1_.data()});
-  }
-  if (w_s2_.size()) {
-    out.push_back({"output/weight_opt2", {n, f}, w_s2_.data()});
-    out.push_back({"output/bias_opt2", {n}, b_s2_.data()});
-  }
+  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.data()}};
+  append_weight_bias_refs(out, n, f, w_.data(), b_.data(), data_or_null(w_s1_),
+                          data_or_null(b_s1_), data_or_null(w_s2_), data_or_null(b_s2_));
   if (inter_) {
     out.push_back({"output/intermediate/weight", {m_, d}, p_.data()});
     out.push_back({"output/intermediate/bias", {m_}, p_.data() + m_ * d});

@@ -16,6 +16,7 @@
 #include "kernels/encoder_ops_cuda.h"  // bias_activation, activation_grad, multiply_mask
 #include "kernels/fixed_fanin_ops.h"   // transpose
 #include "kernels/group_shared_ops.h"
+#include "layers/param_refs.h"
 #include "layers/weight_init.h"
 #include "model/dropout.h"
 #include "model/optimizer_state.h"
@@ -889,16 +890,7 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
     float* ws2 = gpu_ ? gs_ptr(st.w_s2) : gs_at(w_s2_, 0);
     float* bs2 = gpu_ ? gs_ptr(st.b_s2) : gs_at(b_s2_, 0);
     out.push_back({"output/indices", {groups_, f}, idx});
-    out.push_back({"output/weight", {t, f}, w});
-    out.push_back({"output/bias", {t}, b});
-    if (ws1) {
-      out.push_back({"output/weight_opt1", {t, f}, ws1});
-      out.push_back({"output/bias_opt1", {t}, bs1});
-    }
-    if (ws2) {
-      out.push_back({"output/weight_opt2", {t, f}, ws2});
-      out.push_back({"output/bias_opt2", {t}, bs2});
-    }
+    append_weight_bias_refs(out, t, f, w, b, ws1, bs1, ws2, bs2);
     tail_proj_.append_state(out, "output/tail_projection");
   }
   return out;

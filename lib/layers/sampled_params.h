@@ -8,6 +8,7 @@
 
 #include "core/memory_ledger.h"
 #include "core/tensor_ref.h"
+#include "layers/param_refs.h"
 #include "layers/sampled_cuda.h"
 #include "model/optimizer.h"
 #include "model/optimizer_state.h"
@@ -55,35 +56,23 @@ struct SampledHostParams {
   static float* at(HostBuffer<float>& s, int64_t o) { return s.size() ? s.data() + o : nullptr; }
 };
 
-// "output/weight" [n×d], "output/bias" [n], then "output/weight_opt1", "output/bias_opt1",
-// "output/weight_opt2", "output/bias_opt2" for the state arrays that exist (null = none).
-inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d, float* w, float* b,
-                                                 float* w1, float* b1, float* w2, float* b2) {
-  std::vector<TensorRef> out = {{"output/weight", {n, d}, w}, {"output/bias", {n}, b}};
-  if (w1) {
-    out.push_back({"output/weight_opt1", {n, d}, w1});
-    out.push_back({"output/bias_opt1", {n}, b1});
-  }
-  if (w2) {
-    out.push_back({"output/weight_opt2", {n, d}, w2});
-    out.push_back({"output/bias_opt2", {n}, b2});
-  }
-  return out;
-}
-
-// The same names over a device layer's host copies.
+// The checkpoint names (append_weight_bias_refs) over a device layer's host copies.
 inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d,
                                                  SampledCudaBlock::HostState& st) {
   auto p = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  return sampled_param_refs(n, d, st.weight.data(), st.bias.data(), p(st.weight_opt1),
-                            p(st.bias_opt1), p(st.weight_opt2), p(st.bias_opt2));
+  std::vector<TensorRef> out;
+  append_weight_bias_refs(out, n, d, st.weight.data(), st.bias.data(), p(st.weight_opt1),
+                          p(st.bias_opt1), p(st.weight_opt2), p(st.bias_opt2));
+  return out;
 }
 
 // ... and over a CPU layer's arrays.
 inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d, SampledHostParams& hp) {
   auto p = [](HostBuffer<float>& v) { return v.size() ? v.data() : nullptr; };
-  return sampled_param_refs(n, d, hp.w.data(), hp.b.data(), p(hp.w_s1), p(hp.b_s1), p(hp.w_s2),
-                            p(hp.b_s2));
+  std::vector<TensorRef> out;
+  append_weight_bias_refs(out, n, d, hp.w.data(), hp.b.data(), p(hp.w_s1), p(hp.b_s1),
+                          p(hp.w_s2), p(hp.b_s2));
+  return out;
 }
 
 }  // namespace xmc

@@ -1,0 +1,30 @@
+#pragma once
+// Checkpoint names of an output layer's per-label weights, bias and their optimizer state,
+// shared by every backend that keeps them as separate arrays (fixed_fanin, group_shared's
+// tail, lsh_sampled, anns_sampled), so that the names cannot drift apart.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor_ref.h"
+
+namespace xmc {
+
+// Appends "output/weight" [rows×cols], "output/bias" [rows], then "output/weight_opt1",
+// "output/bias_opt1", "output/weight_opt2", "output/bias_opt2" for the state arrays that
+// exist (w1 / w2 null = no such state).
+inline void append_weight_bias_refs(std::vector<TensorRef>& out, int64_t rows, int64_t cols,
+                                    float* w, float* b, float* w1, float* b1, float* w2,
+                                    float* b2) {
+  out.push_back({"output/weight", {rows, cols}, w});
+  out.push_back({"output/bias", {rows}, b});
+  if (w1) {
+    out.push_back({"output/weight_opt1", {rows, cols}, w1});
+    out.push_back({"output/bias_opt1", {rows}, b1});
+  }
+  if (w2) {
+    out.push_back({"output/weight_opt2", {rows, cols}, w2});
+    out.push_back({"output/bias_opt2", {rows}, b2});
+  }
+}
+
+}  // namespace xmc
