@@ -1,6 +1,7 @@
 // Backend `fixed_fanin`: equivalence with a dense layer under the same mask, finite
 // differences (with and without the intermediate layer), rewiring invariants and
-// determinism, ledger = analytic size, exact top-k, and an end-to-end training run.
+// determinism, ledger = analytic size, exact top-k, an end-to-end training run, input
+// dropout, and which parameters adamw decays.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -576,4 +577,54 @@ TEST_CASE("fixed fan-in input dropout zeroes the gradient of dropped inputs") {
     if (p == 0.0) CHECK(frac < 0.01);
     else CHECK(std::abs(frac - p) < 0.05);
   }
+}
+
+TEST_CASE("fixed fan-in adamw decays the sparse and intermediate weights, not the label bias") {
+  // One step from the same start with adam and with adamw: the gradient and the Adam term
+  // are the same, so the two differ by exactly the decoupled decay lr·wd·p_old — on the
+  // sparse weights and the intermediate layer (weights and bias), and not at all on the
+  // label bias.
+  const int64_t batch = 4, d = 9, num_labels = 7;
+  const double lr = 0.01, wd = 0.5;
+  Context ctx(Device::cpu, 2);
+  LayerInit init = make_init(ctx, d, num_labels, batch);
+  init.optim.type = OptimizerType::adam;
+  init.optim.lr = lr;
+  FixedFaninConfig cfg;
+  cfg.fan_in = 3;
+  cfg.intermediate = 5;
+  FixedFaninLayer adam(init, cfg);
+  init.optim.type = OptimizerType::adamw;
+  init.optim.weight_decay = wd;
+  FixedFaninLayer adamw(init, cfg);
+  // Both biases start at zero, where decay is invisible: give them the same nonzero values.
+  for (FixedFaninLayer* layer : {&adam, &adamw})
+    for (const auto& t : layer->state())
+      if (t.name == "output/bias" || t.name == "output/intermediate/bias") {
+        float* p = std::get<float*>(t.data);
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0.1f * static_cast<float>(i + 1);
+      }
+  const Ref r = snapshot(adam);
+  auto h = random_h(batch, d, 11, 3.0);
+  std::vector<float> dh(h.size());
+  for (FixedFaninLayer* layer : {&adam, &adamw})
+    layer->train_step(kBatch, ConstMatrix(h.data(), batch, d), Matrix(dh.data(), batch, d),
+                      {lr, 1});
+  auto sa = adam.state(), sw = adamw.state();
+  auto check_decay = [&](const std::string& name, const std::vector<double>& before,
+                         double factor) {
+    auto a = floats(sa, name), w = floats(sw, name);
+    REQUIRE(a.size() == before.size());
+    int64_t moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(name << " [" << i << "]");
+      CHECK(a[i] - w[i] == Approx(factor * before[i]).margin(1e-6));
+      moved += a[i] != w[i];
+    }
+    return moved;
+  };
+  CHECK(check_decay("output/weight", r.w, lr * wd) > 0);
+  CHECK(check_decay("output/intermediate/weight", r.p, lr * wd) > 0);
+  CHECK(check_decay("output/intermediate/bias", r.c, lr * wd) > 0);
+  CHECK(check_decay("output/bias", r.bias, 0.0) == 0);
 }
