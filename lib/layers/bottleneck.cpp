@@ -6,6 +6,7 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/dense_ops_cuda.h"
+#include "layers/param_refs.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -69,9 +70,8 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     StepStats s = block_.train_step(batch.labels, u, du, lr);
     gpu::gemm_nn(*gpu_, du, p, dh);
     gpu::gemm_tn(*gpu_, du, h, Matrix(dp_dev_.data(), dim_, d));
-    auto state = [](gpu::DeviceBuffer<float>& buf) { return buf.size() ? buf.data() : nullptr; };
     gpu::optimizer_update(*gpu_, optim_, lr.lr, lr.step, p_dev_.data(), dp_dev_.data(),
-                          state(p_s1_dev_), state(p_s2_dev_), dim_ * d);
+                          data_or_null(p_s1_dev_), data_or_null(p_s2_dev_), dim_ * d);
     return s;
   }
   ConstMatrix p(p_.data(), dim_, d);
@@ -83,9 +83,8 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   kernels::gemm_nn(du, p, dh);
   Matrix dp(dp_.data(), dim_, d);
   kernels::gemm_tn(du, h, dp);
-  auto state = [](HostBuffer<float>& buf) { return buf.size() ? buf.data() : nullptr; };
-  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), state(p_s1_), state(p_s2_),
-                   dim_ * d);
+  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
+                   data_or_null(p_s2_), dim_ * d);
   return s;
 }
 
@@ -130,14 +129,14 @@ TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
 std::vector<TensorRef> BottleneckLayer::state_impl() {
   auto out = block_.state("output/dense/");
   float* p = p_.data();
-  float* s1 = p_s1_.size() ? p_s1_.data() : nullptr;
-  float* s2 = p_s2_.size() ? p_s2_.data() : nullptr;
+  float* s1 = data_or_null(p_s1_);
+  float* s2 = data_or_null(p_s2_);
   if (gpu_) {
     XMC_CHECK(staging_.staged(), "state() of a device bottleneck before sync_state(to_host)");
     BufferCopies& c = staging_.state();  // projection, its optimizer states
     p = c[0].data();
-    s1 = c[1].empty() ? nullptr : c[1].data();
-    s2 = c[2].empty() ? nullptr : c[2].data();
+    s1 = data_or_null(c[1]);
+    s2 = data_or_null(c[2]);
   }
   out.push_back({"output/projection", {dim_, input_dim()}, p});
   if (s1) out.push_back({"output/projection_opt1", {dim_, input_dim()}, s1});

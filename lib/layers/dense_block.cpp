@@ -7,6 +7,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "layers/param_refs.h"
 #include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
@@ -99,14 +100,13 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
 
 void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
   const int64_t off = row0 * d_;
-  auto state = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
-  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), state(w_s1_, off),
-                   state(w_s2_, off), rows * d_);
+  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), data_or_null(w_s1_, off),
+                   data_or_null(w_s2_, off), rows * d_);
   // No weight decay on the bias.
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;
-  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(), state(b_s1_, row0),
-                   state(b_s2_, row0), rows);
+  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(),
+                   data_or_null(b_s1_, row0), data_or_null(b_s2_, row0), rows);
 }
 
 void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {

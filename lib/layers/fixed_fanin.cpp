@@ -26,8 +26,6 @@ HostBuffer<float> maybe_buffer(MemoryLedger& ledger, MemTag tag, bool needed, in
   return HostBuffer<float>(ledger, tag, static_cast<size_t>(n));
 }
 
-float* data_or_null(HostBuffer<float>& b) { return b.size() ? b.data() : nullptr; }
-
 // Stream ids, so that the layer's random draws do not collide with each other.
 constexpr uint64_t kIndexStream = 0xf1f0'0001ULL;
 constexpr uint64_t kWeightStream = 0xf1f0'0002ULL;
@@ -308,13 +306,12 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 
 void FixedFaninLayer::update_labels(int64_t l0, int64_t n, const LrState& lr) {
   const int64_t off = l0 * fan_in_;
-  auto state = [](HostBuffer<float>& b, int64_t o) { return b.size() ? b.data() + o : nullptr; };
-  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), state(w_s1_, off),
-                   state(w_s2_, off), n * fan_in_);
+  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), data_or_null(w_s1_, off),
+                   data_or_null(w_s2_, off), n * fan_in_);
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
-  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l0, db_.data(), state(b_s1_, l0),
-                   state(b_s2_, l0), n);
+  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l0, db_.data(), data_or_null(b_s1_, l0),
+                   data_or_null(b_s2_, l0), n);
 }
 
 ConstMatrix FixedFaninLayer::eval_input_t(ConstMatrix h, std::vector<float>& buf) const {

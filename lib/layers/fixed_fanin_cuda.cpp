@@ -11,6 +11,7 @@
 #include "core/gpu.h"
 #include "kernels/encoder_ops_cuda.h"
 #include "kernels/sparse_ops_cuda.h"
+#include "layers/param_refs.h"
 
 namespace xmc {
 
@@ -22,11 +23,6 @@ template <class T>
 DeviceBuffer<T> ffgpu_buffer(MemoryLedger& ledger, MemTag tag, bool needed, int64_t n) {
   if (!needed || n <= 0) return {};
   return DeviceBuffer<T>(ledger, tag, static_cast<size_t>(n));
-}
-
-template <class T>
-T* ffgpu_at(DeviceBuffer<T>& b, int64_t off = 0) {
-  return b.size() ? b.data() + off : nullptr;
 }
 
 }  // namespace
@@ -203,11 +199,11 @@ StepStats FixedFaninCuda::train_step(const CsrMatrix& targets, ConstMatrix h, Ma
     mark(&FixedFaninTimings::backward_weight);
     const int64_t off = c0 * f;
     gpu::optimizer_update(ctx, optim_, lr.lr, lr.step, w_.data() + off, dw_.data(),
-                          ffgpu_at(w_s1_, off), ffgpu_at(w_s2_, off), c * f);
+                          data_or_null(w_s1_, off), data_or_null(w_s2_, off), c * f);
     OptimizerConfig bias_cfg = optim_;
     bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
     gpu::optimizer_update(ctx, bias_cfg, lr.lr, lr.step, b_.data() + c0, db_.data(),
-                          ffgpu_at(b_s1_, c0), ffgpu_at(b_s2_, c0), c);
+                          data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
     mark(&FixedFaninTimings::update);
   }
 
@@ -219,8 +215,8 @@ StepStats FixedFaninCuda::train_step(const CsrMatrix& targets, ConstMatrix h, Ma
     gpu::gemm_tn(ctx, dz, x, Matrix(dp_.data(), m, d));
     gpu::column_sums(ctx, dz, dp_.data() + m * d);
     gpu::gemm_nn(ctx, dz, p, dh);
-    gpu::optimizer_update(ctx, optim_, lr.lr, lr.step, p_.data(), dp_.data(), ffgpu_at(p_s1_),
-                          ffgpu_at(p_s2_), static_cast<int64_t>(p_.size()));
+    gpu::optimizer_update(ctx, optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
+                          data_or_null(p_s2_), static_cast<int64_t>(p_.size()));
   }
   if (s_.dropout) gpu::multiply_mask(ctx, dh, mask_.data(), dh);
   mark(&FixedFaninTimings::intermediate_backward);

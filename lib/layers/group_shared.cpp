@@ -40,10 +40,6 @@ HostBuffer<float> gs_buffer(MemoryLedger& ledger, MemTag tag, int64_t n) {
   return HostBuffer<float>(ledger, tag, static_cast<size_t>(n));
 }
 
-float* gs_at(HostBuffer<float>& b, int64_t offset) { return b.size() ? b.data() + offset : nullptr; }
-
-float* gs_ptr(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
-
 // m = 0 (a DEVICE view) on `stream`.
 void gs_zero_device(Matrix m, gpu::Stream stream) {
   if (m.empty()) return;
@@ -169,14 +165,15 @@ void GroupSharedProjection::backward_update(ConstMatrix x, Matrix dh, float beta
   kernels::gemm_nn(du, p, dh, 1.0f, beta);
   kernels::gemm_tn(du, x, Matrix(dp_.data(), out_, in_));
   kernels::column_sums(du, dp_.data() + out_ * in_);
-  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), gs_at(s1_, 0), gs_at(s2_, 0), pn);
+  optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(s1_),
+                   data_or_null(s2_), pn);
 }
 
 void GroupSharedProjection::append_state(std::vector<TensorRef>& out, const std::string& prefix) {
   if (out_ <= 0) return;
   float* p = p_.data();
-  float* s1 = s1_.size() ? s1_.data() : nullptr;
-  float* s2 = s2_.size() ? s2_.data() : nullptr;
+  float* s1 = data_or_null(s1_);
+  float* s2 = data_or_null(s2_);
   if (cuda_) {
     XMC_CHECK(staging_.staged(), "state() of a device projection before sync_state(to_host)");
     BufferCopies& c = staging_.state();  // parameters, their optimizer states
@@ -311,7 +308,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     dw_ = gs_buffer(ledger, MemTag::workspace, chunk_ * f);
     db_ = gs_buffer(ledger, MemTag::workspace, chunk_);
     draw_tail_indices(idx_.data());
-    init_tail_weights(w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
+    init_tail_weights(w_.data(), data_or_null(w_s1_), data_or_null(w_s2_));
   }
   if (dropout_ > 0.0) {
     // The mask is drawn on the host on both devices (the same draws); the GPU copies it.
@@ -495,12 +492,12 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
 
 void GroupSharedLayer::update_tail(int64_t r0, int64_t n, const LrState& lr) {
   const int64_t wo = r0 * fan_in_;
-  optimizer_update(optim_, lr.lr, lr.step, w_.data() + wo, dw_.data(), gs_at(w_s1_, wo),
-                   gs_at(w_s2_, wo), n * fan_in_);
+  optimizer_update(optim_, lr.lr, lr.step, w_.data() + wo, dw_.data(), data_or_null(w_s1_, wo),
+                   data_or_null(w_s2_, wo), n * fan_in_);
   OptimizerConfig no_decay = optim_;  // biases get no weight decay
   no_decay.weight_decay = 0.0;
-  optimizer_update(no_decay, lr.lr, lr.step, b_.data() + r0, db_.data(), gs_at(b_s1_, r0),
-                   gs_at(b_s2_, r0), n);
+  optimizer_update(no_decay, lr.lr, lr.step, b_.data() + r0, db_.data(), data_or_null(b_s1_, r0),
+                   data_or_null(b_s2_, r0), n);
 }
 
 GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const {
@@ -717,19 +714,20 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   // down and up, s = optimizer state arrays.
   GroupSharedTailCuda::HostState st;
   if (gpu_) st = tail_gpu_->download();
-  float* bias[3] = {gpu_ ? gs_ptr(st.b) : gs_at(b_, 0), gpu_ ? gs_ptr(st.b_s1) : gs_at(b_s1_, 0),
-                    gpu_ ? gs_ptr(st.b_s2) : gs_at(b_s2_, 0)};
+  float* bias[3] = {gpu_ ? data_or_null(st.b) : data_or_null(b_),
+                    gpu_ ? data_or_null(st.b_s1) : data_or_null(b_s1_),
+                    gpu_ ? data_or_null(st.b_s2) : data_or_null(b_s2_)};
   for (float* b : bias) {
     if (!b) continue;
     const std::vector<float> prev(b, b + t);
     for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
   }
   if (gpu_) {
-    init_tail_weights(st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
+    init_tail_weights(st.w.data(), data_or_null(st.w_s1), data_or_null(st.w_s2));
     st.idx.clear();  // unchanged
     tail_gpu_->upload(st);
   } else {
-    init_tail_weights(w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
+    init_tail_weights(w_.data(), data_or_null(w_s1_), data_or_null(w_s2_));
   }
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
@@ -799,11 +797,12 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
     // their moments down, the CPU code, the same up — K·F·4 + T·F·(w + 4s) bytes each
     // way (w = 4 fp32 | 2 bf16 weights, s = optimizer state arrays); biases stay.
     GroupSharedTailCuda::HostState st = tail_gpu_->download(/*bias=*/false);
-    out.pruned =
-        rewire_arrays(step, k, st.idx.data(), st.w.data(), gs_ptr(st.w_s1), gs_ptr(st.w_s2));
+    out.pruned = rewire_arrays(step, k, st.idx.data(), st.w.data(), data_or_null(st.w_s1),
+                               data_or_null(st.w_s2));
     tail_gpu_->upload(st);
   } else {
-    out.pruned = rewire_arrays(step, k, idx_.data(), w_.data(), gs_at(w_s1_, 0), gs_at(w_s2_, 0));
+    out.pruned =
+        rewire_arrays(step, k, idx_.data(), w_.data(), data_or_null(w_s1_), data_or_null(w_s2_));
   }
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
@@ -885,10 +884,10 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
     uint32_t* idx = gpu_ ? st.idx.data() : idx_.data();
     float* w = gpu_ ? st.w.data() : w_.data();
     float* b = gpu_ ? st.b.data() : b_.data();
-    float* ws1 = gpu_ ? gs_ptr(st.w_s1) : gs_at(w_s1_, 0);
-    float* bs1 = gpu_ ? gs_ptr(st.b_s1) : gs_at(b_s1_, 0);
-    float* ws2 = gpu_ ? gs_ptr(st.w_s2) : gs_at(w_s2_, 0);
-    float* bs2 = gpu_ ? gs_ptr(st.b_s2) : gs_at(b_s2_, 0);
+    float* ws1 = gpu_ ? data_or_null(st.w_s1) : data_or_null(w_s1_);
+    float* bs1 = gpu_ ? data_or_null(st.b_s1) : data_or_null(b_s1_);
+    float* ws2 = gpu_ ? data_or_null(st.w_s2) : data_or_null(w_s2_);
+    float* bs2 = gpu_ ? data_or_null(st.b_s2) : data_or_null(b_s2_);
     out.push_back({"output/indices", {groups_, f}, idx});
     append_weight_bias_refs(out, t, f, w, b, ws1, bs1, ws2, bs2);
     tail_proj_.append_state(out, "output/tail_projection");

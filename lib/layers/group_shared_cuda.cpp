@@ -9,17 +9,9 @@
 
 #include "core/error.h"
 #include "kernels/sparse_ops_cuda.h"
+#include "layers/param_refs.h"
 
 namespace xmc {
-
-namespace {
-
-template <class T>
-T* gs_cuda_at(gpu::DeviceBuffer<T>& b, int64_t offset) {
-  return b.size() ? b.data() + offset : nullptr;
-}
-
-}  // namespace
 
 GroupSharedTailCuda::GroupSharedTailCuda(gpu::CudaContext& ctx, int64_t tail, int64_t group,
                                          int64_t fan_in, int64_t m, int64_t max_batch,
@@ -217,15 +209,15 @@ StepStats GroupSharedTailCuda::train_step(const CsrMatrix& targets, int64_t lo, 
                                          1ULL
                                    : 0;
       gpu::optimizer_update(*ctx_, optim_, lr.lr, lr.step, w16_.data() + wo, dw_.data(),
-                            gs_cuda_at(w_s1_, wo), gs_cuda_at(w_s2_, wo), c * f_, sr_seed);
+                            data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f_, sr_seed);
     } else {
       gpu::group_shared_input_grad(*ctx_, idx, w_.data() + wo, c, g_, f_, z, du);
       gpu::group_shared_weight_grad(*ctx_, idx, c, g_, f_, z, ut, dw_.data(), db_.data());
       gpu::optimizer_update(*ctx_, optim_, lr.lr, lr.step, w_.data() + wo, dw_.data(),
-                            gs_cuda_at(w_s1_, wo), gs_cuda_at(w_s2_, wo), c * f_);
+                            data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f_);
     }
     gpu::optimizer_update(*ctx_, bias_cfg, lr.lr, lr.step, b_.data() + c0, db_.data(),
-                          gs_cuda_at(b_s1_, c0), gs_cuda_at(b_s2_, c0), c);
+                          data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
   }
   gpu::LossAccum acc;
   acc_.download(&acc, 1, s);

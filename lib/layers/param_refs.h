@@ -1,13 +1,21 @@
 #pragma once
 // Checkpoint names of an output layer's per-label weights, bias and their optimizer state,
 // shared by every backend that keeps them as separate arrays (fixed_fanin, group_shared's
-// tail, lsh_sampled, anns_sampled), so that the names cannot drift apart.
+// tail, lsh_sampled, anns_sampled), so that the names cannot drift apart; and the
+// optional-array pointer (null where the optimizer keeps no state) every layer passes on.
 #include <cstdint>
 #include <vector>
 
 #include "core/tensor_ref.h"
 
 namespace xmc {
+
+// An optional array (HostBuffer, std::vector or DeviceBuffer) at offset o, or null where
+// it is empty (e.g. optimizer state the optimizer does not keep).
+template <class Buf>
+auto* data_or_null(Buf& b, int64_t o = 0) {
+  return b.size() ? b.data() + o : nullptr;
+}
 
 // Appends "output/weight" [rows×cols], "output/bias" [rows], then "output/weight_opt1",
 // "output/bias_opt1", "output/weight_opt2", "output/bias_opt2" for the state arrays that

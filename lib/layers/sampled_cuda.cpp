@@ -8,6 +8,7 @@
 #include "kernels/dense_ops_cuda.h"
 #include "kernels/encoder_ops_cuda.h"
 #include "kernels/sparse_ops_cuda.h"
+#include "layers/param_refs.h"
 
 namespace xmc {
 
@@ -169,13 +170,12 @@ const std::vector<uint32_t>& SampledCudaBlock::train_step(const kernels::Candida
   gpu::sampled_input_grad(*ctx_, w_.data(), d_, dc, g_dev_.data(), dh);
   gpu::sampled_weight_grad(*ctx_, dgroups, g_dev_.data(), h, Matrix(dw_.data(), ng, d_),
                            db_.data());
-  auto at = [](gpu::DeviceBuffer<float>& b) { return b.size() ? b.data() : nullptr; };
-  gpu::optimizer_update_rows(*ctx_, optim_, lr.lr, lr.step, w_.data(), dw_.data(), at(w_s1_),
-                             at(w_s2_), dgroups.labels, ng, d_);
+  gpu::optimizer_update_rows(*ctx_, optim_, lr.lr, lr.step, w_.data(), dw_.data(),
+                             data_or_null(w_s1_), data_or_null(w_s2_), dgroups.labels, ng, d_);
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;  // no weight decay on the bias, as on the CPU
-  gpu::optimizer_update_rows(*ctx_, bias_cfg, lr.lr, lr.step, b_.data(), db_.data(), at(b_s1_),
-                             at(b_s2_), dgroups.labels, ng, 1);
+  gpu::optimizer_update_rows(*ctx_, bias_cfg, lr.lr, lr.step, b_.data(), db_.data(),
+                             data_or_null(b_s1_), data_or_null(b_s2_), dgroups.labels, ng, 1);
   touched_ = std::move(groups.labels);
   return touched_;
 }

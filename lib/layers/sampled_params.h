@@ -48,30 +48,26 @@ struct SampledHostParams {
   // row l of W, b and their state only, on the calling thread (no OpenMP region).
   void update_row(int64_t l, int64_t d, const float* g, float gb, const SampledRowStep& step) {
     const int64_t o = l * d;
-    step.w.apply(w.data() + o, g, at(w_s1, o), at(w_s2, o), d);
-    step.b.apply(b.data() + l, &gb, at(b_s1, l), at(b_s2, l), 1);
+    step.w.apply(w.data() + o, g, data_or_null(w_s1, o), data_or_null(w_s2, o), d);
+    step.b.apply(b.data() + l, &gb, data_or_null(b_s1, l), data_or_null(b_s2, l), 1);
   }
-
- private:
-  static float* at(HostBuffer<float>& s, int64_t o) { return s.size() ? s.data() + o : nullptr; }
 };
 
 // The checkpoint names (append_weight_bias_refs) over a device layer's host copies.
 inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d,
                                                  SampledCudaBlock::HostState& st) {
-  auto p = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   std::vector<TensorRef> out;
-  append_weight_bias_refs(out, n, d, st.weight.data(), st.bias.data(), p(st.weight_opt1),
-                          p(st.bias_opt1), p(st.weight_opt2), p(st.bias_opt2));
+  append_weight_bias_refs(out, n, d, st.weight.data(), st.bias.data(), data_or_null(st.weight_opt1),
+                          data_or_null(st.bias_opt1), data_or_null(st.weight_opt2),
+                          data_or_null(st.bias_opt2));
   return out;
 }
 
 // ... and over a CPU layer's arrays.
 inline std::vector<TensorRef> sampled_param_refs(int64_t n, int64_t d, SampledHostParams& hp) {
-  auto p = [](HostBuffer<float>& v) { return v.size() ? v.data() : nullptr; };
   std::vector<TensorRef> out;
-  append_weight_bias_refs(out, n, d, hp.w.data(), hp.b.data(), p(hp.w_s1), p(hp.b_s1),
-                          p(hp.w_s2), p(hp.b_s2));
+  append_weight_bias_refs(out, n, d, hp.w.data(), hp.b.data(), data_or_null(hp.w_s1),
+                          data_or_null(hp.b_s1), data_or_null(hp.w_s2), data_or_null(hp.b_s2));
   return out;
 }
 
