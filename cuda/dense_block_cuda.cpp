@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/rng.h"
 #include "layers/weight_init.h"
 
@@ -28,8 +29,6 @@ DenseBlockCuda::DenseBlockCuda(CudaContext& ctx, int64_t d, int64_t lo, int64_t 
       seed_(seed) {
   XMC_CHECK(d > 0 && n > 0 && max_batch > 0 && chunk > 0,
             "cuda dense block d={} n={} B={} chunk={}", d, n, max_batch, chunk);
-  XMC_CHECK(max_batch <= 65535, "cuda dense block: batch {} above the 65535-row grid limit",
-            max_batch);
   XMC_CHECK(!opts.stochastic_rounding || bf16(),
             "stochastic rounding needs bf16 weights (precision fp32 given)");
   auto& ledger = ctx.ledger();
@@ -233,7 +232,7 @@ void DenseBlockCuda::scores(ConstMatrix h, int64_t lo, Matrix out) {
 }
 
 TopK DenseBlockCuda::topk(ConstMatrix h, int k) {
-  XMC_CHECK(k >= 1 && k <= 64, "cuda top-k needs 1 <= k <= 64, got {}", k);
+  gpu::check_topk_k(k);
   XMC_CHECK(h.cols == d_, "cuda top-k: h has {} columns, d = {}", h.cols, d_);
   const auto s = ctx_->stream();
   const auto rk = static_cast<size_t>(h.rows * k);
@@ -302,8 +301,8 @@ void DenseBlockCuda::upload(const HostState& st) {
   const auto s = ctx_->stream();
   const auto wn = static_cast<size_t>(n_ * d_);
   auto check = [&](const std::vector<float>& v, size_t want, const char* name) {
-    XMC_CHECK(v.size() == want, "cuda dense upload: {} has {} values, expected {}", name,
-              v.size(), want);
+    XMC_CHECK(v.size() == want, "cuda dense upload: {} has {} values, expected {}", name, v.size(),
+              want);
   };
   check(st.weight, wn, "weight");
   check(st.bias, b_.size(), "bias");
@@ -316,7 +315,8 @@ void DenseBlockCuda::upload(const HostState& st) {
     for (int64_t r0 = 0; r0 < n_; r0 += chunk_) {
       const int64_t rows = std::min(chunk_, n_ - r0);
       dw_.upload(st.weight.data() + r0 * d_, static_cast<size_t>(rows * d_), s);
-      to_bf16(*ctx_, ConstMatrix(dw_.data(), rows, d_), Bf16Matrix(w16_.data() + r0 * d_, rows, d_));
+      to_bf16(*ctx_, ConstMatrix(dw_.data(), rows, d_),
+              Bf16Matrix(w16_.data() + r0 * d_, rows, d_));
       ctx_->synchronize();
     }
   } else {

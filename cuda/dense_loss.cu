@@ -3,11 +3,14 @@
 // the GEMM without bias, adds the bias, and overwrites the entry with dL/dz / B — one
 // read and one write of the chunk. Loss and zero counts are reduced per warp and added
 // to a device accumulator, so a training step reads back one small struct at its end.
+// Rows sit on grid.y, capped at 65535 blocks (core/launch_shape.h) with the kernels
+// striding over the rest, so no batch or chunk size is too large for a launch.
 #include <cuda_bf16.h>
 
 #include <cfloat>
 #include <cmath>
 
+#include "core/launch_shape.h"
 #include "cuda_check.h"
 #include "kernels/dense_ops_cuda.h"
 
@@ -51,14 +54,31 @@ __device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
   return v;
 }
 
-// One warp-level atomic per accumulator; every thread of the block must call it.
+// One atomic per accumulator and block: warp sums, then the block's warps summed by warp
+// 0 through shared memory. Every thread of the block must call it (it synchronises).
 __device__ __forceinline__ void add_to_accum(LossAccum* acc, double loss,
                                              unsigned long long zeros) {
+  __shared__ double s_loss[kThreads / 32];
+  __shared__ unsigned long long s_zeros[kThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   loss = warp_sum(loss);
   zeros = warp_sum(zeros);
-  if ((threadIdx.x & 31) == 0) {
-    if (loss != 0.0) atomicAdd(&acc->loss, loss);
-    if (zeros != 0) atomicAdd(&acc->zero_grads, zeros);
+  if (lane == 0) {
+    s_loss[warp] = loss;
+    s_zeros[warp] = zeros;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    constexpr int kWarps = kThreads / 32;
+    loss = lane < kWarps ? s_loss[lane] : 0.0;
+    zeros = lane < kWarps ? s_zeros[lane] : 0ull;
+    loss = warp_sum(loss);
+    zeros = warp_sum(zeros);
+    if (lane == 0) {
+      if (loss != 0.0) atomicAdd(&acc->loss, loss);
+      if (zeros != 0) atomicAdd(&acc->zero_grads, zeros);
+    }
   }
 }
 
@@ -72,45 +92,47 @@ __device__ __forceinline__ float sigmoid(float x) {
   return e / (1.0f + e);
 }
 
-// grid (column tiles, rows); z [rows×c] with leading dimension ld.
+// grid (column tiles, launch::grid_yz(rows)): block (x, y) handles rows y, y + gridDim.y,
+// ...; z [rows×c] with leading dimension ld.
 template <LossType T>
-__global__ void elementwise_kernel(float* __restrict__ z, int64_t c, int64_t ld,
+__global__ void elementwise_kernel(float* __restrict__ z, int64_t rows, int64_t c, int64_t ld,
                                    const float* __restrict__ bias,
                                    const int64_t* __restrict__ indptr,
                                    const uint32_t* __restrict__ indices, int64_t lo, float inv_b,
                                    LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16,
                                    int64_t ld16) {
-  const int64_t r = blockIdx.y;
-  const int64_t p0 = indptr[r];
-  const int64_t np = indptr[r + 1] - p0;
-  const uint32_t* pos_first = indices + p0;
-  float* row = z + r * ld;
   double loss = 0.0;
   unsigned long long zeros = 0;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
   const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const float x = row[j] + bias[j];
-    const bool pos = is_positive(pos_first, np, static_cast<uint32_t>(lo + j));
-    float g;
-    if constexpr (T == LossType::bce) {
-      // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
-      loss += static_cast<double>(softplus(x)) - (pos ? static_cast<double>(x) : 0.0);
-      g = sigmoid(x) - (pos ? 1.0f : 0.0f);
-    } else {
-      const float y = pos ? 1.0f : -1.0f;
-      const float m = 1.0f - y * x;
-      if (m > 0.0f) {
-        loss += static_cast<double>(m) * m;
-        g = -2.0f * y * m;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t p0 = indptr[r];
+    const int64_t np = indptr[r + 1] - p0;
+    const uint32_t* pos_first = indices + p0;
+    float* row = z + r * ld;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      const float x = row[j] + bias[j];
+      const bool pos = is_positive(pos_first, np, static_cast<uint32_t>(lo + j));
+      float g;
+      if constexpr (T == LossType::bce) {
+        // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
+        loss += static_cast<double>(softplus(x)) - (pos ? static_cast<double>(x) : 0.0);
+        g = sigmoid(x) - (pos ? 1.0f : 0.0f);
       } else {
-        g = 0.0f;  // margin met: exactly zero
+        const float y = pos ? 1.0f : -1.0f;
+        const float m = 1.0f - y * x;
+        if (m > 0.0f) {
+          loss += static_cast<double>(m) * m;
+          g = -2.0f * y * m;
+        } else {
+          g = 0.0f;  // margin met: exactly zero
+        }
       }
+      const float gf = g * inv_b;
+      row[j] = gf;
+      if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
+      if (gf == 0.0f) ++zeros;
     }
-    const float gf = g * inv_b;
-    row[j] = gf;
-    if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
-    if (gf == 0.0f) ++zeros;
   }
   add_to_accum(acc, loss, zeros);
 }
@@ -156,34 +178,38 @@ __global__ void softmax_accumulate_kernel(const float* __restrict__ z, int64_t c
   }
 }
 
-__global__ void softmax_grad_kernel(
-    float* __restrict__ z, int64_t c, int64_t ld, const float* __restrict__ bias,
-    const float* __restrict__ run_max, const float* __restrict__ run_sum,
-    const int64_t* __restrict__ indptr, const uint32_t* __restrict__ indices, int64_t lo,
-    float inv_b, LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16, int64_t ld16) {
-  const int64_t r = blockIdx.y;
-  const int64_t p0 = indptr[r];
-  const int64_t np = indptr[r + 1] - p0;
-  const uint32_t* pos_first = indices + p0;
-  float* row = z + r * ld;
-  const float lse = run_max[r] + logf(run_sum[r]);
-  const float t = np > 0 ? 1.0f / static_cast<float>(np) : 0.0f;
+__global__ void softmax_grad_kernel(float* __restrict__ z, int64_t c, int64_t ld,
+                                    const float* __restrict__ bias,
+                                    const float* __restrict__ run_max,
+                                    const float* __restrict__ run_sum,
+                                    const int64_t* __restrict__ indptr,
+                                    const uint32_t* __restrict__ indices, int64_t lo, float inv_b,
+                                    LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16,
+                                    int64_t ld16, int64_t rows) {
   double loss = 0.0;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
   const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    float gf = 0.0f;  // a row without positives has loss 0 and gradient 0
-    if (np > 0) {
-      const float x = row[j] + bias[j];
-      float g = expf(x - lse);
-      if (is_positive(pos_first, np, static_cast<uint32_t>(lo + j))) {
-        loss += static_cast<double>(t) * (static_cast<double>(lse) - x);  // -t·log p
-        g -= t;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t p0 = indptr[r];
+    const int64_t np = indptr[r + 1] - p0;
+    const uint32_t* pos_first = indices + p0;
+    float* row = z + r * ld;
+    const float lse = run_max[r] + logf(run_sum[r]);
+    const float t = np > 0 ? 1.0f / static_cast<float>(np) : 0.0f;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      float gf = 0.0f;  // a row without positives has loss 0 and gradient 0
+      if (np > 0) {
+        const float x = row[j] + bias[j];
+        float g = expf(x - lse);
+        if (is_positive(pos_first, np, static_cast<uint32_t>(lo + j))) {
+          loss += static_cast<double>(t) * (static_cast<double>(lse) - x);  // -t·log p
+          g -= t;
+        }
+        gf = g * inv_b;
       }
-      gf = g * inv_b;
+      row[j] = gf;
+      if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
     }
-    row[j] = gf;
-    if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
   }
   add_to_accum(acc, loss, 0ull);
 }
@@ -217,20 +243,23 @@ __global__ void column_sums_kernel(const float* __restrict__ a, int64_t rows, in
   }
 }
 
-__global__ void add_row_vector_kernel(float* __restrict__ m, int64_t cols, int64_t ld,
+// grid (column blocks, launch::grid_yz(rows)), both strided.
+__global__ void add_row_vector_kernel(float* __restrict__ m, int64_t rows, int64_t cols, int64_t ld,
                                       const float* __restrict__ bias) {
-  float* row = m + static_cast<int64_t>(blockIdx.y) * ld;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    row[j] += bias[j];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float* row = m + r * ld;
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      row[j] += bias[j];
+  }
 }
 
-__global__ void to_bf16_kernel(const float* __restrict__ src, int64_t cols, int64_t lds,
-                               __nv_bfloat16* __restrict__ dst, int64_t ldd) {
-  const int64_t r = blockIdx.y;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
+__global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int64_t cols,
+                               int64_t lds, __nv_bfloat16* __restrict__ dst, int64_t ldd) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
 }
 
 __global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst,
@@ -240,18 +269,21 @@ __global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ src, float* _
     dst[i] = __bfloat162float(src[i]);
 }
 
+// Column blocks of a grid-stride loop over cols (capped: the loop covers the rest).
 unsigned col_blocks(int64_t cols, int64_t per_block) {
-  const int64_t b = (cols + per_block - 1) / per_block;
-  return static_cast<unsigned>(b < 65535 ? b : 65535);
+  return launch::grid_yz(launch::ceil_div(cols, per_block));
 }
 
-void check_rows(int64_t rows) { XMC_CUDA_REQUIRE(rows >= 0 && rows <= 65535, rows); }
+// (column tiles of kColsPerBlock, row blocks) of the loss kernels.
+dim3 loss_grid(ConstMatrix logits) {
+  return dim3(launch::grid_x(launch::ceil_div(logits.cols, kColsPerBlock)),
+              launch::grid_yz(logits.rows));
+}
 
 void check_targets(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size) {
   XMC_CUDA_REQUIRE(logits.rows == t.rows, t.rows);
   XMC_CUDA_REQUIRE(batch_size > 0, batch_size);
   XMC_CUDA_REQUIRE(lo >= 0 && lo + logits.cols <= t.cols, lo + logits.cols);
-  check_rows(logits.rows);
 }
 
 void check_g16(ConstMatrix logits, Bf16Matrix g16) {
@@ -270,24 +302,23 @@ void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
   check_g16(logits, g_bf16);
   XMC_CUDA_REQUIRE(type != LossType::softmax, static_cast<int64_t>(type));
   if (logits.empty()) return;
-  const dim3 grid(static_cast<unsigned>((logits.cols + kColsPerBlock - 1) / kColsPerBlock),
-                  static_cast<unsigned>(logits.rows));
+  const dim3 grid = loss_grid(logits);
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   if (type == LossType::bce) {
     elementwise_kernel<LossType::bce><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
-        as_bf16(g_bf16.data), g_bf16.ld);
+        logits.data, logits.rows, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo,
+        inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
   } else {
     elementwise_kernel<LossType::squared_hinge><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
-        as_bf16(g_bf16.data), g_bf16.ld);
+        logits.data, logits.rows, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo,
+        inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
   }
   XMC_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t rows) {
   if (rows == 0) return;
-  softmax_reset_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
+  softmax_reset_kernel<<<launch::grid_x(launch::ceil_div(rows, kThreads)), kThreads, 0,
                          ctx.stream()>>>(stats.max, stats.sumexp, rows);
   XMC_CUDA_CHECK_LAUNCH();
 }
@@ -295,8 +326,8 @@ void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t row
 void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float* bias,
                         DeviceSoftmaxStats stats) {
   if (logits.empty()) return;
-  XMC_CUDA_REQUIRE(logits.rows <= 2147483647, logits.rows);
-  softmax_accumulate_kernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, ctx.stream()>>>(
+  XMC_CUDA_REQUIRE(logits.rows <= launch::kMaxGridX, logits.rows);
+  softmax_accumulate_kernel<<<launch::grid_x(logits.rows), kThreads, 0, ctx.stream()>>>(
       logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp);
   XMC_CUDA_CHECK_LAUNCH();
 }
@@ -307,28 +338,25 @@ void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
   check_targets(logits, targets, lo, batch_size);
   check_g16(logits, g_bf16);
   if (logits.empty()) return;
-  const dim3 grid(static_cast<unsigned>((logits.cols + kColsPerBlock - 1) / kColsPerBlock),
-                  static_cast<unsigned>(logits.rows));
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
-  softmax_grad_kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+  softmax_grad_kernel<<<loss_grid(logits), kThreads, 0, ctx.stream()>>>(
       logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
-      targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
+      targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld, logits.rows);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
 void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) {
   if (a.cols == 0) return;
   const dim3 block(kSumCols, kSumRowGroups);
-  column_sums_kernel<<<static_cast<unsigned>((a.cols + kSumCols - 1) / kSumCols), block, 0,
+  column_sums_kernel<<<launch::grid_x(launch::ceil_div(a.cols, kSumCols)), block, 0,
                        ctx.stream()>>>(a.data, a.rows, a.cols, a.ld, out);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
 void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias) {
   if (m.empty()) return;
-  check_rows(m.rows);
-  const dim3 grid(col_blocks(m.cols, kThreads), static_cast<unsigned>(m.rows));
-  add_row_vector_kernel<<<grid, kThreads, 0, ctx.stream()>>>(m.data, m.cols, m.ld, bias);
+  const dim3 grid(col_blocks(m.cols, kThreads), launch::grid_yz(m.rows));
+  add_row_vector_kernel<<<grid, kThreads, 0, ctx.stream()>>>(m.data, m.rows, m.cols, m.ld, bias);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
@@ -336,10 +364,9 @@ void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
   XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
   XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
   if (src.empty()) return;
-  check_rows(src.rows);
-  const dim3 grid(col_blocks(src.cols, kThreads), static_cast<unsigned>(src.rows));
-  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.cols, src.ld, as_bf16(dst.data),
-                                                      dst.ld);
+  const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
+  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.rows, src.cols, src.ld,
+                                                      as_bf16(dst.data), dst.ld);
   XMC_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 // masks, and the row gather / scatter around the fused optimizer update of touched rows.
 #include <cstdint>
 
+#include "core/launch_shape.h"
 #include "cuda_check.h"
 #include "kernels/encoder_ops_cuda.h"
 
@@ -12,55 +13,58 @@ namespace {
 
 constexpr int kEncThreads = 256;
 
-// Grid: x over rows (up to 2^31-1), y over column tiles of kEncThreads.
+// Grid: x over rows (up to 2^31-1), y over column tiles of kEncThreads, capped at 65535
+// (core/launch_shape.h): the kernels stride over the remaining tiles.
 dim3 enc_grid(int64_t rows, int64_t cols) {
-  XMC_CUDA_REQUIRE(rows >= 0 && rows <= 0x7fffffff, rows);
-  const int64_t tiles = (cols + kEncThreads - 1) / kEncThreads;
-  XMC_CUDA_REQUIRE(tiles <= 65535, cols);
-  return dim3(static_cast<unsigned>(rows), static_cast<unsigned>(tiles));
+  XMC_CUDA_REQUIRE(rows >= 0 && rows <= launch::kMaxGridX, rows);
+  return dim3(static_cast<unsigned>(rows), launch::grid_yz(launch::ceil_div(cols, kEncThreads)));
 }
 
 __global__ void enc_csr_forward_kernel(const int64_t* __restrict__ indptr,
                                        const uint32_t* __restrict__ indices,
-                                       const float* __restrict__ values, const float* __restrict__ w,
-                                       const float* __restrict__ bias, int64_t out, bool relu,
-                                       float* __restrict__ h, int64_t ldh) {
+                                       const float* __restrict__ values,
+                                       const float* __restrict__ w, const float* __restrict__ bias,
+                                       int64_t out, bool relu, float* __restrict__ h, int64_t ldh) {
   const int64_t r = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= out) return;
-  float acc = bias[j];
-  for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k)
-    acc += values[k] * w[static_cast<int64_t>(indices[k]) * out + j];
-  h[r * ldh + j] = relu ? fmaxf(acc, 0.0f) : acc;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < out;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    float acc = bias[j];
+    for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k)
+      acc += values[k] * w[static_cast<int64_t>(indices[k]) * out + j];
+    h[r * ldh + j] = relu ? fmaxf(acc, 0.0f) : acc;
+  }
 }
 
 __global__ void enc_bias_act_kernel(float* __restrict__ h, int64_t cols, int64_t ld,
                                     const float* __restrict__ bias, bool relu) {
   const int64_t r = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  const float v = h[r * ld + j] + bias[j];
-  h[r * ld + j] = relu ? fmaxf(v, 0.0f) : v;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    const float v = h[r * ld + j] + bias[j];
+    h[r * ld + j] = relu ? fmaxf(v, 0.0f) : v;
+  }
 }
 
 __global__ void enc_act_grad_kernel(bool relu, const float* __restrict__ h, int64_t ldh,
                                     const float* __restrict__ dh, int64_t lddh,
                                     float* __restrict__ dz, int64_t lddz, int64_t cols) {
   const int64_t r = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  const float g = dh[r * lddh + j];
-  dz[r * lddz + j] = (!relu || h[r * ldh + j] > 0.0f) ? g : 0.0f;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    const float g = dh[r * lddh + j];
+    dz[r * lddz + j] = (!relu || h[r * ldh + j] > 0.0f) ? g : 0.0f;
+  }
 }
 
 // src and dst may alias (no __restrict__).
 __global__ void enc_mask_kernel(const float* src, int64_t lds, const float* __restrict__ mask,
                                 float* dst, int64_t ldd, int64_t cols) {
   const int64_t r = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  const float v = src[r * lds + j];
-  dst[r * ldd + j] = mask ? v * mask[r * cols + j] : v;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    const float v = src[r * lds + j];
+    dst[r * ldd + j] = mask ? v * mask[r * cols + j] : v;
+  }
 }
 
 __global__ void enc_column_grad_kernel(const int64_t* __restrict__ start,
@@ -69,28 +73,31 @@ __global__ void enc_column_grad_kernel(const int64_t* __restrict__ start,
                                        const float* __restrict__ dz, int64_t lddz,
                                        float* __restrict__ g, int64_t ldg, int64_t out) {
   const int64_t u = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= out) return;
-  float acc = 0.0f;
-  for (int64_t e = start[u]; e < start[u + 1]; ++e)
-    acc += values[e] * dz[static_cast<int64_t>(rows[e]) * lddz + j];
-  g[u * ldg + j] = acc;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < out;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t e = start[u]; e < start[u + 1]; ++e)
+      acc += values[e] * dz[static_cast<int64_t>(rows[e]) * lddz + j];
+    g[u * ldg + j] = acc;
+  }
 }
 
 __global__ void enc_gather_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
                                   int64_t width, float* __restrict__ dst) {
   const int64_t u = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= width) return;
-  dst[u * width + j] = src[static_cast<int64_t>(rows[u]) * width + j];
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < width;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    dst[u * width + j] = src[static_cast<int64_t>(rows[u]) * width + j];
+  }
 }
 
 __global__ void enc_scatter_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
                                    int64_t width, float* __restrict__ dst) {
   const int64_t u = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= width) return;
-  dst[static_cast<int64_t>(rows[u]) * width + j] = src[u * width + j];
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < width;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    dst[static_cast<int64_t>(rows[u]) * width + j] = src[u * width + j];
+  }
 }
 
 }  // namespace
@@ -106,8 +113,8 @@ void csr_dense_forward(const CudaContext& ctx, const DeviceCsrValues& x, const f
 
 void bias_activation(const CudaContext& ctx, Matrix h, const float* bias, bool relu) {
   if (h.empty()) return;
-  enc_bias_act_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(
-      h.data, h.cols, h.ld, bias, relu);
+  enc_bias_act_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(h.data, h.cols,
+                                                                                  h.ld, bias, relu);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
@@ -129,7 +136,8 @@ void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, M
   XMC_CUDA_CHECK_LAUNCH();
 }
 
-void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz, Matrix g) {
+void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz,
+                     Matrix g) {
   XMC_CUDA_REQUIRE(g.rows == xt.count, g.rows);
   XMC_CUDA_REQUIRE(g.cols == dz.cols, g.cols);
   if (g.empty()) return;

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 
+#include "core/launch_shape.h"
 #include "cuda_check.h"
 #include "kernels/sparse_ops_cuda.h"
 
@@ -254,8 +255,10 @@ void ff_transpose(const CudaContext& ctx, ConstMatrix u, Out* ut, int64_t ut_row
   XMC_CUDA_REQUIRE(ut_cols == u.rows, ut_cols);
   XMC_CUDA_REQUIRE(ldt >= ut_cols, ldt);
   if (u.empty()) return;
+  // u holds one batch: its 32-row tiles fit on grid.y for any batch a config allows.
+  static_assert(launch::batch_tiles_fit(32));
   const int64_t by = (u.rows + 31) / 32;
-  XMC_CUDA_REQUIRE(by <= 65535, u.rows);
+  XMC_CUDA_REQUIRE(by <= launch::kMaxGridYZ, u.rows);
   const dim3 grid(static_cast<unsigned>((u.cols + 31) / 32), static_cast<unsigned>(by));
   ff_transpose_kernel<Out>
       <<<grid, dim3(32, 8), 0, ctx.stream()>>>(u.data, u.rows, u.cols, u.ld, ut, ldt);
@@ -303,8 +306,9 @@ void fixed_fanin_input_grad(const CudaContext& ctx, const uint32_t* idx, const f
   XMC_CUDA_REQUIRE(g.rows == du.rows, g.rows);
   if (n == 0 || g.rows == 0 || du.cols == 0) return;
   const int64_t m = du.cols;
+  static_assert(launch::batch_tiles_fit(32));  // tiles of one batch always fit on grid.y
   const int64_t batch_tiles = (g.rows + 31) / 32;
-  XMC_CUDA_REQUIRE(batch_tiles <= 65535, g.rows);
+  XMC_CUDA_REQUIRE(batch_tiles <= launch::kMaxGridYZ, g.rows);
   // Enough label slices for about four blocks per SM in all.
   const int64_t sms = ctx.info().multiprocessors > 0 ? ctx.info().multiprocessors : 80;
   const int64_t slices =

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "core/launch_shape.h"
 #include "cuda_check.h"
 #include "kernels/sparse_ops_cuda.h"
 
@@ -33,10 +34,13 @@ constexpr int kGsMaxFrags = 8;  // accumulator fragments per warp (64×256 / 256
 
 // ---------------------------------------------------------------------------------------
 // fp32 SIMT: acc[i][j] += sum_k a[k][ty*4 + i] · b[k][tx*4 + j]
-struct GsTiles {
+// 16-byte aligned: gs_simt_product reads it with float4 loads (a row is (64 + 4) floats,
+// a multiple of 16 bytes, so every row start stays aligned).
+struct __align__(16) GsTiles {
   float a[kGsKc][kGsTile + kGsPad];
   float b[kGsKc][kGsTile + kGsPad];
 };
+static_assert(alignof(GsTiles) >= 16 && ((kGsTile + kGsPad) * sizeof(float)) % 16 == 0);
 
 __device__ __forceinline__ void gs_simt_product(const GsTiles& s, float (&acc)[4][4], int tx,
                                                 int ty) {
@@ -505,9 +509,12 @@ void gs_check(const uint32_t* idx, int64_t n, int64_t group, int64_t fan_in, boo
   XMC_CUDA_REQUIRE(gs_groups(n, group) <= 2147483647, gs_groups(n, group));
 }
 
+// Batch tiles on grid.y (not strided: the block keeps its tile in shared memory); they fit
+// for any batch a config allows.
+static_assert(launch::batch_tiles_fit(kGsTile));
 unsigned gs_batch_tiles(int64_t batch) {
   const int64_t t = (batch + kGsTile - 1) / kGsTile;
-  XMC_CUDA_REQUIRE(t <= 65535, batch);
+  XMC_CUDA_REQUIRE(t <= launch::kMaxGridYZ, batch);
   return static_cast<unsigned>(t);
 }
 

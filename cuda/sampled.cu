@@ -11,6 +11,7 @@
 //   L×d buffer (dw is [U×d] over the U touched labels).
 #include <algorithm>
 
+#include "core/launch_shape.h"
 #include "cuda_check.h"
 #include "kernels/sparse_ops_cuda.h"
 
@@ -60,27 +61,28 @@ __global__ void __launch_bounds__(kSmpCols)
                           const int64_t* __restrict__ indptr, const uint32_t* __restrict__ labels,
                           const float* __restrict__ g, float* __restrict__ dh, int64_t ldh) {
   const int64_t b = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x;
-  if (j >= d) return;
   const int64_t e0 = indptr[b], e1 = indptr[b + 1];
-  float acc = 0.0f;
-  int64_t e = e0;
-  for (; e + 4 <= e1; e += 4) {
-    float gv[4], wv[4];
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x; j < d;
+       j += static_cast<int64_t>(gridDim.y) * kSmpCols) {
+    float acc = 0.0f;
+    int64_t e = e0;
+    for (; e + 4 <= e1; e += 4) {
+      float gv[4], wv[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) gv[q] = __ldg(g + e + q);
+      for (int q = 0; q < 4; ++q) gv[q] = __ldg(g + e + q);
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      wv[q] = gv[q] != 0.0f ? __ldg(w + static_cast<int64_t>(labels[e + q]) * d + j) : 0.0f;
+      for (int q = 0; q < 4; ++q)
+        wv[q] = gv[q] != 0.0f ? __ldg(w + static_cast<int64_t>(labels[e + q]) * d + j) : 0.0f;
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      if (gv[q] != 0.0f) acc = fmaf(gv[q], wv[q], acc);
+      for (int q = 0; q < 4; ++q)
+        if (gv[q] != 0.0f) acc = fmaf(gv[q], wv[q], acc);
+    }
+    for (; e < e1; ++e) {
+      const float gv = __ldg(g + e);
+      if (gv != 0.0f) acc = fmaf(gv, __ldg(w + static_cast<int64_t>(labels[e]) * d + j), acc);
+    }
+    dh[b * ldh + j] += acc;
   }
-  for (; e < e1; ++e) {
-    const float gv = __ldg(g + e);
-    if (gv != 0.0f) acc = fmaf(gv, __ldg(w + static_cast<int64_t>(labels[e]) * d + j), acc);
-  }
-  dh[b * ldh + j] += acc;
 }
 
 // grid (touched labels, column blocks).
@@ -90,23 +92,25 @@ __global__ void __launch_bounds__(kSmpCols)
                            const float* __restrict__ h, int64_t ldh, int64_t d,
                            float* __restrict__ dw, int64_t ldw, float* __restrict__ db) {
   const int64_t u = blockIdx.x;
-  const int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x;
   const int64_t i0 = ptr[u], i1 = ptr[u + 1];
   if (db != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
     float s = 0.0f;
     for (int64_t i = i0; i < i1; ++i) s += g[entry[i]];
     db[u] = s;
   }
-  if (j >= d) return;
-  float acc = 0.0f;
-  for (int64_t i = i0; i < i1; ++i) {
-    const float gv = __ldg(g + entry[i]);
-    if (gv != 0.0f) acc = fmaf(gv, __ldg(h + static_cast<int64_t>(row[i]) * ldh + j), acc);
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * kSmpCols + threadIdx.x; j < d;
+       j += static_cast<int64_t>(gridDim.y) * kSmpCols) {
+    float acc = 0.0f;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float gv = __ldg(g + entry[i]);
+      if (gv != 0.0f) acc = fmaf(gv, __ldg(h + static_cast<int64_t>(row[i]) * ldh + j), acc);
+    }
+    dw[u * ldw + j] = acc;
   }
-  dw[u * ldw + j] = acc;
 }
 
-unsigned smp_col_blocks(int64_t d) { return static_cast<unsigned>((d + kSmpCols - 1) / kSmpCols); }
+// Column blocks on grid.y, capped at 65535 (core/launch_shape.h): the kernels stride.
+unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, kSmpCols)); }
 
 }  // namespace
 
@@ -128,7 +132,6 @@ void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
   XMC_CUDA_REQUIRE(dh.rows == cand.rows, dh.rows);
   XMC_CUDA_REQUIRE(dh.cols == d, dh.cols);
   XMC_CUDA_REQUIRE(cand.rows <= 2147483647, cand.rows);
-  XMC_CUDA_REQUIRE(d <= int64_t{65535} * kSmpCols, d);
   if (cand.rows == 0 || d == 0) return;
   const dim3 grid(static_cast<unsigned>(cand.rows), smp_col_blocks(d));
   smp_input_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(w, d, cand.indptr, cand.labels, g,
@@ -141,7 +144,6 @@ void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& gro
   XMC_CUDA_REQUIRE(dw.rows == groups.groups, dw.rows);
   XMC_CUDA_REQUIRE(dw.cols == h.cols, dw.cols);
   XMC_CUDA_REQUIRE(groups.groups <= 2147483647, groups.groups);
-  XMC_CUDA_REQUIRE(h.cols <= int64_t{65535} * kSmpCols, h.cols);
   if (groups.groups == 0 || h.cols == 0) return;
   const dim3 grid(static_cast<unsigned>(groups.groups), smp_col_blocks(h.cols));
   smp_weight_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(

@@ -9,6 +9,7 @@
 
 #include "config/field_constraints.h"
 #include "config/output_spec.h"
+#include "core/launch_shape.h"
 
 namespace xmc {
 
@@ -213,7 +214,7 @@ struct TrainConfig {
   template <class V>
   void visit(V& v) {
     v.field("epochs", epochs, "Number of passes over the training data", Range{1, 100000});
-    v.field("batch_size", batch_size, "Points per mini-batch", Range{1, 1 << 20});
+    v.field("batch_size", batch_size, "Points per mini-batch", Range{1, launch::kMaxBatchRows});
     v.field("eval_every", eval_every,
             "Evaluate on the test set every N epochs; 0 = only at the end", Range{0, 100000});
     v.field("checkpoint_every", checkpoint_every,
@@ -233,7 +234,7 @@ struct EvalConfig {
   template <class V>
   void visit(V& v) {
     v.field("k", k, "Metrics are reported at 1..k", Range{1, 100});
-    v.field("batch_size", batch_size, "Test points per batch", Range{1, 1 << 20});
+    v.field("batch_size", batch_size, "Test points per batch", Range{1, launch::kMaxBatchRows});
     v.field("search", search, "Top-k search: exact, or through the HNSW index (anns_sampled)",
             Choices{"exact", "hnsw"});
     v.field("ef", ef, "hnsw: size of the search candidate list", Range{1, 1 << 20});

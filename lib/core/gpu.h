@@ -24,10 +24,18 @@ struct DeviceInfo {
 // Devices visible to the CUDA runtime; empty when the driver finds none.
 std::vector<DeviceInfo> query_devices();
 
+// Largest k of the GPU top-k (the merge stages 2k candidates per row in shared memory).
+inline constexpr int kMaxTopK = 4096;
+
+// k of a GPU top-k, from eval.k plus the filter's most labels per point: InputError
+// outside [1, kMaxTopK]. Host code (lib/core/gpu_limits.cpp), in every build.
+void check_topk_k(int k);
+
 // Row-wise top-k of a device matrix scores [rows×cols] (row-major, device pointer).
 // Writes out_scores [rows×k] and out_labels [rows×k] (device pointers), each row in
-// descending score order, labels = column + label_offset. 1 <= k <= 64. Ties: the lower
-// column wins. Runs on the default stream and synchronises.
+// ranks_before order (core/topk_order.h: score descending, ties to the lower column, NaN
+// as -inf), labels = column + label_offset. 1 <= k <= kMaxTopK. A row of fewer than k
+// columns ends with pads (-inf, UINT32_MAX). Runs on the default stream and synchronises.
 void topk_device(const float* scores, int64_t rows, int64_t cols, int k, int64_t label_offset,
                  float* out_scores, uint32_t* out_labels);
 
@@ -38,11 +46,10 @@ void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t l
 
 // Running top-k over label chunks (evaluation, predict), all pointers on the device, on
 // `stream`, no synchronisation. run_scores / run_labels [rows×k] hold each row's best k
-// so far, best first; topk_reset fills them with (-FLT_MAX, UINT32_MAX) pads.
+// so far, best first; topk_reset fills them with (-inf, UINT32_MAX) pads.
 // topk_merge_chunk takes the top-k of the chunk scores [rows×cols] (row stride ld,
-// labels = column + label_offset) into tmp_* [rows×k] and merges it into run_*. Order as
-// in eval/topk.h: score descending, ties to the lower label; the pad ranks last.
-// 1 <= k <= 64.
+// labels = column + label_offset) into tmp_* [rows×k] and merges it into run_*. Order:
+// ranks_before, the CPU's (eval/topk.h); the pad ranks last. 1 <= k <= kMaxTopK.
 void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CUstream_st* stream);
 void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
                       int64_t label_offset, float* tmp_scores, uint32_t* tmp_labels,

@@ -3,13 +3,15 @@
 // at once), and its conversions: from a predictions CSR, and a merge of two top-k lists
 // (label-sharded models).
 //
-// Order: score descending; equal scores -> the lower label id first. NaN scores rank as
-// -inf (a diverged model still gets a deterministic, if useless, ranking).
+// Order: ranks_before (core/topk_order.h): score descending; equal scores -> the lower
+// label id first; NaN scores rank as -inf (a diverged model still gets a deterministic, if
+// useless, ranking). The GPU top-k (cuda/topk.cu) uses the same function.
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "core/matrix.h"
+#include "core/topk_order.h"  // ranks_before: the order of every top-k, host and device
 
 namespace xmc {
 
@@ -28,15 +30,6 @@ struct TopK {
   uint32_t* row_labels(int64_t r) { return labels.data() + r * k; }
   float* row_scores(int64_t r) { return scores.data() + r * k; }
 };
-
-// True when (score a, label a) ranks strictly before (score b, label b).
-inline bool ranks_before(float score_a, uint32_t label_a, float score_b, uint32_t label_b) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (score_a != score_a) score_a = kNegInf;  // NaN
-  if (score_b != score_b) score_b = kNegInf;
-  if (score_a != score_b) return score_a > score_b;
-  return label_a < label_b;
-}
 
 // Keeps, for each of `rows` rows, the k best (label, score) candidates seen so far.
 // Per row a bounded heap [k] whose top is the worst kept candidate: O(log k) per

@@ -47,7 +47,7 @@ class DenseBlockCuda {
   // out [B×c] = scores of labels [lo, lo+c) (global lo within this block's range);
   // h and out are DEVICE views. Not const: the bf16 path rounds h into a workspace.
   void scores(ConstMatrix h, int64_t lo, Matrix out);
-  // Exact top-k (k <= 64) over the block's labels of every row of h [rows×d] (DEVICE
+  // Exact top-k (k <= gpu::kMaxTopK) over the block's labels of every row of h [rows×d] (DEVICE
   // view, any number of rows), streamed over label chunks with a running merge on the
   // device. Labels are global ids; pads as in eval/topk.h (kNoLabel, -inf).
   TopK topk(ConstMatrix h, int k);

@@ -27,14 +27,13 @@ DeviceBuffer<T> ffgpu_buffer(MemoryLedger& ledger, MemTag tag, bool needed, int6
 
 }  // namespace
 
-FixedFaninCuda::FixedFaninCuda(gpu::CudaContext& ctx, const FixedFaninShape& shape,
-                               LossType loss, const OptimizerConfig& optim)
+FixedFaninCuda::FixedFaninCuda(gpu::CudaContext& ctx, const FixedFaninShape& shape, LossType loss,
+                               const OptimizerConfig& optim)
     : ctx_(&ctx), s_(shape), loss_(loss), optim_(optim) {
   const int64_t n = s_.n, f = s_.fan_in, nf = n * f, d = s_.d, m = s_.m, bsz = s_.max_batch;
   XMC_CHECK(n > 0 && f > 0 && d > 0 && m > 0 && bsz > 0 && s_.chunk > 0,
             "cuda fixed fan-in: L={} F={} d={} m={} B={} chunk={}", n, f, d, m, bsz, s_.chunk);
   // The loss kernel and the input gradient put the batch rows on the grid's y dimension.
-  XMC_CHECK(bsz <= 65535, "cuda fixed fan-in: batch {} above the 65535-row grid limit", bsz);
   auto& ledger = ctx.ledger();
   const auto st = ctx.stream();
   const int states = optimizer_state_arrays(optim);
@@ -272,7 +271,7 @@ void FixedFaninCuda::scores(ConstMatrix h, int64_t lo, Matrix out) {
 }
 
 TopK FixedFaninCuda::topk(ConstMatrix h, int k) {
-  XMC_CHECK(k >= 1 && k <= 64, "cuda top-k needs 1 <= k <= 64, got {}", k);
+  gpu::check_topk_k(k);
   const auto st = ctx_->stream();
   const int64_t f = s_.fan_in;
   const auto rk = static_cast<size_t>(h.rows * k);
@@ -312,7 +311,7 @@ int64_t FixedFaninCuda::analytic_bytes() const {
   const int64_t states = optimizer_state_arrays(optim_);
   const int64_t pn = s_.intermediate ? m * d + m : 0;
   int64_t floats = (n * f + n) * (1 + states) + pn * (2 + states);  // params, state, dP
-  if (s_.dropout) floats += 3 * bsz * d;                             // xd, mask, pinned mask
+  if (s_.dropout) floats += 3 * bsz * d;                            // xd, mask, pinned mask
   if (s_.intermediate) floats += 2 * bsz * m;
   floats += m * bsz + bsz * c + c * f + c;
   return 4 * (floats + n * f)  // + indices (uint32)

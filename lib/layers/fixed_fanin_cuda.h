@@ -82,7 +82,7 @@ class FixedFaninCuda {
                        FixedFaninTimings& tm, bool time_ops);
   // out [rows×c] = scores of labels [lo, lo+c); h, out DEVICE views. Synchronises.
   void scores(ConstMatrix h, int64_t lo, Matrix out);
-  // Exact top-k (k <= 64) of every row of h (DEVICE view), streamed over label chunks with
+  // Exact top-k (k <= gpu::kMaxTopK) of every row of h (DEVICE view), streamed over label chunks with
   // the device merge. Synchronises.
   TopK topk(ConstMatrix h, int k);
 

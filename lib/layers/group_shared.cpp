@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/resources.h"
 #include "core/rng.h"
 #include "data/dataset.h"
@@ -634,7 +635,7 @@ TopK GroupSharedLayer::topk_gpu(ConstMatrix h, int k) const {
   // The device top-k runs over internal positions (label offset = the chunk's first
   // position, ties to the lower position, as the CPU's stream_topk); only the k kept
   // entries per row are mapped to original ids, on the host, as on the CPU.
-  XMC_CHECK(k >= 1 && k <= 64, "group_shared cuda top-k needs 1 <= k <= 64, got {}", k);
+  gpu::check_topk_k(k);
   XMC_CHECK(h.cols == input_dim(), "group_shared top-k: h has {} columns, d = {}", h.cols,
             input_dim());
   const int64_t n = num_labels();

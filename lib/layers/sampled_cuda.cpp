@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "kernels/dense_ops_cuda.h"
 #include "kernels/encoder_ops_cuda.h"
 #include "kernels/sparse_ops_cuda.h"
@@ -84,7 +85,8 @@ void SampledCudaBlock::reserve(int64_t rows, int64_t nnz, int64_t groups) {
   }
   if (groups > groups_cap_) {
     groups_cap_ = std::max(groups, std::min(2 * groups_cap_, n_));
-    dw_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(groups_cap_ * d_));
+    dw_ =
+        gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(groups_cap_ * d_));
     db_ = gpu::DeviceBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(groups_cap_));
   }
   rows_cap_ = std::max(rows, rows_cap_);
@@ -202,12 +204,13 @@ void SampledCudaBlock::scores(ConstMatrix h, int64_t lo, Matrix out) {
 }
 
 TopK SampledCudaBlock::topk(ConstMatrix h, int k) {
-  XMC_CHECK(k >= 1 && k <= 64, "cuda top-k needs 1 <= k <= 64, got {}", k);
+  gpu::check_topk_k(k);
   XMC_CHECK(h.cols == d_, "cuda top-k: h has {} columns, d = {}", h.cols, d_);
   const auto s = ctx_->stream();
   const auto rk = static_cast<size_t>(h.rows * k);
   auto& ledger = ctx_->ledger();
-  gpu::DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk), tmp_s(ledger, MemTag::workspace, rk);
+  gpu::DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk),
+      tmp_s(ledger, MemTag::workspace, rk);
   gpu::DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk),
       tmp_l(ledger, MemTag::workspace, rk);
   TopK out;
@@ -243,8 +246,8 @@ std::vector<float> SampledCudaBlock::to_host(ConstMatrix m) const {
     gpu::copy_to_host(v.data(), m.data, v.size() * sizeof(float), s);
   } else {
     for (int64_t r = 0; r < m.rows; ++r)
-      gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * sizeof(float),
-                        s);
+      gpu::copy_to_host(v.data() + r * m.cols, m.row(r),
+                        static_cast<size_t>(m.cols) * sizeof(float), s);
   }
   ctx_->synchronize();
   return v;
@@ -254,8 +257,7 @@ std::vector<float> SampledCudaBlock::download_rows(std::span<const uint32_t> lab
   const auto count = static_cast<int64_t>(labels.size());
   std::vector<float> out(static_cast<size_t>(count * d_));
   if (count == 0) return out;
-  for (uint32_t l : labels)
-    XMC_CHECK(l < n_, "download of label {} >= {}", l, n_);
+  for (uint32_t l : labels) XMC_CHECK(l < n_, "download of label {} >= {}", l, n_);
   const auto s = ctx_->stream();
   auto& ledger = ctx_->ledger();
   gpu::DeviceBuffer<uint32_t> ids(ledger, MemTag::workspace, labels.size());
@@ -310,7 +312,7 @@ void SampledCudaBlock::upload(const HostState& st) {
 int64_t SampledCudaBlock::analytic_bytes() const {
   const int64_t states = optimizer_state_arrays(optim_);
   int64_t bytes = 4 * (n_ * d_ + n_) * (1 + states);  // W, b, their optimizer state
-  bytes += 4 * max_batch_ * chunk_;                    // top-k logits
+  bytes += 4 * max_batch_ * chunk_;                   // top-k logits
   return bytes + reserved_bytes_;
 }
 

@@ -69,7 +69,7 @@ class SampledCudaBlock {
 
   // out [B×c] = scores of labels [lo, lo+c); h and out DEVICE views.
   void scores(ConstMatrix h, int64_t lo, Matrix out);
-  // Exact top-k (k <= 64) of every row of h (DEVICE view, any number of rows), streamed
+  // Exact top-k (k <= gpu::kMaxTopK) of every row of h (DEVICE view, any number of rows), streamed
   // over label chunks with a running merge on the device.
   TopK topk(ConstMatrix h, int k);
 

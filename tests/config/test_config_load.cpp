@@ -2,6 +2,7 @@
 
 #include "config/config_loader.h"
 #include "core/error.h"
+#include "core/launch_shape.h"
 #include "fake_output_types.h"
 #include "support/test_support.h"
 
@@ -375,4 +376,14 @@ TEST_CASE("load_config reads a file and names missing or invalid files") {
   CHECK_THROWS_WITH(load_config(path, {}, fake_output_types()),
                     path + ":2: train.epochs: expected an integer in [1, 100000], got 0");
   CHECK_THROWS_AS(load_config(path, {}, fake_output_types()), InputError);
+}
+
+TEST_CASE("train.batch_size and eval.batch_size stop at the largest batch the GPU kernels take") {
+  // core/launch_shape.h: the shared-memory kernels' batch tiles fit grid.y up to this size.
+  const auto max = std::to_string(launch::kMaxBatchRows);
+  const auto over = std::to_string(launch::kMaxBatchRows + 1);
+  CHECK(parse("train: {batch_size: " + max + "}\n").train.batch_size == launch::kMaxBatchRows);
+  CHECK(parse("eval: {batch_size: " + max + "}\n").eval.batch_size == launch::kMaxBatchRows);
+  CHECK_THROWS_AS(parse("train: {batch_size: " + over + "}\n"), InputError);
+  CHECK_THROWS_AS(parse("eval: {batch_size: " + over + "}\n"), InputError);
 }

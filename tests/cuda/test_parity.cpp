@@ -4,41 +4,41 @@
 // both devices and is compared with an `abs + |ref|·rel` tolerance; one DenseBlock step
 // (two, to exercise the optimizer state) per loss × optimizer; top-k compared allowing
 // ties. Exit 0 only when every check passed; each failure prints its values.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "config/config_loader.h"
 #include "core/context.h"
 #include "core/cuda_context.h"
 #include "core/gpu.h"
 #include "core/rng.h"
 #include "eval/topk.h"
+#include "io/load.h"
 #include "kernels/dense_block_cuda.h"
 #include "kernels/dense_ops.h"
 #include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"
+#include "layers/registry.h"
 #include "model/encoder.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
-#include "config/config_loader.h"
-#include "layers/registry.h"
-#include "io/load.h"
+#include "parity_support.h"
 #include "train/evaluation.h"
 #include "train/inference.h"
 #include "train/model.h"
 #include "train/trainer.h"
-#include "parity_support.h"
-
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
 
 namespace {
 
@@ -187,6 +187,28 @@ void test_helpers(CudaContext& ctx, Rng& rng) {
       expect_close("add_row_vector " + tag, download(ctx, da, a.size()), ref, 0.0, 0.0);
     }
   }
+  // More rows than a grid.y can count (65535): the kernels stride over them.
+  for (int64_t rows : {65535, 65536, 70001}) {
+    const int64_t cols = 3;
+    const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
+    auto a = random_vec(rng, static_cast<size_t>(rows * cols));
+    auto bias = random_vec(rng, static_cast<size_t>(cols));
+    auto ref = a;
+    kernels::add_row_vector(Matrix(ref.data(), rows, cols), bias.data());
+    auto da = upload(ctx, a);
+    auto dbias = upload(ctx, bias);
+    gpu::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+    expect_close("add_row_vector " + tag, download(ctx, da, a.size()), ref, 0.0, 0.0);
+    DeviceBuffer<Bf16> d16(ctx.ledger(), MemTag::workspace, a.size());
+    gpu::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), gpu::Bf16Matrix(d16.data(), rows, cols));
+    const auto got16 = download(ctx, d16, a.size());
+    std::vector<float> g16f(a.size()), want(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      g16f[i] = from_bf16_bits(got16[i].bits);
+      want[i] = round_bf16(ref[i]);
+    }
+    expect_close("to_bf16 " + tag, g16f, want, 0.0, 0.0);
+  }
 }
 
 // --- loss gradients ----------------------------------------------------------------------
@@ -194,8 +216,8 @@ void test_losses(CudaContext& ctx, Rng& rng) {
   struct Size {
     int64_t b, c, lo, chunks;
   };
-  for (Size s :
-       {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3}, Size{256, 3000, 7, 2}}) {
+  for (Size s : {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3}, Size{256, 3000, 7, 2},
+                 Size{70001, 3, 2, 2}}) {  // the last: more rows than grid.y can count
     const int64_t labels = s.lo + s.c * s.chunks + 11;
     const CsrMatrix t = random_targets(rng, s.b, labels, 6);
     DevCsr dt = upload_csr(ctx, t);
@@ -443,37 +465,64 @@ void test_dense_block(CudaContext& ctx, Rng& rng) {
 }
 
 // --- top-k -------------------------------------------------------------------------------
-// Identical scores on both sides (integers / 4, so many exact ties): the chunked GPU merge
-// must give exactly the CPU accumulator's lists, tie order included.
+// Identical scores on both sides (integers / 4, so many exact ties; some NaN and -inf):
+// the chunked GPU merge must give exactly the CPU accumulator's lists, tie order, NaN
+// ranking (as -inf) and pads included. Chunks of fewer than k columns (L = 3, k = 5) must
+// end with pads, never repeat a label; k above the former limit of 64 works.
+bool same_scores(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
 void test_topk_merge(CudaContext& ctx, Rng& rng) {
-  for (int k : {1, 5, 64}) {
-    for (int64_t rows : {1, 40}) {
-      const int64_t cols = 3000, chunk = 700, offset = 11;
-      std::vector<float> s(static_cast<size_t>(rows * cols));
-      for (auto& x : s) x = static_cast<float>(rng.below(40)) / 4.0f;
-      TopKAccumulator acc(rows, k);
-      acc.add_chunk(ConstMatrix(s.data(), rows, cols), offset);
-      const TopK want = acc.result();
-      auto ds = upload(ctx, s);
-      const auto rk = static_cast<size_t>(rows * k);
-      DeviceBuffer<float> rs(ctx.ledger(), MemTag::workspace, rk),
-          ts(ctx.ledger(), MemTag::workspace, rk);
-      DeviceBuffer<uint32_t> rl(ctx.ledger(), MemTag::workspace, rk),
-          tl(ctx.ledger(), MemTag::workspace, rk);
-      gpu::topk_reset(rs.data(), rl.data(), rows, k, ctx.stream());
-      for (int64_t c0 = 0; c0 < cols; c0 += chunk) {
-        const int64_t c = std::min(chunk, cols - c0);
-        gpu::topk_merge_chunk(ds.data() + c0, rows, c, cols, k, offset + c0, ts.data(), tl.data(),
-                              rs.data(), rl.data(), ctx.stream());
-      }
-      const auto gl = download(ctx, rl, rk);
-      const auto gs = download(ctx, rs, rk);
-      const std::string name =
-          "topk merge k=" + std::to_string(k) + " rows=" + std::to_string(rows);
-      expect_true(name + " labels", gl == want.labels);
-      expect_close(name + " scores", gs, want.scores, 0.0, 0.0);
+  struct Case {
+    int k;
+    int64_t rows, cols, chunk;
+    bool specials;  // NaN and -inf among the scores
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 3000, 700, false},   {5, 40, 3000, 700, false}, {64, 40, 3000, 700, false},
+      {5, 2, 3, 3, false},        {5, 3, 7, 2, false},       {8, 9, 500, 64, true},
+      {100, 17, 2000, 300, true}, {300, 4, 1000, 128, true}, {1, 70001, 5, 5, false}};
+  for (const Case& c : cases) {
+    std::vector<float> s(static_cast<size_t>(c.rows * c.cols));
+    for (auto& x : s) {
+      x = static_cast<float>(rng.below(40)) / 4.0f;
+      if (c.specials && rng.below(10) == 0) x = rng.below(2) ? NAN : -INFINITY;
     }
+    const int64_t offset = 11;
+    TopKAccumulator acc(c.rows, c.k);
+    acc.add_chunk(ConstMatrix(s.data(), c.rows, c.cols), offset);
+    const TopK want = acc.result();
+    auto ds = upload(ctx, s);
+    const auto rk = static_cast<size_t>(c.rows * c.k);
+    DeviceBuffer<float> rs(ctx.ledger(), MemTag::workspace, rk),
+        ts(ctx.ledger(), MemTag::workspace, rk);
+    DeviceBuffer<uint32_t> rl(ctx.ledger(), MemTag::workspace, rk),
+        tl(ctx.ledger(), MemTag::workspace, rk);
+    gpu::topk_reset(rs.data(), rl.data(), c.rows, c.k, ctx.stream());
+    for (int64_t c0 = 0; c0 < c.cols; c0 += c.chunk) {
+      const int64_t n = std::min(c.chunk, c.cols - c0);
+      gpu::topk_merge_chunk(ds.data() + c0, c.rows, n, c.cols, c.k, offset + c0, ts.data(),
+                            tl.data(), rs.data(), rl.data(), ctx.stream());
+    }
+    const auto gl = download(ctx, rl, rk);
+    const auto gs = download(ctx, rs, rk);
+    const std::string name = "topk merge k=" + std::to_string(c.k) +
+                             " rows=" + std::to_string(c.rows) + " cols=" + std::to_string(c.cols) +
+                             " chunk=" + std::to_string(c.chunk) + (c.specials ? " nan/-inf" : "");
+    expect_true(name + " labels", gl == want.labels);
+    expect_true(name + " scores", same_scores(gs, want.scores));
   }
+  // One-shot top-k (topk_host) of a row shorter than k: pads, no repeats.
+  const std::vector<float> row = {0.5f, NAN, 2.0f};
+  std::vector<float> os(5);
+  std::vector<uint32_t> ol(5);
+  gpu::topk_host(row.data(), 1, 3, 5, 0, os.data(), ol.data());
+  expect_true("topk_host L=3 k=5 labels 2,0,1,pad,pad",
+              ol == std::vector<uint32_t>{2, 0, 1, UINT32_MAX, UINT32_MAX});
 }
 
 // Model top-k: GPU scores differ from the CPU's by rounding, so near-ties may swap. Each
@@ -553,7 +602,8 @@ void test_memory(CudaContext& ctx) {
 std::vector<float> to_host_vec(const gpu::CudaContext& ctx, ConstMatrix m) {
   std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
   for (int64_t r = 0; r < m.rows; ++r)
-    gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * 4, ctx.stream());
+    gpu::copy_to_host(v.data() + r * m.cols, m.row(r), static_cast<size_t>(m.cols) * 4,
+                      ctx.stream());
   ctx.synchronize();
   return v;
 }
@@ -567,7 +617,8 @@ Batch random_batch(Rng& rng, bool sparse, int64_t rows, int64_t dim, int64_t lab
     b.sparse_x.cols = dim;
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<uint32_t> idx;
-      for (int k = 0; k < 12; ++k) idx.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(dim))));
+      for (int k = 0; k < 12; ++k)
+        idx.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(dim))));
       std::sort(idx.begin(), idx.end());
       idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
       for (auto i : idx) {
@@ -623,8 +674,8 @@ void test_encoder(CudaContext&, Rng& rng) {
         const float* a = std::get<float*>(sr[t].data);
         const float* g = std::get<float*>(sg[t].data);
         expect_close("encoder " + tag + " " + sr[t].name + " after 3 steps",
-                     std::vector<float>(g, g + sg[t].numel()), std::vector<float>(a, a + sr[t].numel()),
-                     1e-4, 1e-3);
+                     std::vector<float>(g, g + sg[t].numel()),
+                     std::vector<float>(a, a + sr[t].numel()), 1e-4, 1e-3);
       }
       got.sync_state(StateSync::release);
       // Evaluation forward (no dropout).
@@ -632,9 +683,9 @@ void test_encoder(CudaContext&, Rng& rng) {
       Rng unused(0);
       const ConstMatrix e_ref = ref.forward(b, false, unused);
       const ConstMatrix e_got = got.forward(b, false, unused);
-      expect_close("encoder " + tag + " eval forward",
-                   to_host_vec(dev.cuda(), e_got),
-                   std::vector<float>(e_ref.data, e_ref.data + e_ref.rows * e_ref.cols), 1e-4, 1e-3);
+      expect_close("encoder " + tag + " eval forward", to_host_vec(dev.cuda(), e_got),
+                   std::vector<float>(e_ref.data, e_ref.data + e_ref.rows * e_ref.cols), 1e-4,
+                   1e-3);
     }
   }
 }
@@ -691,8 +742,10 @@ void test_model_step(CudaContext&, Rng& rng) {
       const Batch b = random_batch(rng, false, 128, 64, 300);
       const ConstMatrix h1 = ref.encoder().forward(b, true, r_ref);
       const ConstMatrix h2 = got.encoder().forward(b, true, r_got);
-      const StepStats s1 = ref.output().train_step(b, h1, Matrix(dh_host.data(), 128, 64), {0.01, step});
-      const StepStats s2 = got.output().train_step(b, h2, Matrix(dh_dev.data(), 128, 64), {0.01, step});
+      const StepStats s1 =
+          ref.output().train_step(b, h1, Matrix(dh_host.data(), 128, 64), {0.01, step});
+      const StepStats s2 =
+          got.output().train_step(b, h2, Matrix(dh_dev.data(), 128, 64), {0.01, step});
       expect_scalar(type + " model step loss", s2.loss, s1.loss, 1e-5, 1e-4);
       expect_close(type + " model step dh", download(dev.cuda(), dh_dev, dh_host.size()), dh_host,
                    1e-6, 1e-3);
@@ -746,8 +799,8 @@ void test_training_runs(CudaContext&, Rng&) {
   // The GPU checkpoint evaluates on the CPU to the GPU's metrics, and vice versa.
   const std::vector<std::pair<size_t, std::string>> cross = {{1, "cpu"}, {0, "cuda"}};
   for (const auto& [run, device] : cross) {
-    LoadedModel lm = load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5",
-                                device, 0);
+    LoadedModel lm =
+        load_model(results[run]["run_dir"].get<std::string>() + "/checkpoint.h5", device, 0);
     io::DataSource src;
     src.features = (root / "data" / "tst_X.npy").string();
     src.labels = (root / "data" / "tst_X_Y.txt").string();
@@ -755,7 +808,8 @@ void test_training_runs(CudaContext&, Rng&) {
     EvalSettings es;
     es.k = 5;
     const EvalResult ev = evaluate_dataset(*lm.model, test, es);
-    const std::string label = "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
+    const std::string label =
+        "checkpoint of run " + std::to_string(run) + " evaluated on " + device;
     expect_true(label + " on the requested device", lm.ctx->device() == resolve_device(device));
     for (int k : {1, 5})
       expect_scalar(label + " P@" + std::to_string(k), ev.metrics.p.at(static_cast<size_t>(k - 1)),

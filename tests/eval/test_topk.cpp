@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/rng.h"
 #include "eval/topk.h"
 
@@ -169,4 +170,82 @@ TEST_CASE("topk_from_csr sorts label:score rows and handles empty rows") {
   TopK u = topk_from_csr(q, 2);
   CHECK(u.labels == std::vector<uint32_t>{0, 2});
   CHECK(u.scores == std::vector<float>{1.0f, 1.0f});
+}
+
+// --- the order and merge shared with the GPU top-k (core/topk_order.h) ---------------------
+
+TEST_CASE("ranks_before: score desc, label asc, NaN as -inf, pads last") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(ranks_before(2.0f, 9, 1.0f, 0));
+  CHECK(ranks_before(1.0f, 3, 1.0f, 4));
+  CHECK_FALSE(ranks_before(1.0f, 4, 1.0f, 4));
+  CHECK(ranks_before(kNegInf, 5, nan, 6));  // NaN ranks as -inf: the label decides
+  CHECK(ranks_before(nan, 5, kNegInf, 6));
+  CHECK(ranks_before(-1e30f, 7, nan, 0));
+  CHECK(ranks_before(nan, 3, kNegInf, TopK::kNoLabel));  // every real candidate before a pad
+}
+
+TEST_CASE("merged positions of two sorted top-k lists equal a sequential merge") {
+  Rng rng(5);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int k : {1, 2, 5, 64, 100, 257}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      // Two lists over disjoint labels (two chunks), sorted, with ties, NaN, -inf and pads.
+      auto make = [&](uint32_t label_base) {
+        std::vector<std::pair<float, uint32_t>> v;
+        const int real = static_cast<int>(rng.below(static_cast<uint64_t>(k) + 1));
+        for (int i = 0; i < real; ++i) {
+          float s = static_cast<float>(rng.below(8)) / 2.0f;
+          if (rng.below(8) == 0) s = rng.below(2) ? nan : kNegInf;
+          v.emplace_back(s, label_base + static_cast<uint32_t>(rng.below(1000)) * 2);
+        }
+        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+          return ranks_before(a.first, a.second, b.first, b.second);
+        });
+        v.erase(std::unique(v.begin(), v.end(),
+                            [](const auto& a, const auto& b) { return a.second == b.second; }),
+                v.end());
+        v.resize(static_cast<size_t>(k), {kNegInf, TopK::kNoLabel});
+        return v;
+      };
+      const auto a = make(0), b = make(1);
+      std::vector<float> as, bs;
+      std::vector<uint32_t> al, bl;
+      for (const auto& [s, l] : a) as.push_back(s), al.push_back(l);
+      for (const auto& [s, l] : b) bs.push_back(s), bl.push_back(l);
+      // Reference: the sequential two-pointer merge, ties to list a.
+      std::vector<std::pair<float, uint32_t>> want;
+      size_t i = 0, j = 0;
+      while (want.size() < static_cast<size_t>(2 * k)) {
+        const bool take_b =
+            i == a.size() || (j < b.size() && ranks_before(bs[j], bl[j], as[i], al[i]));
+        want.push_back(take_b ? b[j++] : a[i++]);
+      }
+      std::vector<int> hit(static_cast<size_t>(2 * k), 0);
+      std::vector<std::pair<float, uint32_t>> got(static_cast<size_t>(2 * k));
+      for (int t = 0; t < k; ++t) {
+        const int pa = merged_position_a(t, as.data(), al.data(), bs.data(), bl.data(), k);
+        const int pb = merged_position_b(t, as.data(), al.data(), bs.data(), bl.data(), k);
+        ++hit[static_cast<size_t>(pa)];
+        ++hit[static_cast<size_t>(pb)];
+        got[static_cast<size_t>(pa)] = a[static_cast<size_t>(t)];
+        got[static_cast<size_t>(pb)] = b[static_cast<size_t>(t)];
+      }
+      INFO("k=" << k << " trial=" << trial);
+      CHECK(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
+      for (size_t p = 0; p < got.size(); ++p) {
+        CHECK(got[p].second == want[p].second);
+        CHECK((got[p].first == want[p].first ||
+               (std::isnan(got[p].first) && std::isnan(want[p].first))));
+      }
+    }
+  }
+}
+
+TEST_CASE("the GPU top-k's k is checked in every build: 1..kMaxTopK, else InputError") {
+  CHECK_NOTHROW(gpu::check_topk_k(1));
+  CHECK_NOTHROW(gpu::check_topk_k(100));
+  CHECK_NOTHROW(gpu::check_topk_k(gpu::kMaxTopK));
+  CHECK_THROWS_AS(gpu::check_topk_k(0), InputError);
+  CHECK_THROWS_AS(gpu::check_topk_k(gpu::kMaxTopK + 1), InputError);
 }
