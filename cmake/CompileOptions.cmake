@@ -21,7 +21,12 @@ endif()
 # x86-64 baseline they run at SSE2 width. OpenBLAS picks its kernels at run time either
 # way. Turn off to build a binary for another machine.
 option(XMC_NATIVE "Optimise host code for this machine's CPU (-march=native)" ON)
-if(XMC_NATIVE)
+# XMC_MARCH: an explicit -march instead (the GPU kit uses x86-64-v3: AVX2/FMA, which every
+# H100/H200 host has, so binaries built here run there).
+set(XMC_MARCH "" CACHE STRING "Host code -march (overrides XMC_NATIVE when set)")
+if(XMC_MARCH)
+  target_compile_options(xmc_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=${XMC_MARCH}>)
+elseif(XMC_NATIVE)
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-march=native XMC_HAS_MARCH_NATIVE)
   if(XMC_HAS_MARCH_NATIVE)

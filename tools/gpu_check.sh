@@ -1,77 +1,222 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: build with CUDA for the GPU present
-# (-DCMAKE_CUDA_ARCHITECTURES=native), run the CPU-vs-CUDA parity binaries (dense and
-# sparse ops; they must PASS: a skip counts as failure here), run the dense-step and the
-# sparse-kernel microbenchmarks, write their JSON (to $OUT if set, else the build dir)
-# and print short tables last.
+# Every GPU check in one command, on a machine with an NVIDIA GPU.
 #
-#   tools/gpu_check.sh [BUILD_DIR]      (default build-gpu-check)
-#   BENCH_LABELS=131072,670091,3000000 BENCH_ITERS=5 tools/gpu_check.sh
-#   SPARSE_BENCH_LABELS=65536,670091,3000000 tools/gpu_check.sh
+#   tools/gpu_kit.sh run                   the usual way: the prebuilt kit (docs/gpu.md)
+#   tools/gpu_check.sh --bin DIR           binaries already built (what the kit's run does)
+#   tools/gpu_check.sh [BUILD_DIR]         build here first (needs the Debian packages of
+#                                          tools/setup.sh; default build-gpu-check)
 #
-# Then trains a short synthetic run on cpu and on cuda through the CLI (P@1 and P@5 must
-# agree within 0.01), and times one epoch of the dense layer at L=670091, d=768 (B=256,
-# fp32 and bf16; synthetic data generated here, SYNTH_TRAIN points, default 50000).
-#
-# Exit: 0 both parity binaries passed, both benches ran and the CLI runs agreed; 1 otherwise.
-set -euo pipefail
+# Checks, in this order, each under its own time limit; a check not started when the
+# budget (XMC_GPU_BUDGET_S, default 540 s) is spent is listed as "not run":
+#   1. parity: the five CPU-vs-CUDA parity binaries (all six backends, the encoder, the
+#      ops); a skip (exit 77: no GPU seen by CUDA) is a failure here
+#   2. benches: bench_dense_cuda (dense step per op, fp32/bf16, vs the GEMM ceilings) and
+#      bench_sparse_cuda (fixed fan-in and group-shared kernels vs the FLOPs-matched GEMM),
+#      with the targets of docs/gpu.md evaluated from their JSON
+#   3. cli: a short synthetic training per backend on cpu and on cuda through the CLI
+#      (P@1 and P@5 within 0.01, fixed_fanin 0.02)
+#   4. sanitizers: compute-sanitizer memcheck on every parity binary, racecheck on the op
+#      parity binaries (trainer-level tests skipped there: XMC_PARITY_SKIP=training)
+#   5. epoch: one dense epoch at L=670091, d=768, B=256, fp32 and bf16 (SYNTH_TRAIN points)
+# Output: logs, JSON and run results in $XMC_GPU_WORK (default /tmp/xmc-gpu-check); into
+# $OUT (default: that folder) at most 8 files: summary.txt (the pass/fail table and the
+# figures, also printed last), checks.json, bench_dense.json, bench_sparse.json and
+# gpu_logs.tar.gz (every log). Exit 0 when every check passed, 1 otherwise.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-build_dir=${1:-build-gpu-check}
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
-out_dir=${OUT:-$build_dir}
-mkdir -p "$out_dir"
 
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2
-  exit 1
+bin_dir=""
+build_dir=build-gpu-check
+if [ "${1:-}" = "--bin" ]; then
+  bin_dir=$(cd "${2:?--bin needs a folder}" && pwd)
+elif [ -n "${1:-}" ]; then
+  build_dir=$1
 fi
-nvidia-smi -L
+work=${XMC_GPU_WORK:-/tmp/xmc-gpu-check}
+out=${OUT:-$work}
+budget=${XMC_GPU_BUDGET_S:-540}
+rm -rf "$work"
+mkdir -p "$work/logs" "$work/runs" "$out"
+t0=$(date +%s)
+results="$work/checks.tsv"
+: >"$results"
 
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMC_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=native -DXMC_WERROR=ON >"$out_dir/gpu_check_configure.log"
-cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity bench_dense_cuda \
-  test_cuda_parity_sparse bench_sparse_cuda xmctrain \
-  >"$out_dir/gpu_check_build.log" 2>&1 || {
-  tail -40 "$out_dir/gpu_check_build.log" >&2
-  exit 1
+# check NAME LIMIT_S COMMAND...: runs COMMAND with a time limit, its output in
+# logs/NAME.log, and records NAME, PASS/FAIL/not run, seconds and the log's last line.
+check() {
+  local name=$1 limit=$2
+  shift 2
+  local now elapsed
+  now=$(date +%s)
+  elapsed=$((now - t0))
+  if [ "$elapsed" -ge "$budget" ]; then
+    printf '%s\tnot run\t0\tbudget of %ss spent\n' "$name" "$budget" >>"$results"
+    echo "== $name: not run (budget spent)"
+    return 0
+  fi
+  [ $((elapsed + limit)) -gt "$budget" ] && limit=$((budget - elapsed))
+  [ "$limit" -lt 10 ] && limit=10
+  echo "== $name (limit ${limit}s)"
+  local log="$work/logs/$name.log" rc start status detail
+  start=$(date +%s)
+  # bash -c: COMMAND may be one of the exported functions below.
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >"$log" 2>&1
+  rc=$?
+  status=PASS
+  [ "$rc" -eq 0 ] || status=FAIL
+  detail=$(grep -v '^\s*$' "$log" | tail -1 | cut -c1-120 | tr '\t' ' ')
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && detail="timed out after ${limit}s; $detail"
+  [ "$rc" -eq 77 ] && detail="skipped by the binary (no GPU seen by CUDA); $detail"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$(($(date +%s) - start))" "exit $rc: $detail" \
+    >>"$results"
+  echo "   $status (exit $rc) $detail"
 }
 
-# Parity: run the binary directly so a skip (77) cannot pass for success.
-parity_rc=0
-"$build_dir/tests/cuda/test_cuda_parity" | tee "$out_dir/gpu_parity.log" || parity_rc=$?
-if [ "$parity_rc" -ne 0 ]; then
-  echo "gpu_check: parity FAILED (exit $parity_rc; 77 = no GPU seen by CUDA)" >&2
+finish() {
+  python3 - "$results" "$work" "$out" <<'PY'
+import json, os, sys
+results, work, out = sys.argv[1:4]
+rows = [l.rstrip("\n").split("\t", 3) for l in open(results) if l.strip()]
+lines = []
+gpu = open(os.path.join(work, "logs", "gpu.log")).read().strip() if os.path.exists(os.path.join(work, "logs", "gpu.log")) else "?"
+lines.append("GPU: " + gpu.splitlines()[0] if gpu else "GPU: ?")
+fig = os.path.join(work, "figures.txt")
+if os.path.exists(fig):
+    lines.append("")
+    lines += open(fig).read().rstrip().splitlines()
+lines.append("")
+w = max([len(r[0]) for r in rows] + [5])
+lines.append(f"{'check':<{w}}  status   time  detail")
+for name, status, secs, detail in rows:
+    lines.append(f"{name:<{w}}  {status:<7} {secs:>4}s  {detail}")
+npass = sum(r[1] == "PASS" for r in rows)
+lines.append(f"{npass} passed, {sum(r[1] == 'FAIL' for r in rows)} failed, "
+             f"{sum(r[1] == 'not run' for r in rows)} not run")
+text = "\n".join(lines) + "\n"
+open(os.path.join(out, "summary.txt"), "w").write(text)
+json.dump([dict(zip(("check", "status", "seconds", "detail"), r)) for r in rows],
+          open(os.path.join(out, "checks.json"), "w"), indent=1)
+print(text, end="")
+sys.exit(0 if rows and npass == len(rows) else 1)
+PY
+  local rc=$?
+  for f in bench_dense.json bench_sparse.json; do
+    [ -f "$work/$f" ] && [ "$out" != "$work" ] && cp "$work/$f" "$out/"
+  done
+  tar -C "$work" -czf "$out/gpu_logs.tar.gz" --exclude='runs/data*' --exclude='*.h5' logs runs \
+    $(cd "$work" && ls ./*.json ./*.txt ./*.tsv 2>/dev/null) 2>/dev/null || true
+  return $rc
+}
+
+# --- binaries --------------------------------------------------------------------------
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$work/logs/gpu.log" 2>&1; then
+  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2
+  printf 'gpu\tFAIL\t0\tnvidia-smi -L failed\n' >>"$results"
+  finish
+  exit 1
 fi
-
-parity_sparse_rc=0
-"$build_dir/tests/cuda/test_cuda_parity_sparse" | tee "$out_dir/gpu_parity_sparse.log" ||
-  parity_sparse_rc=$?
-if [ "$parity_sparse_rc" -ne 0 ]; then
-  echo "gpu_check: sparse parity FAILED (exit $parity_sparse_rc; 77 = no GPU seen by CUDA)" >&2
+cat "$work/logs/gpu.log"
+if [ -z "$bin_dir" ]; then
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  if ! { cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMC_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=native -DXMC_WERROR=ON &&
+    cmake --build "$build_dir" -j "$(nproc)" --target xmctrain test_cuda_parity \
+      test_cuda_parity_sparse test_cuda_parity_sampled test_cuda_parity_fixed_fanin \
+      test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; } >"$work/logs/build.log" 2>&1; then
+    tail -40 "$work/logs/build.log" >&2
+    printf 'build\tFAIL\t0\tsee logs/build.log\n' >>"$results"
+    finish
+    exit 1
+  fi
+  bin_dir="$work/bin"
+  mkdir -p "$bin_dir"
+  for b in app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_sparse \
+    tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin \
+    tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda \
+    tests/cuda/bench_sparse_cuda; do
+    ln -sf "$(pwd)/$build_dir/$b" "$bin_dir/"
+  done
 fi
+xmc="$bin_dir/xmctrain"
 
-bench_rc=0
-"$build_dir/tests/cuda/bench_dense_cuda" --labels "${BENCH_LABELS:-131072,670091,3000000}" \
-  --iters "${BENCH_ITERS:-5}" --json "$out_dir/gpu_bench_dense.json" \
-  >"$out_dir/gpu_bench_dense.txt" || bench_rc=$?
+# --- 1. parity -------------------------------------------------------------------------
+parity_bins=(test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled
+  test_cuda_parity_fixed_fanin test_cuda_parity_group_shared)
+for p in "${parity_bins[@]}"; do
+  check "parity:${p#test_cuda_}" 300 "$bin_dir/$p"
+done
 
-sparse_bench_rc=0
-"$build_dir/tests/cuda/bench_sparse_cuda" --labels "${SPARSE_BENCH_LABELS:-65536,670091,3000000}" \
-  --iters "${BENCH_ITERS:-10}" --json "$out_dir/gpu_bench_sparse.json" \
-  >"$out_dir/gpu_bench_sparse.txt" || sparse_bench_rc=$?
+# --- 2. benches ------------------------------------------------------------------------
+check bench:dense 150 "$bin_dir/bench_dense_cuda" --labels "${BENCH_LABELS:-131072,670091,3000000}" \
+  --iters "${BENCH_ITERS:-5}" --json "$work/bench_dense.json"
+check bench:sparse 150 "$bin_dir/bench_sparse_cuda" \
+  --labels "${SPARSE_BENCH_LABELS:-65536,670091,3000000}" --iters "${BENCH_ITERS:-10}" \
+  --json "$work/bench_sparse.json"
+# Targets (docs/gpu.md): dense bf16 step at B=256, d=768, L=670091 >= 50% of the bf16 GEMM
+# ceiling of the same run; group_shared at L=670091 (G=32, F=64, bf16 when measured): forward
+# >= 4x and backward >= 10x faster than fixed fan-in at F=64, forward within 1.25x of the
+# FLOPs-matched GEMM.
+check targets 20 python3 - "$work" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+lines, ok = [], True
+def load(name):
+    p = os.path.join(work, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+d = load("bench_dense.json")
+if d is None:
+    lines.append("target dense bf16 step >= 50% of bf16 GEMM ceiling: no bench_dense.json"); ok = False
+else:
+    runs = [r for r in d["runs"] if r["labels"] == 670091 and r["precision"] == "bf16"]
+    for r in runs:
+        x = r["step"]["ratio_to_gemm_ceiling"]
+        good = x >= 0.5
+        ok &= good
+        lines.append("target dense bf16 step L=670091 B=%d d=%d: %.0f%% of the bf16 GEMM ceiling (%.1f TFLOP/s) %s"
+                     % (r["batch"], r["dim"], 100 * x, r["step"]["tflops"], "PASS" if good else "FAIL"))
+    if not runs:
+        lines.append("target dense bf16 step: no L=670091 bf16 run"); ok = False
+s = load("bench_sparse.json")
+if s is None:
+    lines.append("target group_shared vs fixed fan-in: no bench_sparse.json"); ok = False
+else:
+    found = False
+    for r in s["runs"]:
+        if r["labels"] != 670091:
+            continue
+        ff = {f["fan_in"]: f for f in r["fixed_fanin"]}
+        cands = [g for g in r["group_shared"] if g["group"] == 32 and g["fan_in"] == 64]
+        cands.sort(key=lambda g: g["precision"] != "bf16")
+        if not cands or 64 not in ff:
+            continue
+        g, f = cands[0], ff[64]
+        found = True
+        ms = lambda o, i: o["ops"][i]["ms"]
+        fwd = ms(f, 0) / ms(g, 0)
+        bwd = (ms(f, 1) + ms(f, 2)) / (ms(g, 1) + ms(g, 2))
+        gemm = ms(g, 0) / g["flops_matched_gemm_ms"]
+        for label, good in (("forward %.1fx faster than fixed fan-in (>= 4)" % fwd, fwd >= 4),
+                            ("backward %.1fx faster than fixed fan-in (>= 10)" % bwd, bwd >= 10),
+                            ("forward %.2fx the FLOPs-matched GEMM (<= 1.25)" % gemm, gemm <= 1.25)):
+            ok &= good
+            lines.append("target group_shared L=670091 G=32 F=64 %s: %s %s"
+                         % (g["precision"], label, "PASS" if good else "FAIL"))
+    if not found:
+        lines.append("target group_shared: no L=670091 G=32 F=64 run"); ok = False
+open(os.path.join(work, "figures.txt"), "a").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+sys.exit(0 if ok else 1)
+PY
 
-# Short synthetic training, cpu vs cuda, through the CLI.
-xmc="$build_dir/app/xmctrain"
-work="$out_dir/gpu_check_runs"
-mkdir -p "$work"
+# --- 3. cli: cpu vs cuda per backend ---------------------------------------------------
 cat >"$work/small.yaml" <<EOF
 name: gpu-check-small
 seed: 7
 data:
-  train: {features: $work/small/trn_X.npy, labels: $work/small/trn_X_Y.txt}
-  test: {features: $work/small/tst_X.npy, labels: $work/small/tst_X_Y.txt}
+  train: {features: $work/runs/data/trn_X.npy, labels: $work/runs/data/trn_X_Y.txt}
+  test: {features: $work/runs/data/tst_X.npy, labels: $work/runs/data/tst_X_Y.txt}
   synth: {enabled: true, format: dense, train: 20000, test: 2000, labels: 2000, features: 128, clusters: 50, seed: 3}
 model:
   encoder: [{type: linear, out: 128, activation: relu, dropout: 0.1}]
@@ -82,53 +227,71 @@ optim:
 train: {epochs: 3, batch_size: 256, log_every_s: 100}
 eval: {k: 5}
 EOF
-train_rc=0
-for dev in cpu cuda; do
-  "$xmc" train "$work/small.yaml" --device "$dev" --out "$work/small_$dev" \
-    >"$out_dir/gpu_check_train_$dev.log" 2>&1 || train_rc=$?
-done
-compare_rc=0
-python3 - "$work/small_cpu/results.json" "$work/small_cuda/results.json" <<'PY' || compare_rc=$?
+# cli_pair NAME TOL --set...: trains on cpu and on cuda with the same overrides, compares.
+cli_pair() {
+  local name=$1 tol=$2
+  shift 2
+  local dev
+  for dev in cpu cuda; do
+    "$xmc" train "$work/small.yaml" --device "$dev" --out "$work/runs/${name}_$dev" "$@" ||
+      { echo "train --device $dev failed"; return 1; }
+  done
+  python3 - "$work/runs/${name}_cpu/results.json" "$work/runs/${name}_cuda/results.json" "$name" \
+    "$tol" "$work/figures.txt" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
-print("train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s (%s)" % (
-    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
-    a["last_epoch_seconds"], b["last_epoch_seconds"], b.get("gpu", "?")))
+name, tol = sys.argv[3], float(sys.argv[4])
+bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > tol]
+line = "cli %s cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
+    name, a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
+    a["last_epoch_seconds"], b["last_epoch_seconds"])
+open(sys.argv[5], "a").write(line + "\n")
+print(line)
 sys.exit(1 if bad or b["device"] != "cuda" else 0)
 PY
+}
+export -f cli_pair
+export xmc work
+check cli:dense 120 cli_pair dense 0.01
+check cli:bottleneck 120 cli_pair bottleneck 0.01 --set model.output.type=bottleneck \
+  --set model.output.dim=64
+check cli:fixed_fanin 150 cli_pair fixed_fanin 0.02 --set model.output.type=fixed_fanin \
+  --set model.output.loss=squared_hinge --set model.output.fan_in=32 \
+  --set model.output.intermediate=256 --set model.output.dropout=0.1 \
+  --set model.output.rewire.interval=50 --set model.output.gpu_timing=true
+check cli:group_shared 150 cli_pair group_shared 0.01 --set model.output.type=group_shared \
+  --set model.output.group_size=16 --set model.output.fan_in=32 \
+  --set model.output.head_fraction=0.05 --set model.output.tail_projection=256 \
+  --set model.output.grouping=semantic --set model.output.rewire.interval=50 \
+  --set model.output.rewire.fraction=0.1 --set model.output.rewire.until=0.66
+check cli:lsh_sampled 120 cli_pair lsh_sampled 0.01 --set model.output.type=lsh_sampled
+check cli:anns_sampled 120 cli_pair anns_sampled 0.01 --set model.output.type=anns_sampled \
+  --set model.output.synchronous=true
 
-# group_shared (HASTE) on the GPU: its parity binary, then the small run cpu vs cuda with
-# the same data (semantic grouping, rewiring, tail projection): P@1/P@5 within 0.01.
-gs_rc=0
-cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_group_shared \
-  >>"$out_dir/gpu_check_build.log" 2>&1 || gs_rc=$?
-"$build_dir/tests/cuda/test_cuda_parity_group_shared" | tee "$out_dir/gpu_parity_group_shared.log" ||
-  gs_rc=$?
-sed 's/output: {type: dense, loss: bce}/output: {type: group_shared, group_size: 16, fan_in: 32, head_fraction: 0.05, tail_projection: 256, grouping: semantic, rewire: {interval: 50, fraction: 0.1, until: 0.66}, loss: bce}/' \
-  "$work/small.yaml" >"$work/small_gs.yaml"
-for dev in cpu cuda; do
-  "$xmc" train "$work/small_gs.yaml" --device "$dev" --out "$work/small_gs_$dev" \
-    >"$out_dir/gpu_check_train_gs_$dev.log" 2>&1 || gs_rc=$?
-done
-python3 - "$work/small_gs_cpu/results.json" "$work/small_gs_cuda/results.json" <<'PY' || gs_rc=$?
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
-print("group_shared train cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
-    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
-    a["last_epoch_seconds"], b["last_epoch_seconds"]))
-sys.exit(1 if bad or b["device"] != "cuda" else 0)
-PY
+# --- 4. sanitizers ---------------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+  /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
+if [ -n "$sanitizer" ]; then
+  for p in "${parity_bins[@]}"; do
+    check "memcheck:${p#test_cuda_}" 120 env XMC_PARITY_SKIP=training "$sanitizer" \
+      --tool memcheck --error-exitcode 3 --print-limit 20 "$bin_dir/$p"
+  done
+  for p in test_cuda_parity_sparse test_cuda_parity; do
+    check "racecheck:${p#test_cuda_}" 120 env XMC_PARITY_SKIP=training,"model step",encoder \
+      "$sanitizer" --tool racecheck --error-exitcode 3 --print-limit 20 "$bin_dir/$p"
+  done
+else
+  printf 'sanitizers\tFAIL\t0\tcompute-sanitizer not on PATH\n' >>"$results"
+fi
 
-# One epoch at L=670091, d=768 (identity encoder: the output layer's time).
+# --- 5. one dense epoch at L=670091 ----------------------------------------------------
 cat >"$work/l670k.yaml" <<EOF
 name: gpu-check-670k
 seed: 1
 data:
-  train: {features: $work/l670k/trn_X.npy, labels: $work/l670k/trn_X_Y.txt}
-  test: {features: $work/l670k/tst_X.npy, labels: $work/l670k/tst_X_Y.txt}
-  synth: {enabled: true, format: dense, train: ${SYNTH_TRAIN:-50000}, test: 2000, labels: 670091, features: 768, clusters: 2000, seed: 5}
+  train: {features: $work/runs/data670k/trn_X.npy, labels: $work/runs/data670k/trn_X_Y.txt}
+  test: {features: $work/runs/data670k/tst_X.npy, labels: $work/runs/data670k/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: ${SYNTH_TRAIN:-20000}, test: 2000, labels: 670091, features: 768, clusters: 2000, seed: 5}
 model:
   encoder: []
   output: {type: dense, loss: bce, chunk_size: 16384}
@@ -138,84 +301,25 @@ optim:
 train: {epochs: 1, batch_size: 256, log_every_s: 100}
 eval: {k: 5}
 EOF
-for prec in fp32 bf16; do
-  "$xmc" train "$work/l670k.yaml" --device cuda --set model.output.precision=$prec \
-    --out "$work/l670k_$prec" >"$out_dir/gpu_check_670k_$prec.log" 2>&1 || train_rc=$?
-done
-python3 - "$work/l670k_fp32/results.json" "$work/l670k_bf16/results.json" <<'PY' || true
-import json, sys
-for p, prec in zip(sys.argv[1:], ("fp32", "bf16")):
-    r = json.load(open(p))
-    print("epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB)" % (
-        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
-        r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20))
-PY
-
-# Sampled backends (lsh_sampled, anns_sampled): their parity binary, then the small run
-# above on cpu and cuda for each (P@1/P@5 within 0.01). A failure counts in train_rc.
-sampled_rc=0
-cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_sampled \
-  >>"$out_dir/gpu_check_build.log" 2>&1 || sampled_rc=1
-"$build_dir/tests/cuda/test_cuda_parity_sampled" | tee "$out_dir/gpu_parity_sampled.log" ||
-  sampled_rc=1
-for backend in lsh_sampled anns_sampled; do
-  extra=""
-  [ "$backend" = anns_sampled ] && extra=", synchronous: true"
-  sed "s/type: dense, loss: bce/type: $backend, loss: bce$extra/" "$work/small.yaml" \
-    >"$work/small_$backend.yaml"
-  for dev in cpu cuda; do
-    "$xmc" train "$work/small_$backend.yaml" --device "$dev" --out "$work/${backend}_$dev" \
-      >"$out_dir/gpu_check_train_${backend}_$dev.log" 2>&1 || sampled_rc=1
+epoch_670k() {
+  local prec
+  for prec in fp32 bf16; do
+    "$xmc" train "$work/l670k.yaml" --device cuda --set model.output.precision=$prec \
+      --out "$work/runs/l670k_$prec" || return 1
   done
-  python3 - "$work/${backend}_cpu/results.json" "$work/${backend}_cuda/results.json" "$backend" <<'PY' || sampled_rc=1
+  python3 - "$work/runs/l670k_fp32/results.json" "$work/runs/l670k_bf16/results.json" \
+    "$work/figures.txt" <<'PY'
 import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.01]
-print("%s cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
-    sys.argv[3], a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"],
-    b["metrics"]["P@5"], a["last_epoch_seconds"], b["last_epoch_seconds"]))
-sys.exit(1 if bad or b["device"] != "cuda" else 0)
+for p, prec in zip(sys.argv[1:3], ("fp32", "bf16")):
+    r = json.load(open(p))
+    line = "epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB)" % (
+        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
+        r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20)
+    open(sys.argv[3], "a").write(line + "\n")
+    print(line)
 PY
-done
-echo "sampled backends (parity + cli): $([ "$sampled_rc" -eq 0 ] && echo PASSED || echo FAILED)"
-[ "$sampled_rc" -eq 0 ] || train_rc=1
+}
+export -f epoch_670k
+check epoch:dense670k 200 epoch_670k
 
-# fixed_fanin: its parity binary (a skip fails here too), then a short CLI training on cpu
-# and cuda (intermediate layer, dropout, rewiring); P@1 and P@5 must agree within 0.02.
-ff_rc=0
-cmake --build "$build_dir" -j "$(nproc)" --target test_cuda_parity_fixed_fanin \
-  >>"$out_dir/gpu_check_build.log" 2>&1 || ff_rc=1
-"$build_dir/tests/cuda/test_cuda_parity_fixed_fanin" | tee "$out_dir/gpu_parity_fixed_fanin.log" ||
-  ff_rc=1
-for dev in cpu cuda; do
-  "$xmc" train "$work/small.yaml" --device "$dev" --out "$work/ff_$dev" \
-    --set model.output.type=fixed_fanin --set model.output.loss=squared_hinge \
-    --set model.output.fan_in=32 --set model.output.intermediate=256 \
-    --set model.output.dropout=0.1 --set model.output.rewire.interval=50 \
-    --set model.output.gpu_timing=true >"$out_dir/gpu_check_ff_$dev.log" 2>&1 || ff_rc=1
-done
-python3 - "$work/ff_cpu/results.json" "$work/ff_cuda/results.json" <<'PY' || ff_rc=1
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-bad = [k for k in ("P@1", "P@5") if abs(a["metrics"][k] - b["metrics"][k]) > 0.02]
-print("fixed_fanin cli cpu vs cuda: P@1 %.4f / %.4f, P@5 %.4f / %.4f, epoch %.2f s / %.2f s" % (
-    a["metrics"]["P@1"], b["metrics"]["P@1"], a["metrics"]["P@5"], b["metrics"]["P@5"],
-    a["last_epoch_seconds"], b["last_epoch_seconds"]))
-sys.exit(1 if bad or b["device"] != "cuda" else 0)
-PY
-echo "fixed_fanin (parity + cli): $([ "$ff_rc" -eq 0 ] && echo PASSED || echo FAILED)"
-
-echo
-echo "== gpu_check summary =="
-grep -E "^GPU:|checks," "$out_dir/gpu_parity.log" "$out_dir/gpu_parity_sparse.log" || true
-echo "parity: $([ "$parity_rc" -eq 0 ] && echo PASSED || echo "FAILED ($parity_rc)")"
-echo "sparse parity: $([ "$parity_sparse_rc" -eq 0 ] && echo PASSED || echo "FAILED ($parity_sparse_rc)")"
-echo "bench JSON: $out_dir/gpu_bench_dense.json"
-cat "$out_dir/gpu_bench_dense.txt"
-echo "sparse bench JSON: $out_dir/gpu_bench_sparse.json (exit $sparse_bench_rc)"
-cat "$out_dir/gpu_bench_sparse.txt"
-echo "cli runs: $([ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && echo PASSED || echo "FAILED (train $train_rc, compare $compare_rc)")"
-echo "group_shared parity + cli: $([ "$gs_rc" -eq 0 ] && echo PASSED || echo "FAILED ($gs_rc)")"
-[ "$parity_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$parity_sparse_rc" -eq 0 ] &&
-  [ "$sparse_bench_rc" -eq 0 ] && [ "$train_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] &&
-  [ "$ff_rc" -eq 0 ] && [ "$gs_rc" -eq 0 ]
+finish

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The GPU kit: every GPU check in one command on a GPU machine that has no Debian packages
+# (only the NVIDIA driver, CUDA 13 with cuBLAS, CMake and Python), prepared here.
+#
+# On the build machine (Debian, nvcc, the packages of tools/setup.sh):
+#   tools/gpu_kit.sh                 build + pack + selftest (the three steps below)
+#   tools/gpu_kit.sh build [DIR]     configure and build the kit's binaries in DIR (default
+#                                    build-kit): CUDA for sm_90, libxmc shared, host code
+#                                    for x86-64-v3 (AVX2/FMA: every H100/H200 host has it)
+#   tools/gpu_kit.sh pack [DIR]      strip the binaries, gather every shared library they
+#                                    load except glibc, the NVIDIA driver and the CUDA
+#                                    runtime / cuBLAS, into .gpu-kit/xmc-gpu-kit.tar.xz
+#                                    (git-ignored; at most 40 MiB, so that it travels with
+#                                    the source tree in the device tool's 64 MiB)
+#   tools/gpu_kit.sh selftest        proof without a GPU that the unpacked kit needs nothing
+#                                    from the dev packages: in a chroot holding only glibc,
+#                                    the CUDA runtime + cuBLAS and the kit, every binary
+#                                    starts and reaches its "no GPU" exit, and a CPU training
+#                                    runs (needs root for unshare/chroot; CI runs it)
+# On the GPU machine, from the repository root, with .gpu-kit carried along:
+#   tools/gpu_kit.sh run             unpack and run tools/gpu_check.sh --bin on the kit:
+#                                    parity of all six backends, both benches, CPU-vs-CUDA
+#                                    trainings, compute-sanitizer memcheck and racecheck;
+#                                    results to $OUT (docs/gpu.md says how to read them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kit_dir=.gpu-kit
+kit_file=$kit_dir/xmc-gpu-kit.tar.xz
+kit_max_bytes=$((40 * 1024 * 1024))
+binaries=(app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_sparse
+  tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin
+  tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda
+  tests/cuda/bench_sparse_cuda)
+# Libraries the GPU machine provides: glibc, the NVIDIA driver, the CUDA runtime and cuBLAS.
+provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so)'
+glibc='^(ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so)'
+
+cuda_lib_dir() {
+  local nvcc_path
+  nvcc_path=$(command -v nvcc || true)
+  [ -z "$nvcc_path" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_path=/usr/local/cuda/bin/nvcc
+  [ -n "$nvcc_path" ] || { echo "gpu_kit: nvcc not found" >&2; return 1; }
+  local root
+  root=$(cd "$(dirname "$(readlink -f "$nvcc_path")")/.." && pwd)
+  for d in "$root/lib64" "$root/lib" "$root/targets/x86_64-linux/lib"; do
+    [ -e "$d/libcudart.so" ] || ls "$d"/libcudart.so.* >/dev/null 2>&1 && { echo "$d"; return 0; }
+  done
+  echo "gpu_kit: no libcudart under $root" >&2
+  return 1
+}
+
+cmd_build() {
+  local dir=${1:-build-kit}
+  bash tools/build.sh "$dir" -DXMC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DXMC_SHARED_LIB=ON \
+    -DXMC_MARCH=x86-64-v3 -DXMC_BUILD_TESTS=ON
+  # The kit's binaries (the test suite's other targets are built by tools/build.sh too).
+  cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity test_cuda_parity_sparse \
+    test_cuda_parity_sampled test_cuda_parity_fixed_fanin test_cuda_parity_group_shared \
+    bench_dense_cuda bench_sparse_cuda
+}
+
+cmd_pack() {
+  local dir=${1:-build-kit}
+  local stage
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' RETURN
+  mkdir -p "$stage/kit/bin" "$stage/kit/lib" "$kit_dir"
+  local b libs=()
+  for b in "${binaries[@]}"; do
+    [ -x "$dir/$b" ] || { echo "gpu_kit: $dir/$b missing: run tools/gpu_kit.sh build $dir" >&2; return 1; }
+    cp "$dir/$b" "$stage/kit/bin/"
+  done
+  # Every library the binaries load (ldd resolves the whole tree), less what the GPU
+  # machine provides.
+  local missing
+  missing=$(for b in "${binaries[@]}"; do ldd "$dir/$b"; done | grep "not found" || true)
+  [ -z "$missing" ] || { echo "gpu_kit: unresolved libraries: $missing" >&2; return 1; }
+  while read -r name path; do
+    [[ "$name" =~ $provided ]] && continue
+    cp -L "$path" "$stage/kit/lib/$name"
+    libs+=("$name")
+  done < <(for b in "${binaries[@]}"; do ldd "$dir/$b"; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
+  strip --strip-unneeded "$stage"/kit/bin/* "$stage"/kit/lib/*
+  {
+    echo "xmctrain GPU kit"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(nvcc --version 2>/dev/null | tail -1 || true)"
+    echo "flags: CUDA sm_90, libxmc shared, -march=x86-64-v3, Release"
+    echo "expects from the GPU machine: glibc, the NVIDIA driver, the CUDA 13 runtime and cuBLAS"
+    echo "bin:"
+    (cd "$stage/kit/bin" && sha256sum ./*)
+    echo "lib:"
+    (cd "$stage/kit/lib" && sha256sum ./*)
+  } >"$stage/kit/MANIFEST"
+  tar -C "$stage" -cf - kit | xz -T0 -6 >"$kit_file.tmp"
+  mv "$kit_file.tmp" "$kit_file"
+  local size
+  size=$(stat -c %s "$kit_file")
+  echo "gpu_kit: $kit_file: $((size / 1024)) KiB (${#binaries[@]} binaries, ${#libs[@]} libraries: ${libs[*]})"
+  if [ "$size" -gt "$kit_max_bytes" ]; then
+    echo "gpu_kit: the kit is larger than $((kit_max_bytes / 1024 / 1024)) MiB" >&2
+    return 1
+  fi
+}
+
+# The chroot: glibc from this machine, the CUDA runtime + cuBLAS bound in (what the GPU
+# machine provides), the kit, an empty /tmp, /proc and /dev. Nothing from the Debian dev
+# packages (libstdc++, libgomp, OpenBLAS, HDF5, yaml-cpp, fmt, spdlog...) is visible.
+cmd_selftest() {
+  [ -f "$kit_file" ] || { echo "gpu_kit: $kit_file missing: run tools/gpu_kit.sh pack" >&2; return 1; }
+  [ "$(id -u)" -eq 0 ] || { echo "gpu_kit: selftest needs root (unshare -m, chroot)" >&2; return 1; }
+  local root cudalib
+  cudalib=$(cuda_lib_dir)
+  root=$(mktemp -d /tmp/xmc-kit-root.XXXXXX)
+  trap 'rm -rf "$root"' RETURN
+  mkdir -p "$root/lib/x86_64-linux-gnu" "$root/lib64" "$root/cuda" "$root/tmp" "$root/proc" \
+    "$root/dev"
+  xz -dc "$kit_file" | tar -C "$root" -xf -
+  # glibc: the files the kit's binaries load from this machine's glibc.
+  local name path
+  while read -r name path; do
+    cp -L "$path" "$root/lib/x86_64-linux-gnu/$name"
+  done < <(for b in "$root"/kit/bin/*; do LD_LIBRARY_PATH="$root/kit/lib:$cudalib" ldd "$b"; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | grep -E "$glibc")
+  cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+  local binds=()
+  for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+    [ -e "$cudalib/$name" ] || { echo "gpu_kit: $cudalib/$name missing" >&2; return 1; }
+    touch "$root/cuda/$name"
+    binds+=("$(readlink -f "$cudalib/$name")" "$root/cuda/$name")
+  done
+  cat >"$root/tmp/tiny.yaml" <<'EOF'
+name: kit-selftest
+seed: 1
+data:
+  train: {features: /tmp/d/trn_X.npy, labels: /tmp/d/trn_X_Y.txt}
+  test: {features: /tmp/d/tst_X.npy, labels: /tmp/d/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: 600, test: 100, labels: 50, features: 16, clusters: 5}
+model:
+  encoder: [{type: linear, out: 16, activation: relu}]
+  output: {type: dense, loss: bce}
+train: {epochs: 1, batch_size: 64}
+eval: {k: 3}
+threads: 2
+EOF
+  # Inside a private mount namespace: bind the CUDA libraries, mount /proc and /dev, then
+  # run each case under chroot with LD_LIBRARY_PATH=/kit/lib:/cuda.
+  unshare -m bash -s "$root" "${binds[@]}" <<'INNER'
+set -uo pipefail
+root=$1
+shift
+chroot_bin=$(command -v chroot)
+while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+fails=0
+run() {  # run WANT_RC NAME -- COMMAND...: the command's exit code must be WANT_RC
+  local want=$1 name=$2
+  shift 3
+  local out rc
+  out=$(env -i LD_LIBRARY_PATH=/kit/lib:/cuda HOME=/tmp "$chroot_bin" "$root" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want" ]; then
+    printf '  %-44s ok (exit %d)\n' "$name" "$rc"
+  else
+    printf '  %-44s FAILED (exit %d, expected %d)\n' "$name" "$rc" "$want"
+    echo "$out" | tail -5 | sed 's/^/      /'
+    fails=$((fails + 1))
+  fi
+}
+echo "gpu_kit selftest: chroot with glibc + CUDA runtime/cuBLAS + the kit only"
+for b in "$root"/kit/bin/*; do
+  n=$(basename "$b")
+  # The chroot's own loader lists what the binary would load there.
+  out=$(env -i LD_LIBRARY_PATH=/kit/lib:/cuda "$chroot_bin" "$root" /lib64/ld-linux-x86-64.so.2 \
+    --list "/kit/bin/$n" 2>&1)
+  # (here-strings: with pipefail, `echo | grep -q` fails when grep stops reading early)
+  if grep -q "not found" <<<"$out" || ! grep -q "=> /kit/lib/libxmc.so" <<<"$out"; then
+    printf '  %-44s FAILED\n' "$n: libraries resolve in the chroot"
+    echo "$out" | grep -v "=> /kit/lib\|=> /cuda\|=> /lib/x86_64-linux-gnu" | sed 's/^/      /'
+    fails=$((fails + 1))
+  else
+    printf '  %-44s ok\n' "$n: libraries resolve in the chroot"
+  fi
+done
+for n in test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled \
+  test_cuda_parity_fixed_fanin test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; do
+  run 77 "$n: no GPU -> exit 77" -- "/kit/bin/$n"
+done
+run 0 "xmctrain --help" -- /kit/bin/xmctrain --help
+run 2 "xmctrain train --device cuda: no GPU -> exit 2" -- /kit/bin/xmctrain train /tmp/tiny.yaml \
+  --device cuda --out /tmp/run_cuda
+run 0 "xmctrain train (cpu: BLAS, OpenMP, HDF5, YAML)" -- /kit/bin/xmctrain train /tmp/tiny.yaml \
+  --device cpu --out /tmp/run_cpu
+run 0 "xmctrain eval --checkpoint (HDF5 read)" -- /kit/bin/xmctrain eval \
+  --checkpoint /tmp/run_cpu/checkpoint.h5
+echo "gpu_kit selftest: $([ "$fails" -eq 0 ] && echo PASSED || echo "FAILED ($fails)")"
+exit $((fails > 0 ? 1 : 0))
+INNER
+}
+
+cmd_run() {
+  [ -f "$kit_file" ] || { echo "gpu_kit: $kit_file missing (carry .gpu-kit)" >&2; return 1; }
+  local dest=${XMC_KIT_DIR:-/tmp/xmc-gpu-kit}
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  if command -v xz >/dev/null; then
+    xz -dc "$kit_file" | tar -C "$dest" -xf -
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit_file" "$dest"
+  fi
+  head -3 "$dest/kit/MANIFEST"
+  local cudalib
+  cudalib=$(cuda_lib_dir)
+  export LD_LIBRARY_PATH="$dest/kit/lib:$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  exec bash tools/gpu_check.sh --bin "$dest/kit/bin"
+}
+
+case "${1:-all}" in
+  build) cmd_build "${2:-}" ;;
+  pack) cmd_pack "${2:-}" ;;
+  selftest) cmd_selftest ;;
+  run) cmd_run ;;
+  all)
+    cmd_build build-kit
+    cmd_pack build-kit
+    cmd_selftest
+    ;;
+  -h | --help) sed -n '2,27p' "$0" ;;
+  *)
+    echo "usage: tools/gpu_kit.sh [build [DIR] | pack [DIR] | selftest | run]" >&2
+    exit 2
+    ;;
+esac
