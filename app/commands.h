@@ -18,5 +18,6 @@ Command register_predict(CLI::App& app);
 Command register_info(CLI::App& app);
 Command register_synth(CLI::App& app);
 Command register_bench(CLI::App& app);
+Command register_report(CLI::App& app);
 
 }  // namespace xmc::app

@@ -7,6 +7,15 @@
 
 namespace xmc {
 
+// The files of a run directory; the trainer writes them, `xmctrain report` reads them.
+namespace run_file {
+inline constexpr const char* config = "config.resolved.yaml";  // written first
+inline constexpr const char* metrics = "metrics.jsonl";        // one line per finished epoch
+inline constexpr const char* checkpoint = "checkpoint.h5";     // last checkpointed epoch
+inline constexpr const char* results = "results.json";         // written last: the run finished
+inline constexpr const char* failure = "failed.txt";           // the error a run stopped on
+}  // namespace run_file
+
 // Creates the directory if needed and checks it is writable (InputError otherwise).
 void prepare_run_directory(const std::filesystem::path& dir);
 // Removes "<name>.tmp.<pid>" files that a killed run left behind.

@@ -129,21 +129,17 @@ std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) 
   return (fs::path("runs") / cfg.name).string();
 }
 
-TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
-  Stopwatch total_time;
-  const Device device =
-      training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
-  Context ctx(device, static_cast<int>(cfg.threads));
+namespace {
 
-  // The run directory is prepared first, so a bad path fails in a second.
-  const fs::path dir = run_directory(cfg, opt);
-  const fs::path ckpt_file = dir / "checkpoint.h5";
-  const fs::path metrics_file = dir / "metrics.jsonl";
-  prepare_run_directory(dir);
+// Everything after the run directory is prepared; run_training records what this throws.
+TrainSummary train_in_directory(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx,
+                                const fs::path& dir, const Stopwatch& total_time) {
+  const fs::path ckpt_file = dir / run_file::checkpoint;
+  const fs::path metrics_file = dir / run_file::metrics;
   if (opt.resume && !fs::exists(ckpt_file))
     throw_input("--resume: no checkpoint at '{}'", ckpt_file.string());
   remove_stale_temporaries(dir);
-  write_text_atomic(dir / "config.resolved.yaml", opt.config_yaml);
+  write_text_atomic(dir / run_file::config, opt.config_yaml);
 
   // Data.
   ensure_synthetic_data(cfg);
@@ -349,8 +345,37 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
   res["output_layer_analytic_bytes"] = model.output().analytic_bytes();
   res["peak_rss_bytes"] = peak_rss_bytes();
   res["run_dir"] = dir.string();
-  write_text_atomic(dir / "results.json", res.dump(2) + "\n");
+  write_text_atomic(dir / run_file::results, res.dump(2) + "\n");
   return summary;
+}
+
+}  // namespace
+
+TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
+  Stopwatch total_time;
+  const Device device =
+      training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
+  Context ctx(device, static_cast<int>(cfg.threads));
+
+  // The run directory is prepared first, so a bad path fails in a second.
+  const fs::path dir = run_directory(cfg, opt);
+  prepare_run_directory(dir);
+  // Results or a failure of an earlier run in this directory no longer describe it.
+  std::error_code ec;
+  fs::remove(dir / run_file::results, ec);
+  fs::remove(dir / run_file::failure, ec);
+  try {
+    return train_in_directory(cfg, opt, ctx, dir, total_time);
+  } catch (const std::exception& e) {
+    // The run directory says why the run stopped (`xmctrain report` shows it); a failure to
+    // write that note must not hide the error itself.
+    try {
+      write_text_atomic(dir / run_file::failure, std::string(e.what()) + "\n");
+    } catch (const std::exception& note) {
+      spdlog::warn("cannot record the failure in '{}': {}", dir.string(), note.what());
+    }
+    throw;
+  }
 }
 
 }  // namespace xmc

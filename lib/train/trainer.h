@@ -3,6 +3,8 @@
 // synthetic data), model, epochs of shuffled mini-batches, evaluation every N epochs,
 // checkpoints, and the run directory:
 //   config.resolved.yaml  metrics.jsonl (one object per epoch)  results.json  checkpoint.h5
+// (names in train/run_files.h); a run that stops on an error leaves the message in
+// failed.txt, and results.json exists only once a run has finished.
 #include <cstdint>
 #include <string>
 

@@ -49,6 +49,25 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+std::string small_train_config(const fs::path& data_dir, int epochs) {
+  return "name: e2e\nseed: 7\ndevice: cpu\nthreads: 2\n"
+         "data:\n"
+         "  train: {features: " + (data_dir / "trn_X.npy").string() +
+         ", labels: " + (data_dir / "trn_X_Y.txt").string() + "}\n"
+         "  test: {features: " + (data_dir / "tst_X.npy").string() +
+         ", labels: " + (data_dir / "tst_X_Y.txt").string() + "}\n"
+         "  synth: {enabled: true, format: dense, train: 3000, test: 1000, labels: 300, "
+         "features: 64, clusters: 20, seed: 3}\n"
+         "model:\n"
+         "  encoder: [{type: linear, out: 64, activation: relu, dropout: 0.1}]\n"
+         "  output: {type: dense, loss: bce, chunk_size: 128}\n"
+         "optim:\n"
+         "  encoder: {type: adam, lr: 0.01}\n"
+         "  output: {type: adam, lr: 0.01}\n"
+         "train: {epochs: " + std::to_string(epochs) + ", batch_size: 128, log_every_s: 100}\n"
+         "eval: {k: 5}\n";
+}
+
 namespace {
 std::string shell_quote(const std::string& s) {
   std::string q;

@@ -31,6 +31,10 @@ struct CliResult {
   std::string err;  // stderr
 };
 
+// A small dense synthetic problem (3000 train / 1000 test points, 300 labels, 64 features)
+// that `xmctrain train` generates into data_dir on first use; dense backend, Adam.
+std::string small_train_config(const std::filesystem::path& data_dir, int epochs);
+
 // Runs the built xmctrain binary with the arguments (each shell-quoted), capturing
 // stdout and stderr.
 CliResult run_cli(const std::vector<std::string>& args);
