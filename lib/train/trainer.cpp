@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/cuda_context.h"
+#include "core/debug_hooks.h"
 #include "core/error.h"
 #include "core/memory_ledger.h"
 #include "core/resources.h"
@@ -261,6 +262,7 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
       const Batch& batch = batches[static_cast<size_t>(cur)];
       lr_factor = schedule.factor(step);
       ++step;
+      debug_signal_point(step);
       ConstMatrix h = model.encoder().forward_staged();
       have = batcher.next(batches[static_cast<size_t>(cur ^ 1)]);
       if (have) model.encoder().stage(batches[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
@@ -318,7 +320,9 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) 
     const bool ckpt_due =
         last || (cfg.train.checkpoint_every > 0 && (epoch + 1) % cfg.train.checkpoint_every == 0);
     if (ckpt_due) save_checkpoint(ckpt_file, model, opt, epoch + 1, step, schedule, dropout_rng);
+    debug_kill_point("after_checkpoint", epoch + 1);
     append_line(metrics_file, line.dump());
+    debug_kill_point("after_metrics", epoch + 1);
 
     if (opt.halt_after_epoch > 0 && epoch + 1 == opt.halt_after_epoch && !last) {
       spdlog::warn("halting after epoch {} as requested", epoch + 1);
