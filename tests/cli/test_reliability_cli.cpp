@@ -331,7 +331,8 @@ TEST_CASE("a corrupted checkpoint is detected on load naming the file and the te
   CHECK(e.err.find("checkpoint.h5") != std::string::npos);
   CHECK(e.err.find("output/weight") != std::string::npos);
   CHECK(e.err.find("checksum") != std::string::npos);
-  auto r = train(ref.config(), tmp / "run", {"--resume", "--set", "train.epochs=4"});
+  auto r = train(ref.config(), tmp / "run",
+                 {"--resume", "--allow-config-change", "--set", "train.epochs=4"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("output/weight") != std::string::npos);
 
