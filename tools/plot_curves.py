@@ -25,6 +25,8 @@ def load(run_dir, metric):
                 continue
             try:
                 rec = json.loads(line)
+                if "config_change" in rec:  # --resume --allow-config-change, not an epoch
+                    continue
                 t += float(rec["epoch_seconds"])
                 if metric in rec.get("metrics", {}):
                     points.append((rec["epoch"], t, float(rec["metrics"][metric])))
