@@ -143,17 +143,26 @@ void CheckpointReader::read_checked(const std::string& name, const std::vector<i
   }
 }
 
+namespace {
+
+// A write of the temporary file failed (errno says why): removes it and throws.
+[[noreturn]] void abandon(const std::string& path, const std::string& tmp) {
+  const std::string why = write_failure();
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  throw_error("cannot write checkpoint '{}': {}; the previous checkpoint (if any) is kept", path,
+              why);
+}
+
+}  // namespace
+
 CheckpointWriter::CheckpointWriter(std::string path)
     : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
   io::hdf5_library();
   errno = 0;
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) {
-    const std::string why = write_failure();
-    std::error_code ec;
-    std::filesystem::remove(tmp_, ec);
-    throw_error("cannot write checkpoint '{}': {}; the previous checkpoint (if any) is kept", path_,
-                why);
+    abandon(path_, tmp_);
   }
 }
 
@@ -205,11 +214,7 @@ void CheckpointWriter::commit() {
   herr_t rc = H5Fclose(static_cast<hid_t>(file_));
   file_ = -1;
   if (rc < 0) {
-    const std::string why = write_failure();
-    std::error_code ec;
-    std::filesystem::remove(tmp_, ec);
-    throw_error("cannot write checkpoint '{}': {}; the previous checkpoint (if any) is kept", path_,
-                why);
+    abandon(path_, tmp_);
   }
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
