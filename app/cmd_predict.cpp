@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "io/file_util.h"
 #include "io/io.h"
 #include "io/load.h"
 #include "train/evaluation.h"
@@ -29,7 +30,9 @@ Command register_predict(CLI::App& app) {
                   "Points to predict: features file (.npy, .h5, or XC split features) with "
                   "--labels");
   sub->add_option("--labels", o->labels, "Labels file matching --features");
-  sub->add_option("--k", o->k, "Labels per point")->check(CLI::Range(1, 1000))->capture_default_str();
+  sub->add_option("--k", o->k, "Labels per point")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   sub->add_option("--out", o->out, "Predictions file to write")->required();
   sub->add_option("--index-base", o->index_base, "First index in text files (0 or 1)")
       ->check(CLI::IsMember({0, 1}));
@@ -38,9 +41,7 @@ Command register_predict(CLI::App& app) {
   sub->add_option("--threads", o->threads, "Threads (0 = all cores)");
   return {sub, [o]() -> int {
             // Fail on an unwritable output before the work starts.
-            const auto parent = std::filesystem::absolute(o->out).parent_path();
-            if (!std::filesystem::is_directory(parent))
-              throw_input("--out '{}': directory '{}' does not exist", o->out, parent.string());
+            io::check_output_file(o->out, "--out");
             if (o->data.empty() == o->features.empty())
               throw_input("predict needs exactly one of --data or --features");
             LoadedModel lm = load_model(o->checkpoint, o->device, o->threads);

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "commands.h"
@@ -16,13 +17,17 @@ Command register_train(CLI::App& app) {
       "train",
       "Train a model from a YAML experiment config. Writes config.resolved.yaml, "
       "metrics.jsonl (one JSON object per epoch), results.json and checkpoint.h5 to the run "
-      "directory (--out, else the config's `out`, else runs/<name>). A config whose "
-      "data.synth.enabled is true generates its synthetic data when the files are missing.");
+      "directory (--out, else the config's `out`, else runs/<name>); results.json appears "
+      "only when the run is complete. A directory that holds a run is refused unless "
+      "--resume or --overwrite. SIGINT / SIGTERM finish the current step, write a checkpoint "
+      "and exit 130 / 143 (continue with --resume). A config whose data.synth.enabled is true "
+      "generates its synthetic data when the files are missing.");
   struct Opts {
     std::string config;
     std::vector<std::string> set;
     std::string out, device;
-    bool resume = false, json = false, reference = false;
+    bool resume = false, overwrite = false, allow_config_change = false, json = false,
+         reference = false;
     int64_t halt_after_epoch = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -33,9 +38,20 @@ Command register_train(CLI::App& app) {
   sub->add_option("--out", o->out, "Run directory (overrides the config's `out`)");
   sub->add_option("--device", o->device, "cpu | cuda | auto (overrides the config's `device`)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  sub->add_flag("--resume", o->resume,
-                "Continue an interrupted run from <run dir>/checkpoint.h5 to the same final "
-                "result as an uninterrupted run");
+  auto* resume = sub->add_flag(
+      "--resume", o->resume,
+      "Continue an interrupted run from <run dir>/checkpoint.h5 to the same final result as an "
+      "uninterrupted run. The config must be the run's own (config.resolved.yaml; out, device, "
+      "threads and train.log_every_s may differ). On a complete run: prints its results and "
+      "exits 0");
+  sub->add_flag("--overwrite", o->overwrite,
+                "Replace the run already in the run directory (its files are removed when "
+                "training starts; a run that fails before that leaves the old one intact)")
+      ->excludes(resume);
+  sub->add_flag("--allow-config-change", o->allow_config_change,
+                "With --resume: continue with a changed config; the changed keys are recorded "
+                "in metrics.jsonl and config.resolved.yaml becomes the new config")
+      ->needs(resume);
   sub->add_flag("--json", o->json, "Print results.json on stdout instead of the summary table");
   sub->add_flag("--config-reference", o->reference,
                 "Print the reference of every config key (Markdown) and exit");
@@ -47,18 +63,37 @@ Command register_train(CLI::App& app) {
               std::cout << config_reference_markdown(output_types());
               return 0;
             }
-            if (o->config.empty()) throw_input("train: a config file is required (xmctrain train CONFIG)");
+            if (o->config.empty())
+              throw_input("train: a config file is required (xmctrain train CONFIG)");
             ExperimentConfig cfg = load_config(o->config, o->set, output_types());
             TrainOptions opt;
             opt.out_dir = o->out;
             opt.device = o->device;
             opt.resume = o->resume;
+            opt.overwrite = o->overwrite;
+            opt.allow_config_change = o->allow_config_change;
             opt.halt_after_epoch = o->halt_after_epoch;
             opt.config_yaml = dump_config(cfg);
             TrainSummary s = run_training(cfg, opt);
             if (s.halted) return 0;
+            if (s.stop_signal != 0) {
+              std::string again = "xmctrain train " + o->config + " --out " + s.run_dir;
+              for (const auto& kv : o->set) again += " --set '" + kv + "'";
+              std::cerr << fmt::format(
+                  "interrupted by {}: checkpoint written to {}/checkpoint.h5; continue with:\n"
+                  "  {} --resume\n",
+                  s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", s.run_dir, again);
+              return 128 + s.stop_signal;
+            }
             if (o->json) {
               std::cout << s.results.dump(2) << "\n";
+              return 0;
+            }
+            if (s.complete) {
+              std::cout << fmt::format(
+                  "run directory {} is complete ({} epochs): nothing to do; results.json is "
+                  "kept\n",
+                  s.run_dir, s.results.value("epochs", 0));
               return 0;
             }
             const auto& r = s.results;

@@ -36,8 +36,8 @@ optim:
 train: {epochs: 1, batch_size: 256, log_every_s: 60}
 eval: {k: 5}
 YAML
-"$bin" train "$work/d100k.yaml" --out "$work/run-dense" --json > "$work/dense.json"
-"$bin" train "$work/d100k.yaml" --out "$work/run-bottleneck" --set model.output.type=bottleneck \
+"$bin" train "$work/d100k.yaml" --out "$work/run-dense" --overwrite --json > "$work/dense.json"
+"$bin" train "$work/d100k.yaml" --out "$work/run-bottleneck" --overwrite --set model.output.type=bottleneck \
   --set model.output.dim=64 --json > "$work/bottleneck.json"
 python3 - "$work" <<'PY'
 import json, sys

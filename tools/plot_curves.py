@@ -105,6 +105,8 @@ def load_curve(run_dir, metrics):
             continue
         try:
             rec = json.loads(line)
+            if "config_change" in rec:  # --resume --allow-config-change, not an epoch
+                continue
             t += float(rec["epoch_seconds"])
             values = rec.get("metrics", {})
             got = {m: float(values[m]) for m in metrics if m in values}

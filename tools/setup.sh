@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
-  libhdf5-dev libhnswlib-dev catch2 libopenblas-openmp-dev libomp-dev
+  libhdf5-dev zlib1g-dev libhnswlib-dev catch2 libopenblas-openmp-dev libomp-dev
   python3 python3-numpy python3-h5py python3-matplotlib
 )
 

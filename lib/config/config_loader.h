@@ -28,6 +28,16 @@ ExperimentConfig parse_config(std::string_view yaml_text, const std::string& sou
 // (config.resolved.yaml). parse_config(dump_config(c), ...) == c.
 std::string dump_config(const ExperimentConfig& config);
 
+// One key whose value differs between two configs: dotted key ("optim.output.lr", list
+// elements as "model.encoder[0].out"), the values as written ("(absent)" when missing).
+struct ConfigChange {
+  std::string key, before, after;
+};
+
+// The keys whose values differ between two config texts (dump_config output), in the
+// order of `after`, then the keys only `before` has.
+std::vector<ConfigChange> config_changes(std::string_view before_yaml, std::string_view after_yaml);
+
 // Applies one "--set" assignment to a parsed tree (creating missing map entries; the
 // reader then rejects unknown keys).
 void apply_override(ConfigNode& root, const std::string& assignment);

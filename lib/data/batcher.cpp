@@ -90,4 +90,10 @@ bool Batcher::next(Batch& out) {
   return true;
 }
 
+void Batcher::skip(int64_t batches) {
+  XMC_CHECK(started_, "Batcher::skip before start_epoch");
+  XMC_CHECK(batches >= 0, "Batcher::skip({})", batches);
+  pos_ = std::min(static_cast<int64_t>(order_.size()), pos_ + batches * batch_size_);
+}
+
 }  // namespace xmc

@@ -25,6 +25,8 @@ class Batcher {
   void start_epoch(int64_t epoch);
   // The next batch of the epoch (the last one may be smaller); false when the epoch is done.
   bool next(Batch& out);
+  // Skips the next `batches` batches of the epoch (resuming a checkpoint taken mid-epoch).
+  void skip(int64_t batches);
 
   int64_t batch_size() const { return batch_size_; }
   int64_t batches_per_epoch() const;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "core/error.h"
@@ -20,6 +21,28 @@ FileStamp file_stamp(const std::string& path) {
   if (!S_ISREG(st.st_mode)) throw_input("'{}' is not a regular file", path);
   return {static_cast<int64_t>(st.st_size),
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+}
+
+void check_output_file(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw_input("{}: no file name given", option);
+  if (path.back() == '/' || fs::is_directory(path, ec))
+    throw_input("{} '{}' is a directory: give a file name, e.g. '{}'", option, path,
+                (fs::path(path) / "predictions.txt").string());
+  const fs::path parent = fs::absolute(path, ec).parent_path();
+  // The nearest existing ancestor says why the parent cannot hold the file.
+  fs::path p = parent;
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  if (p != parent) {
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+      throw_input("{} '{}': '{}' is not a directory", option, path, p.string());
+    throw_input("{} '{}': directory '{}' does not exist", option, path, parent.string());
+  }
+  if (!fs::is_directory(parent, ec))
+    throw_input("{} '{}': '{}' is not a directory", option, path, parent.string());
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw_input("{} '{}': directory '{}' is not writable", option, path, parent.string());
 }
 
 std::string read_whole_file(const std::string& path) {

@@ -17,6 +17,11 @@ struct FileStamp {
 // Throws InputError naming the path when it does not exist or is not a regular file.
 FileStamp file_stamp(const std::string& path);
 
+// Checks, before the work, that an output file can be created at `path` (InputError naming
+// `option` otherwise): not a directory (nor ending in '/'), its parent a directory that
+// exists and is writable.
+void check_output_file(const std::string& path, const std::string& option);
+
 // The whole file in one read. Throws InputError when it cannot be opened.
 std::string read_whole_file(const std::string& path);
 

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/hdf5_library.h"
 #include "io/io.h"
 
 namespace xmc::io {
@@ -28,10 +30,15 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
-// HDF5 prints its error stack by default; our exceptions say what went wrong.
-void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void silence_hdf5() { hdf5_library(); }
 
 }  // namespace
+
+void hdf5_library() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5dont_atexit(); });
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 DenseMatrix read_hdf5(const std::string& path, const std::string& dataset) {
   silence_hdf5();

@@ -1,14 +1,19 @@
 #include "train/checkpoint.h"
 
-#include <hdf5.h>
-#include <unistd.h>
-
 #include <fmt/ranges.h>
+#include <hdf5.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <type_traits>
 
 #include "core/error.h"
+#include "io/hdf5_library.h"
 
 namespace xmc {
 namespace {
@@ -26,15 +31,39 @@ struct Hid {
   operator hid_t() const { return id; }
 };
 
-void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+// The system error behind a failed HDF5 write (HDF5 leaves errno as the failing call set it).
+std::string write_failure() {
+  return errno != 0 ? std::string(std::strerror(errno)) : std::string("disk full?");
+}
+
+// Every dataset carries the CRC-32 of its bytes (as stored, native order) in this attribute.
+constexpr const char* kChecksum = "crc32";
+
+uint32_t checksum(const void* data, size_t bytes) {
+  return static_cast<uint32_t>(crc32_z(0L, static_cast<const Bytef*>(data), bytes));
+}
+
+void write_checksum(hid_t ds, const std::string& path, const std::string& name, const void* data,
+                    size_t bytes) {
+  const uint32_t crc = checksum(data, bytes);
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(H5Acreate2(ds, kChecksum, H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (attr < 0 || H5Awrite(attr, H5T_NATIVE_UINT32, &crc) < 0)
+    throw_error("{}: cannot write the checksum of dataset '{}': {}", path, name, write_failure());
+}
 
 template <class T>
 hid_t native_type() {
-  if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
-  else if constexpr (std::is_same_v<T, uint32_t>) return H5T_NATIVE_UINT32;
-  else if constexpr (std::is_same_v<T, int64_t>) return H5T_NATIVE_INT64;
-  else return H5T_NATIVE_UINT64;
+  if constexpr (std::is_same_v<T, float>)
+    return H5T_NATIVE_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return H5T_NATIVE_UINT32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return H5T_NATIVE_INT64;
+  else
+    return H5T_NATIVE_UINT64;
 }
 
 void write_array(hid_t file, const std::string& path, const std::string& name, hid_t type,
@@ -44,9 +73,13 @@ void write_array(hid_t file, const std::string& path, const std::string& name, h
   Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl, 1);
   Hid ds(H5Dcreate2(file, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (ds < 0) throw_error("{}: cannot create dataset '{}'", path, name);
+  if (ds < 0) throw_error("{}: cannot create dataset '{}': {}", path, name, write_failure());
+  errno = 0;
   if (H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    throw_error("{}: cannot write dataset '{}' (disk full?)", path, name);
+    throw_error("{}: cannot write dataset '{}': {}", path, name, write_failure());
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  write_checksum(ds, path, name, data, static_cast<size_t>(n) * H5Tget_size(type));
 }
 
 struct Stored {
@@ -61,26 +94,76 @@ Stored open_shape(hid_t ds) {
   return {std::vector<int64_t>(dims.begin(), dims.end())};
 }
 
+// Compares the stored checksum of a dataset with the bytes read. Returns false when the
+// dataset has none (a checkpoint of an older version).
+bool verify_checksum(hid_t ds, const std::string& path, const std::string& name, const void* data,
+                     size_t bytes) {
+  if (H5Aexists(ds, kChecksum) <= 0) return false;
+  Hid attr(H5Aopen(ds, kChecksum, H5P_DEFAULT), H5Aclose);
+  uint32_t stored = 0;
+  if (attr < 0 || H5Aread(attr, H5T_NATIVE_UINT32, &stored) < 0)
+    throw_input("{}: cannot read the checksum of dataset '{}'", path, name);
+  const uint32_t actual = checksum(data, bytes);
+  if (actual != stored)
+    throw_input(
+        "{}: tensor '{}' fails its checksum (stored crc32 {:08x}, contents {:08x}): the "
+        "checkpoint is corrupted; use an intact copy or train again",
+        path, name, stored, actual);
+  return true;
+}
+
+}  // namespace
+
+// Reads a whole dataset of T; checks its checksum (when stored) and, for model tensors,
+// that every value is finite.
 template <class T>
-std::vector<T> read_vector(hid_t file, const std::string& path, const std::string& name) {
-  Hid ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (ds < 0) throw_input("{}: checkpoint has no dataset '{}'", path, name);
+void CheckpointReader::read_checked(const std::string& name, const std::vector<int64_t>* expect,
+                                    std::vector<T>* vec, T* into, bool finite) const {
+  Hid ds(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (ds < 0) throw_input("{}: checkpoint has no dataset '{}'", path_, name);
   auto st = open_shape(ds);
+  if (expect != nullptr && st.shape != *expect)
+    throw_input("{}: dataset '{}' has shape [{}], the model expects [{}]", path_, name,
+                fmt::join(st.shape, "×"), fmt::join(*expect, "×"));
   int64_t n = 1;
   for (auto s : st.shape) n *= s;
-  std::vector<T> out(static_cast<size_t>(n));
-  if (n > 0 && H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw_input("{}: cannot read dataset '{}'", path, name);
-  return out;
+  if (vec != nullptr) {
+    vec->assign(static_cast<size_t>(n), T{});
+    into = vec->data();
+  }
+  if (n > 0 && H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, into) < 0)
+    throw_input("{}: cannot read dataset '{}'", path_, name);
+  note_checksum(verify_checksum(ds, path_, name, into, static_cast<size_t>(n) * sizeof(T)));
+  if constexpr (std::is_floating_point_v<T>) {
+    if (finite)
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(into[i]))
+          throw_input("{}: tensor '{}' holds {} at index {}: the checkpoint is corrupted", path_,
+                      name, into[i], i);
+  }
+}
+
+namespace {
+
+// A write of the temporary file failed (errno says why): removes it and throws.
+[[noreturn]] void abandon(const std::string& path, const std::string& tmp) {
+  const std::string why = write_failure();
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  throw_error("cannot write checkpoint '{}': {}; the previous checkpoint (if any) is kept", path,
+              why);
 }
 
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string path)
     : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
-  silence_hdf5();
+  io::hdf5_library();
+  errno = 0;
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) throw_input("cannot create checkpoint file '{}'", tmp_);
+  if (file_ < 0) {
+    abandon(path_, tmp_);
+  }
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -107,10 +190,12 @@ void CheckpointWriter::write_string(const std::string& name, const std::string& 
   Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl, 1);
   Hid ds(H5Dcreate2(file_, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (ds < 0) throw_error("{}: cannot create dataset '{}'", path_, name);
+  if (ds < 0) throw_error("{}: cannot create dataset '{}': {}", path_, name, write_failure());
   std::string padded = value.empty() ? std::string(1, '\0') : value;
+  errno = 0;
   if (H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()) < 0)
-    throw_error("{}: cannot write dataset '{}'", path_, name);
+    throw_error("{}: cannot write dataset '{}': {}", path_, name, write_failure());
+  write_checksum(ds, path_, name, padded.data(), padded.size());
 }
 
 void CheckpointWriter::write_i64(const std::string& name, const std::vector<int64_t>& v) {
@@ -125,12 +210,11 @@ void CheckpointWriter::write_f64(const std::string& name, const std::vector<doub
 
 void CheckpointWriter::commit() {
   XMC_CHECK(file_ >= 0, "checkpoint {} already committed", path_);
+  errno = 0;
   herr_t rc = H5Fclose(static_cast<hid_t>(file_));
   file_ = -1;
   if (rc < 0) {
-    std::error_code ec;
-    std::filesystem::remove(tmp_, ec);
-    throw_error("cannot close checkpoint file '{}'", tmp_);
+    abandon(path_, tmp_);
   }
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
@@ -141,7 +225,7 @@ void CheckpointWriter::commit() {
 }
 
 CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
-  silence_hdf5();
+  io::hdf5_library();
   if (!std::filesystem::exists(path_)) throw_input("checkpoint '{}' does not exist", path_);
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw_input("'{}' is not an HDF5 checkpoint", path_);
@@ -163,18 +247,10 @@ bool CheckpointReader::has(const std::string& name) const {
 }
 
 void CheckpointReader::read(const TensorRef& t) const {
-  Hid ds(H5Dopen2(file_, t.name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (ds < 0) throw_input("{}: checkpoint has no dataset '{}'", path_, t.name);
-  auto st = open_shape(ds);
-  if (st.shape != t.shape)
-    throw_input("{}: dataset '{}' has shape [{}], the model expects [{}]", path_, t.name,
-                fmt::join(st.shape, "×"), fmt::join(t.shape, "×"));
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
-        if (t.numel() > 0 &&
-            H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p) < 0)
-          throw_input("{}: cannot read dataset '{}'", path_, t.name);
+        read_checked<T>(t.name, &t.shape, nullptr, p, /*finite=*/true);
       },
       t.data);
 }
@@ -189,18 +265,34 @@ std::string CheckpointReader::read_string(const std::string& name) const {
   H5Tset_size(mem, size);
   if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw_input("{}: cannot read dataset '{}'", path_, name);
+  note_checksum(verify_checksum(ds, path_, name, out.data(), out.size()));
   while (!out.empty() && out.back() == '\0') out.pop_back();
   return out;
 }
 
+void CheckpointReader::note_checksum(bool verified) const {
+  if (verified || warned_unverified_) return;
+  warned_unverified_ = true;
+  spdlog::warn(
+      "{}: checkpoint has no checksums (written by an older version): its contents "
+      "are not verified",
+      path_);
+}
+
 std::vector<int64_t> CheckpointReader::read_i64(const std::string& name) const {
-  return read_vector<int64_t>(file_, path_, name);
+  std::vector<int64_t> out;
+  read_checked<int64_t>(name, nullptr, &out, nullptr, false);
+  return out;
 }
 std::vector<uint64_t> CheckpointReader::read_u64(const std::string& name) const {
-  return read_vector<uint64_t>(file_, path_, name);
+  std::vector<uint64_t> out;
+  read_checked<uint64_t>(name, nullptr, &out, nullptr, false);
+  return out;
 }
 std::vector<double> CheckpointReader::read_f64(const std::string& name) const {
-  return read_vector<double>(file_, path_, name);
+  std::vector<double> out;
+  read_checked<double>(name, nullptr, &out, nullptr, false);
+  return out;
 }
 
 }  // namespace xmc

@@ -1,9 +1,12 @@
 #pragma once
 // Checkpoints in HDF5. Every array is a dataset named by its path ("encoder/0/weight",
 // "output/weight", ...), readable with h5py; scalars and strings are datasets too
-// ("meta/epoch", "meta/config_yaml"). Written atomically: the writer works on
-// "<path>.tmp.<pid>" and renames on commit(); a writer destroyed without commit() removes
-// its temporary file, so a failed run leaves no half-written checkpoint.
+// ("meta/epoch", "meta/config_yaml"). Every dataset carries the CRC-32 of its contents in
+// the attribute "crc32", checked on load (InputError naming the file and the tensor);
+// checkpoints of older versions have none and load with a warning. Model tensors must be
+// finite. Written atomically: the writer works on "<path>.tmp.<pid>" and renames on
+// commit(); a writer destroyed without commit() removes its temporary file, so a failed
+// run (a full disk included) leaves no half-written checkpoint and keeps the previous one.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,7 +43,8 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   bool has(const std::string& name) const;
-  // Reads into t's memory; the stored shape and type must match (InputError otherwise).
+  // Reads into t's memory; the stored shape and type must match, the checksum too, and
+  // floating-point values must be finite (InputError naming the tensor otherwise).
   void read(const TensorRef& t) const;
   std::string read_string(const std::string& name) const;
   std::vector<int64_t> read_i64(const std::string& name) const;
@@ -49,8 +53,16 @@ class CheckpointReader {
   const std::string& path() const { return path_; }
 
  private:
+  // Reads dataset `name` into *vec (resized) or into `into` (of shape *expect).
+  template <class T>
+  void read_checked(const std::string& name, const std::vector<int64_t>* expect,
+                    std::vector<T>* vec, T* into, bool finite) const;
+  // Warns once per file when a dataset has no checksum.
+  void note_checksum(bool verified) const;
+
   std::string path_;
   int64_t file_ = -1;
+  mutable bool warned_unverified_ = false;
 };
 
 }  // namespace xmc

@@ -1,31 +1,24 @@
 #include "train/run_files.h"
 
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
-#include <vector>
 
 #include "core/error.h"
 
 namespace xmc {
 namespace fs = std::filesystem;
 
-void prepare_run_directory(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    throw_input("cannot create run directory '{}': {}", dir.string(),
-                ec ? ec.message() : "not a directory");
-  const fs::path probe = dir / (".write-test." + std::to_string(::getpid()));
-  {
-    std::ofstream f(probe);
-    if (!f) throw_input("run directory '{}' is not writable", dir.string());
-  }
-  fs::remove(probe, ec);
-}
+namespace {
 
+std::string system_error() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
+
+// Removes "<name>.tmp.<pid>" files that a killed run left behind.
 void remove_stale_temporaries(const fs::path& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -34,17 +27,100 @@ void remove_stale_temporaries(const fs::path& dir) {
   }
 }
 
+void remove_file(const fs::path& p) {
+  std::error_code ec;
+  fs::remove(p, ec);
+  if (ec) throw_error("cannot remove '{}': {}", p.string(), ec.message());
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(fs::path dir, RunMode mode) : dir_(std::move(dir)), mode_(mode) {
+  std::error_code ec;
+  // The directories that do not exist yet, outermost first.
+  for (fs::path p = dir_; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    created_.insert(created_.begin(), p);
+    if (p == p.parent_path()) break;
+  }
+  for (size_t i = 0; i < created_.size(); ++i) {
+    const fs::path p = created_[i];
+    fs::create_directory(p, ec);
+    if (ec || !fs::is_directory(p)) {
+      const fs::path parent = p.parent_path();
+      const std::string why = fs::exists(parent) && !fs::is_directory(parent)
+                                  ? fmt::format("'{}' is not a directory", parent.string())
+                              : ec ? ec.message()
+                                   : std::string("not a directory");
+      created_.resize(i);  // the destructor removes the ones made so far
+      throw_input("cannot create run directory '{}': {}", dir_.string(), why);
+    }
+  }
+  if (!fs::is_directory(dir_))
+    throw_input("cannot use run directory '{}': it is not a directory", dir_.string());
+  const fs::path probe = dir_ / (".write-test." + std::to_string(::getpid()));
+  {
+    std::ofstream f(probe);
+    if (!f) throw_input("run directory '{}' is not writable", dir_.string());
+  }
+  fs::remove(probe, ec);
+
+  std::vector<std::string> present;
+  for (const auto& name : run_file_names())
+    if (fs::exists(dir_ / name)) present.push_back(name);
+  if (mode_ == RunMode::fresh && !present.empty())
+    throw_input(
+        "run directory '{}' already holds a run ({}): pass --resume to continue it, "
+        "--overwrite to replace it, or choose another --out",
+        dir_.string(), fmt::join(present, ", "));
+  if (mode_ == RunMode::resume && !fs::exists(dir_ / run_file::checkpoint))
+    throw_input(
+        "--resume: no checkpoint at '{}' (a run interrupted before its first checkpoint "
+        "cannot be resumed: start it again with --overwrite)",
+        (dir_ / run_file::checkpoint).string());
+}
+
+RunDirectory::~RunDirectory() {
+  if (begun_) return;
+  // Innermost first; only directories that are still empty (nothing of the user's).
+  std::error_code ec;
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it)
+    if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
+}
+
+void RunDirectory::begin(const std::string& config_yaml) {
+  if (mode_ == RunMode::resume) {
+    remove_file(dir_ / run_file::results);
+    remove_file(dir_ / run_file::failure);
+  } else {
+    for (const auto& name : run_file_names()) remove_file(dir_ / name);
+  }
+  remove_stale_temporaries(dir_);
+  begun_ = true;
+  write_text_atomic(dir_ / run_file::config, config_yaml);
+}
+
+void record_run_failure(const fs::path& dir, const std::string& what) {
+  try {
+    write_text_atomic(dir / run_file::failure, what + "\n");
+  } catch (const std::exception& note) {
+    spdlog::warn("cannot record the failure in '{}': {}", dir.string(), note.what());
+  }
+}
+
 void write_text_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw_input("cannot write '{}'", path.string());
+    if (!f) throw_input("cannot write '{}': {}", path.string(), system_error());
+    errno = 0;
     f << text;
     f.flush();
     if (!f) {
+      const std::string why = system_error();
+      f.close();
       std::error_code ec;
       fs::remove(tmp, ec);
-      throw_error("write to '{}' failed (disk full?)", tmp.string());
+      throw_error("cannot write '{}': {}", path.string(), why);
     }
   }
   std::error_code ec;
@@ -57,22 +133,32 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 
 void append_line(const fs::path& path, const std::string& line) {
   std::ofstream f(path, std::ios::app);
-  if (!f) throw_error("cannot append to '{}'", path.string());
+  if (!f) throw_error("cannot append to '{}': {}", path.string(), system_error());
+  errno = 0;
   f << line << '\n';
   f.flush();
+  if (!f) throw_error("cannot append to '{}': {}", path.string(), system_error());
 }
 
-void keep_metrics_lines(const fs::path& path, int64_t last_epoch) {
+std::vector<nlohmann::json> keep_metrics_lines(const fs::path& path, int64_t last_epoch) {
+  std::vector<nlohmann::json> epochs;
   std::ifstream in(path);
-  if (!in) return;
+  if (!in) return epochs;
   std::string kept, line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("epoch", int64_t{0}) <= last_epoch) kept += line + "\n";
+    if (!j.is_object()) continue;
+    // Per-epoch records carry "epoch"; a config change carries "after_epoch".
+    const int64_t at =
+        j.contains("epoch") ? j.value("epoch", int64_t{0}) : j.value("after_epoch", int64_t{0});
+    if (at > last_epoch) continue;
+    kept += line + "\n";
+    if (j.contains("epoch")) epochs.push_back(std::move(j));
   }
   in.close();
   write_text_atomic(path, kept);
+  return epochs;
 }
 
 }  // namespace xmc

@@ -1,30 +1,78 @@
 #pragma once
-// Files of the run directory: creation with an early writability check, atomic text
-// writes, metrics.jsonl maintenance.
+// Files of the run directory, written as a unit: a new run never mixes with an old one,
+// a run that fails before training leaves nothing behind, results.json appears only when
+// the run is complete. Atomic text writes and metrics.jsonl maintenance.
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace xmc {
 
 // The files of a run directory; the trainer writes them, `xmctrain report` reads them.
 namespace run_file {
-inline constexpr const char* config = "config.resolved.yaml";  // written first
+inline constexpr const char* config = "config.resolved.yaml";  // written when training begins
 inline constexpr const char* metrics = "metrics.jsonl";        // one line per finished epoch
 inline constexpr const char* checkpoint = "checkpoint.h5";     // last checkpointed epoch
 inline constexpr const char* results = "results.json";         // written last: the run finished
-inline constexpr const char* failure = "failed.txt";           // the error a run stopped on
+inline constexpr const char* failure = "failed.txt";  // the error a begun run stopped on
 }  // namespace run_file
 
-// Creates the directory if needed and checks it is writable (InputError otherwise).
-void prepare_run_directory(const std::filesystem::path& dir);
-// Removes "<name>.tmp.<pid>" files that a killed run left behind.
-void remove_stale_temporaries(const std::filesystem::path& dir);
-// Writes to "<path>.tmp.<pid>", then renames (InputError when the path is unwritable).
+enum class RunMode {
+  fresh,      // a new run: the directory must not hold a run
+  overwrite,  // a new run replacing the run in the directory (--overwrite)
+  resume,     // continue the run in the directory from its checkpoint (--resume)
+};
+
+// The files a run writes, in the order an overwrite removes them (results first, so an
+// interrupted removal never leaves results beside a partial run).
+inline const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names = {run_file::results, run_file::failure,
+                                                 run_file::metrics, run_file::checkpoint,
+                                                 run_file::config};
+  return names;
+}
+
+// The run directory of one train command. The constructor checks it before any work and
+// throws InputError: it must be creatable and writable; a fresh run refuses a directory
+// holding a run (naming --overwrite and --resume); a resumed run needs its checkpoint. It
+// creates missing directories; destroyed before begin() (the run failed before training),
+// it removes the directories it created again.
+class RunDirectory {
+ public:
+  RunDirectory(std::filesystem::path dir, RunMode mode);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  // Training starts: removes the files of the earlier run (fresh, overwrite) or the
+  // results of the resumed one (it continues), removes stale temporaries, writes the
+  // resolved config.
+  void begin(const std::string& config_yaml);
+
+  const std::filesystem::path& path() const { return dir_; }
+  std::filesystem::path file(const std::string& name) const { return dir_ / name; }
+
+ private:
+  std::filesystem::path dir_;
+  RunMode mode_;
+  std::vector<std::filesystem::path> created_;  // outermost first
+  bool begun_ = false;
+};
+
+// Writes the error a run stopped on to failed.txt of its (begun) run directory, for
+// `xmctrain report`; a failure to write it is logged, never thrown over the error itself.
+void record_run_failure(const std::filesystem::path& dir, const std::string& what);
+
+// Writes to "<path>.tmp.<pid>", then renames (InputError when the path cannot be opened,
+// Error naming the file and the system error when a write fails, e.g. on a full disk).
 void write_text_atomic(const std::filesystem::path& path, const std::string& text);
-// Appends one line and flushes.
+// Appends one line and flushes (Error naming the file when the write fails).
 void append_line(const std::filesystem::path& path, const std::string& line);
-// Keeps only the metrics lines of epochs <= last_epoch (resume after an interruption).
-void keep_metrics_lines(const std::filesystem::path& path, int64_t last_epoch);
+// Keeps only the metrics.jsonl records up to last_epoch (resume after an interruption)
+// and returns the per-epoch records kept.
+std::vector<nlohmann::json> keep_metrics_lines(const std::filesystem::path& path,
+                                               int64_t last_epoch);
 
 }  // namespace xmc

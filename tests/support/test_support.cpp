@@ -1,6 +1,7 @@
 #include "support/test_support.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,8 +9,6 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-#include <unistd.h>
 
 namespace xmc::test {
 namespace fs = std::filesystem;
@@ -74,17 +73,26 @@ std::string shell_quote(const std::string& s) {
   q.reserve(s.size() + 2);
   q.push_back('\'');
   for (char c : s) {
-    if (c == '\'') q.append("'\\''");
-    else q.push_back(c);
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
   }
   q.push_back('\'');
   return q;
 }
 }  // namespace
 
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args,
+                  const std::vector<std::pair<std::string, std::string>>& env) {
   TempDir tmp;
-  std::string cmd = shell_quote(XMC_BINARY);
+  std::string cmd;
+  if (!env.empty()) {
+    cmd = "env";
+    for (const auto& [name, value] : env) cmd.append(" ").append(shell_quote(name + "=" + value));
+    cmd.append(" ");
+  }
+  cmd.append(shell_quote(XMC_BINARY));
   for (auto& a : args) cmd.append(" ").append(shell_quote(a));
   cmd.append(" >").append(shell_quote((tmp / "out").string()));
   cmd.append(" 2>").append(shell_quote((tmp / "err").string()));
@@ -94,6 +102,18 @@ CliResult run_cli(const std::vector<std::string>& args) {
   r.out = read_file(tmp / "out");
   r.err = read_file(tmp / "err");
   return r;
+}
+
+std::vector<std::pair<std::string, std::string>> disk_full_env(const std::string& path_part,
+                                                               long long after_bytes) {
+  // verify_asan_link_order=0: under ASan the shim is loaded before the ASan runtime.
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  std::string asan_options = "verify_asan_link_order=0";
+  if (asan != nullptr && asan[0] != '\0') asan_options = std::string(asan) + ":" + asan_options;
+  return {{"LD_PRELOAD", XMC_ENOSPC_SHIM},
+          {"XMC_ENOSPC_PATH", path_part},
+          {"XMC_ENOSPC_AFTER", std::to_string(after_bytes)},
+          {"ASAN_OPTIONS", asan_options}};
 }
 
 }  // namespace xmc::test

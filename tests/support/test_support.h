@@ -2,6 +2,7 @@
 // Helpers shared by the tests: temporary directories, running the xmctrain binary.
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xmc::test {
@@ -36,7 +37,13 @@ struct CliResult {
 std::string small_train_config(const std::filesystem::path& data_dir, int epochs);
 
 // Runs the built xmctrain binary with the arguments (each shell-quoted), capturing
-// stdout and stderr.
-CliResult run_cli(const std::vector<std::string>& args);
+// stdout and stderr; `env` adds environment variables (NAME, value) for this run only.
+CliResult run_cli(const std::vector<std::string>& args,
+                  const std::vector<std::pair<std::string, std::string>>& env = {});
+
+// The environment that makes writes to files whose path contains `path_part` fail with
+// ENOSPC after `after_bytes` bytes (the LD_PRELOAD shim support/enospc_shim.c), for run_cli.
+std::vector<std::pair<std::string, std::string>> disk_full_env(const std::string& path_part,
+                                                               long long after_bytes = 0);
 
 }  // namespace xmc::test
