@@ -195,10 +195,12 @@ TEST_CASE("report: three runs differing in two keys, a halted and a killed run")
 TEST_CASE("report: a failed run shows its error; bad arguments exit 2") {
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
-  // The data path does not exist and synthetic generation is off: training fails.
+  // An absurd learning rate: training begins, then diverges (exit 1, "training diverged").
+  // A run that fails before training begins leaves no directory (docs/failure-behaviour.md).
   auto t = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "runs" / "f").string(),
-                    "--set", "data.synth.enabled=false"});
-  REQUIRE(t.exit_code == 2);
+                    "--set", "optim.output.lr=1e30", "--set", "optim.encoder.lr=1e30"});
+  REQUIRE(t.exit_code == 1);
+  REQUIRE(t.err.find("diverged") != std::string::npos);
   auto r = run_cli({"report", (tmp / "runs" / "*").string(), "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
