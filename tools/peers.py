@@ -225,6 +225,9 @@ def main():
     p.add_argument("--out", default=None,
                    help="folder for the peers' predictions and log (default: runs/peers-<train folder>)")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    p.add_argument("--reuse", default=None, metavar="JSON",
+                   help="take the peers' rows from an earlier --json file of the same "
+                        "train/test pair instead of training them again (to add run dirs)")
     p.add_argument("--binary", default=None,
                    help="xmctrain binary (default: build-nocuda/app/xmctrain, else build/app/xmctrain)")
     p.add_argument("--threads", type=int, default=2, help="threads for every peer")
@@ -255,6 +258,15 @@ def main():
     os.makedirs(out, exist_ok=True)
     load_before = os.getloadavg()
     rows = []
+    if args.reuse:
+        with open(args.reuse) as f:
+            old = json.load(f)
+        if (os.path.abspath(old["train"]), os.path.abspath(old["test"])) != \
+                (os.path.abspath(args.train), os.path.abspath(args.test)):
+            p.error(f"--reuse {args.reuse}: rows of {old['train']} / {old['test']}")
+        rows = [r for r in old["rows"] if r["kind"] == "peer"]
+        load_before = old["load_before"]
+        peers = []
     with open(os.path.join(out, "peers.log"), "a") as log:
         py, installed = ensure_venv(args.venv, [PEERS[x][1] for x in peers], log) if peers else (None, {})
         for x in peers:
