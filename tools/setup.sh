@@ -8,6 +8,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhdf5-dev zlib1g-dev libhnswlib-dev catch2 libopenblas-openmp-dev libomp-dev
   python3 python3-numpy python3-h5py python3-matplotlib
+  wordnet-base python3-scipy python3-sklearn python3-venv
 )
 
 missing=()
