@@ -13,6 +13,18 @@
 
 namespace xmc::io {
 
+std::string printable(std::string_view bytes, size_t max) {
+  std::string out;
+  for (char c : bytes.substr(0, max)) {
+    if (c >= 0x20 && c < 0x7f)
+      out.push_back(c);
+    else
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+  }
+  if (bytes.size() > max) out += "...";
+  return out;
+}
+
 FileStamp file_stamp(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)

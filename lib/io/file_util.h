@@ -14,6 +14,10 @@ struct FileStamp {
   int64_t mtime_ns = 0;
 };
 
+// Bytes from a file made safe for a message: printable ASCII as is, every other byte as
+// \xNN (a message never echoes raw binary to the terminal); cut to `max` bytes with "...".
+std::string printable(std::string_view bytes, size_t max = 200);
+
 // Throws InputError naming the path when it does not exist or is not a regular file.
 FileStamp file_stamp(const std::string& path);
 

@@ -63,6 +63,28 @@ std::string shell_quote(const std::string& s) {
 }
 }  // namespace
 
+bool has_raw_binary(const std::string& message) {
+  return std::any_of(message.begin(), message.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\n') || u >= 0x7f;
+  });
+}
+
+ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+  if (const char* v = std::getenv(name_.c_str())) {
+    had_ = true;
+    old_ = v;
+  }
+  ::setenv(name_.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_)
+    ::setenv(name_.c_str(), old_.c_str(), 1);
+  else
+    ::unsetenv(name_.c_str());
+}
+
 CliResult run_cli(const std::vector<std::string>& args) {
   TempDir tmp;
   std::string cmd = shell_quote(XMC_BINARY);
