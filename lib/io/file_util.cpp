@@ -31,7 +31,9 @@ FileStamp file_stamp(const std::string& path) {
     throw_input("cannot open '{}': {}", path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw_input("'{}' is not a regular file", path);
   return {static_cast<int64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
+          static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000LL + st.st_ctim.tv_nsec,
+          static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_dev)};
 }
 
 std::string read_whole_file(const std::string& path) {
