@@ -8,6 +8,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhdf5-dev libhnswlib-dev catch2 libopenblas-openmp-dev libomp-dev
   python3 python3-numpy python3-h5py
+  clang libclang-rt-14-dev   # libFuzzer for tools/fuzz.sh (tests/fuzz)
 )
 
 missing=()
