@@ -310,7 +310,7 @@ TEST_CASE("error: header sizes the file or the memory cannot hold") {
   CHECK(dir.list() == std::vector<std::string>{"big.txt"});
 }
 
-TEST_CASE("XMC_MEMORY_LIMIT sets the memory budget; a malformed one is an input error") {
+TEST_CASE("XMC_MEMORY_LIMIT sets the memory budget, and a malformed one is an input error") {
   {
     test::ScopedEnv limit("XMC_MEMORY_LIMIT", "8G");
     CHECK(memory_budget().bytes == (int64_t{8} << 30));
