@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 
+#include "support/test_env.h"
 #include "support/test_support.h"
 
 using namespace xmc::test;

@@ -11,6 +11,7 @@
 #include "io/io.h"
 #include "io/load.h"
 #include "io/npy.h"
+#include "support/test_env.h"
 #include "support/test_support.h"
 
 using namespace xmc;

@@ -14,6 +14,7 @@
 #include "layers/dense_block.h"
 #include "layers/registry.h"
 #include "support/layer_support.h"
+#include "support/test_env.h"
 #include "support/test_support.h"
 
 using namespace xmc;

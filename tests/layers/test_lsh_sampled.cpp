@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
+#include "support/test_env.h"
 #include "support/test_support.h"
 #include "support/layer_support.h"
 

@@ -11,6 +11,8 @@
 
 #include <unistd.h>
 
+#include "support/test_env.h"
+
 namespace xmc::test {
 namespace fs = std::filesystem;
 
