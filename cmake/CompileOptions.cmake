@@ -33,3 +33,13 @@ elseif(XMC_NATIVE)
     target_compile_options(xmc_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()
 endif()
+
+# ASan + UBSan for the whole build (tools/sanitize.sh): every target links xmc_options, so
+# the library, the binary and the tests are all instrumented. UBSan findings abort (no
+# recovery), so a report fails the test that triggered it.
+if(XMC_SANITIZE)
+  set(xmc_sanitize_flags -fsanitize=address,undefined -fno-sanitize-recover=undefined
+                         -fno-omit-frame-pointer)
+  target_compile_options(xmc_options INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:${xmc_sanitize_flags}>")
+  target_link_options(xmc_options INTERFACE ${xmc_sanitize_flags})
+endif()

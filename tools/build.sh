@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds xmctrain. Usage: tools/build.sh [BUILD_DIR] [extra cmake args...]
-# Default BUILD_DIR=build, CUDA auto-detected (-DXMC_CUDA=OFF to skip it).
+# Default BUILD_DIR=build, CUDA auto-detected (-DXMC_CUDA=OFF to skip it). Environment:
+# XMC_JOBS (parallel jobs, default: all cores), XMC_TARGETS (space-separated targets to
+# build, default: all); CC / CXX pick the compilers on the first configure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
@@ -19,4 +21,6 @@ if command -v ccache >/dev/null; then
 fi
 cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DXMC_WERROR="$werror" "$@"
-cmake --build "$build_dir" -j "$(nproc)"
+targets=()
+[ -n "${XMC_TARGETS:-}" ] && read -r -a targets <<<"$XMC_TARGETS" && targets=(--target "${targets[@]}")
+cmake --build "$build_dir" -j "${XMC_JOBS:-$(nproc)}" "${targets[@]}"

@@ -2,6 +2,8 @@
 // Process resources and timing.
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace xmc {
 
@@ -9,6 +11,24 @@ namespace xmc {
 int64_t peak_rss_bytes();
 // Current resident set size in bytes (VmRSS), 0 if unknown.
 int64_t current_rss_bytes();
+
+// Host memory that new allocations may take, and where the figure comes from: the
+// environment variable XMC_MEMORY_LIMIT when set (bytes, or a number with a K, M, G or T
+// suffix, powers of 1024), else MemAvailable of /proc/meminfo. bytes = -1 when neither is
+// known (then nothing is checked). A malformed XMC_MEMORY_LIMIT is an InputError.
+struct MemoryBudget {
+  int64_t bytes = -1;
+  std::string source;  // "XMC_MEMORY_LIMIT" or "MemAvailable"
+};
+MemoryBudget memory_budget();
+
+// "1.5 GiB", "512.0 MiB", "800 B".
+std::string format_bytes(double bytes);
+
+// Checks a planned allocation before it is made: throws InputError when `bytes` exceed the
+// memory budget, naming `what` (e.g. "model.output (lsh_sampled) LSH tables"), both sizes,
+// the budget's source and `advice` (which config keys or data sizes to change).
+void check_memory_plan(double bytes, std::string_view what, std::string_view advice);
 
 class Stopwatch {
  public:

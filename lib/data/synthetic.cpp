@@ -1,9 +1,14 @@
 #include "data/synthetic.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -437,6 +442,12 @@ nlohmann::json to_json(const SynthConfig& cfg) {
           {"format", cfg.format}};
 }
 
+std::vector<std::string> synthetic_files(const std::string& format) {
+  if (format == "dense")
+    return {"trn_X.npy", "tst_X.npy", "trn_X_Y.txt", "tst_X_Y.txt", "synth.json"};
+  return {"train.txt", "test.txt", "synth.json"};
+}
+
 void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std::string& out_dir) {
   SynthConfig cfg = cfg_in;
   cfg.resolve();
@@ -445,6 +456,9 @@ void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std
   fs::create_directories(out_dir, ec);
   if (ec) throw_input("synth: cannot create the output directory '{}': {}", out_dir, ec.message());
   const fs::path dir(out_dir);
+  // The marker of a complete set goes first: an interrupted run leaves none.
+  fs::remove(dir / "synth.json", ec);
+  if (ec) throw_input("synth: cannot remove '{}': {}", (dir / "synth.json").string(), ec.message());
   nlohmann::json files;
   if (cfg.format == "dense") {
     io::write_npy((dir / "trn_X.npy").string(), data.train.dense_features());
@@ -467,6 +481,70 @@ void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std
   io::AtomicFile f((dir / "synth.json").string());
   f.write(j.dump(2) + "\n");
   f.commit();
+}
+
+namespace {
+
+// Removes "<name>.tmp.<pid>" files in dir for the given names whose process is gone.
+void remove_stale_temporaries(const std::filesystem::path& dir,
+                              const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    for (const auto& name : names) {
+      const std::string prefix = name + ".tmp.";
+      if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string pid = file.substr(prefix.size());
+      if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+      const long id = std::stol(pid);
+      if (id <= 0 || (::kill(static_cast<pid_t>(id), 0) != 0 && errno == ESRCH)) {
+        std::error_code rm;
+        fs::remove(it->path(), rm);
+        if (!rm)
+          spdlog::info("removed '{}', left by an interrupted generation", it->path().string());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool synthetic_files_current(const SynthConfig& cfg_in, const std::string& out_dir,
+                             const std::string& key_prefix) {
+  namespace fs = std::filesystem;
+  SynthConfig cfg = cfg_in;
+  cfg.resolve();
+  const fs::path dir(out_dir);
+  std::vector<std::string> names = synthetic_files(cfg.format);
+  remove_stale_temporaries(dir, names);
+  names.pop_back();  // synth.json
+  for (const auto& n : names)
+    if (!fs::exists(dir / n)) return false;
+  const fs::path marker = dir / "synth.json";
+  nlohmann::json recorded;
+  try {
+    recorded = nlohmann::json::parse(io::read_whole_file(marker.string())).at("parameters");
+  } catch (const std::exception& e) {
+    throw_input(
+        "{}enabled: '{}' holds the data files but {} '{}' ({}): they were not written "
+        "by a completed generation. Delete them to regenerate, or set {}enabled: false "
+        "to use them as they are",
+        key_prefix, out_dir, fs::exists(marker) ? "cannot read" : "no", marker.string(), e.what(),
+        key_prefix);
+  }
+  const nlohmann::json wanted = to_json(cfg);
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : wanted.items())
+    if (!recorded.contains(key) || recorded[key] != value)
+      changed.push_back(fmt::format("{}{} {} (files: {})", key_prefix, key, value.dump(),
+                                    recorded.contains(key) ? recorded[key].dump() : "none"));
+  if (changed.empty()) return true;
+  spdlog::warn(
+      "the synthetic data in '{}' was generated with other parameters: {}; "
+      "regenerating it",
+      out_dir, fmt::join(changed, ", "));
+  return false;
 }
 
 }  // namespace xmc

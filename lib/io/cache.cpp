@@ -1,8 +1,10 @@
 #include "io/cache.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <exception>
 
@@ -13,7 +15,7 @@ namespace {
 
 constexpr char kMagic[8] = {'X', 'M', 'C', 'C', 'A', 'C', 'H', 'E'};
 constexpr char kEnd[8] = {'X', 'M', 'C', 'E', 'N', 'D', '\0', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 // Bounds-checked reader over the cache bytes; any overrun marks the cache invalid.
 struct Cursor {
@@ -34,7 +36,7 @@ struct Cursor {
   }
   template <class T>
   void get_array(std::vector<T>& out, int64_t n) {
-    if (n < 0 || pos + static_cast<size_t>(n) * sizeof(T) > buf.size()) {
+    if (n < 0 || pos > buf.size() || static_cast<uint64_t>(n) > (buf.size() - pos) / sizeof(T)) {
       ok = false;
       return;
     }
@@ -43,6 +45,26 @@ struct Cursor {
     pos += static_cast<size_t>(n) * sizeof(T);
   }
 };
+
+// Why m is not what the parser produces, or "" when it is.
+std::string invalid_contents(const CsrMatrix& m) {
+  if (m.cols > int64_t{UINT32_MAX} + 1) return fmt::format("{} columns", m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    const int64_t b = m.indptr[static_cast<size_t>(r)], e = m.indptr[static_cast<size_t>(r) + 1];
+    if (e < b || b < 0 || e > static_cast<int64_t>(m.indices.size()))
+      return fmt::format("row {} spans [{}, {})", r, b, e);
+    for (int64_t k = b; k < e; ++k) {
+      const uint32_t i = m.indices[static_cast<size_t>(k)];
+      if (static_cast<int64_t>(i) >= m.cols)
+        return fmt::format("row {} holds index {} >= {} columns", r, i, m.cols);
+      if (k > b && i <= m.indices[static_cast<size_t>(k) - 1])
+        return fmt::format("row {} is not sorted by index", r);
+      if (!m.values.empty() && !std::isfinite(m.values[static_cast<size_t>(k)]))
+        return fmt::format("row {} holds the value {}", r, m.values[static_cast<size_t>(k)]);
+    }
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -64,6 +86,9 @@ std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, cons
   if (c.get<uint32_t>() != static_cast<uint32_t>(key.kind)) return std::nullopt;
   if (c.get<int64_t>() != key.stamp.size) return std::nullopt;
   if (c.get<int64_t>() != key.stamp.mtime_ns) return std::nullopt;
+  if (c.get<int64_t>() != key.stamp.ctime_ns) return std::nullopt;
+  if (c.get<int64_t>() != key.stamp.inode) return std::nullopt;
+  if (c.get<int64_t>() != key.stamp.device) return std::nullopt;
   if (c.get<int32_t>() != key.index_base) return std::nullopt;
   uint32_t count = c.get<uint32_t>();
   if (!c.ok || count > 16) return std::nullopt;
@@ -81,6 +106,11 @@ std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, cons
   }
   auto end = c.get<std::array<char, 8>>();
   if (!c.ok || std::memcmp(end.data(), kEnd, 8) != 0 || c.pos != c.buf.size()) return std::nullopt;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (std::string bad = invalid_contents(out[i]); !bad.empty()) {
+      spdlog::warn("cache '{}' is corrupted (matrix {}: {}); reparsing '{}'", path, i, bad, source);
+      return std::nullopt;
+    }
   return out;
 }
 
@@ -95,6 +125,9 @@ void save_cache(const std::string& source, const CacheKey& key,
     put(static_cast<uint32_t>(key.kind));
     put(key.stamp.size);
     put(key.stamp.mtime_ns);
+    put(key.stamp.ctime_ns);
+    put(key.stamp.inode);
+    put(key.stamp.device);
     put(key.index_base);
     put(static_cast<uint32_t>(matrices.size()));
     for (const CsrMatrix* m : matrices) {

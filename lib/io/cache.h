@@ -2,10 +2,14 @@
 // Binary cache of parsed XC text files: "<source>.xmccache" beside the source.
 // Layout (little-endian, native sizes):
 //   "XMCCACHE" | u32 version | u32 kind | i64 source size | i64 source mtime (ns) |
+//   i64 source ctime (ns) | i64 source inode | i64 source device |
 //   i32 index_base | u32 number of matrices | per matrix: i64 rows, cols, nnz, nvalues,
 //   then indptr i64[rows+1], indices u32[nnz], values f32[nvalues] | "XMCEND\0\0"
 // A cache is used only when every header field matches the source and the read options;
 // anything else (a changed source, a truncated cache, another version) means reparse.
+// Its contents are checked as the parser's output would be (indptr non-decreasing from 0
+// to nnz, indices in range and strictly increasing in a row, values finite); a cache that
+// fails is reported (warning) and the source reparsed.
 #include <cstdint>
 #include <optional>
 #include <string>

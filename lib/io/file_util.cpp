@@ -14,13 +14,27 @@
 
 namespace xmc::io {
 
+std::string printable(std::string_view bytes, size_t max) {
+  std::string out;
+  for (char c : bytes.substr(0, max)) {
+    if (c >= 0x20 && c < 0x7f)
+      out.push_back(c);
+    else
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+  }
+  if (bytes.size() > max) out += "...";
+  return out;
+}
+
 FileStamp file_stamp(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw_input("cannot open '{}': {}", path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw_input("'{}' is not a regular file", path);
   return {static_cast<int64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
+          static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000LL + st.st_ctim.tv_nsec,
+          static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_dev)};
 }
 
 void check_output_file(const std::string& path, const std::string& option) {

@@ -8,11 +8,21 @@
 
 namespace xmc::io {
 
-// Size and modification time of a file; the cache is valid only for an equal stamp.
+// Identity and version of a file; the cache is valid only for an equal stamp. Size and
+// mtime alone miss a rewrite whose mtime was set back (touch -d, cp -p, rsync -t); the
+// change time (set by the kernel to the clock on every write or utime, never by a
+// user) and the inode number catch it, up to the kernel's timestamp granularity.
 struct FileStamp {
   int64_t size = 0;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  int64_t inode = 0;
+  int64_t device = 0;
 };
+
+// Bytes from a file made safe for a message: printable ASCII as is, every other byte as
+// \xNN (a message never echoes raw binary to the terminal); cut to `max` bytes with "...".
+std::string printable(std::string_view bytes, size_t max = 200);
 
 // Throws InputError naming the path when it does not exist or is not a regular file.
 FileStamp file_stamp(const std::string& path);

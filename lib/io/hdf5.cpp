@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "io/file_util.h"
 #include "io/hdf5_library.h"
 #include "io/io.h"
@@ -59,11 +60,17 @@ DenseMatrix read_hdf5(const std::string& path, const std::string& dataset) {
     throw_input("{}: dataset '{}' has rank {}: expected a 2-D array [N×D]", path, dataset, rank);
   hsize_t dims[2] = {0, 0};
   H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  // Chunked, compressed datasets can be larger than the file: the check is against memory.
+  check_memory_plan(
+      4.0 * static_cast<double>(dims[0]) * static_cast<double>(dims[1]),
+      fmt::format("{}: dataset '{}' [{}×{}] as float32", path, dataset, dims[0], dims[1]),
+      "a wrong or corrupted file?");
   DenseMatrix m(static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1]));
   if (!m.values.empty() &&
       H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.values.data()) < 0)
     throw_input("{}: reading dataset '{}' [{}×{}] as float32 failed", path, dataset, dims[0],
                 dims[1]);
+  check_finite(m, fmt::format("{} (dataset '{}')", path, dataset));
   return m;
 }
 

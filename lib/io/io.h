@@ -52,7 +52,12 @@ Dataset read_xc_split(const std::string& features_path, const std::string& label
 // Dense features: .npy (float32 or float16, C order, 2-D) and HDF5 (named 2-D dataset).
 DenseMatrix read_npy(const std::string& path);
 DenseMatrix read_hdf5(const std::string& path, const std::string& dataset);
-// (read_npy from a std::istream: io/npy.h.)
+// (read_npy from a std::istream: io/npy.h.) Both readers reject NaN and infinite values
+// (as the text parser does) through check_finite.
+
+// Throws InputError naming `name`, the first non-finite value's row and column (0-based)
+// and how many there are.
+void check_finite(const DenseMatrix& m, const std::string& name);
 
 // Writers (atomic: temporary name, then rename). index_base as in ReadOptions.
 void write_xc_combined(const std::string& path, const CsrMatrix& features, const CsrMatrix& labels,

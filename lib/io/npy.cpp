@@ -2,13 +2,15 @@
 // Header versions 1.0 (u16 header length) and 2.0/3.0 (u32).
 #include "io/npy.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <istream>
-#include <regex>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "io/file_util.h"
 #include "io/io.h"
 
@@ -42,19 +44,62 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-// Value of key `key` in the header dict, as its source text.
+// Value of key `key` in the header dict, as its source text: a quoted string, a
+// parenthesised tuple, True or False. (A plain scan: std::regex recurses per character
+// and can exhaust the stack on a long hostile header.)
 std::string dict_value(const std::string& header, const std::string& key, const std::string& name) {
-  std::smatch m;
-  const std::regex re("'" + key + "'\\s*:\\s*('[^']*'|\\([^)]*\\)|True|False)");
-  if (!std::regex_search(header, m, re))
-    throw_input(
-        "{}: npy header has no '{}' entry: expected a dict with 'descr', "
-        "'fortran_order' and 'shape', found {}",
-        name, key, header);
-  return m[1].str();
+  const std::string quoted = "'" + key + "'";
+  for (size_t at = header.find(quoted); at != std::string::npos; at = header.find(quoted, at + 1)) {
+    size_t p = header.find_first_not_of(" \t", at + quoted.size());
+    if (p == std::string::npos || header[p] != ':') continue;
+    p = header.find_first_not_of(" \t", p + 1);
+    if (p == std::string::npos) break;
+    size_t end = std::string::npos;
+    if (header[p] == '\'') {
+      end = header.find('\'', p + 1);
+    } else if (header[p] == '(') {
+      end = header.find(')', p + 1);
+    } else {
+      for (const char* word : {"True", "False"})
+        if (header.compare(p, std::strlen(word), word) == 0) return word;
+    }
+    if (end != std::string::npos) return header.substr(p, end + 1 - p);
+  }
+  throw_input(
+      "{}: npy header has no '{}' entry: expected a dict with 'descr', "
+      "'fortran_order' and 'shape', found {}",
+      name, key, printable(header));
+}
+
+// Bytes from the read position to the end of a seekable stream (the read position is
+// kept), or -1 when the stream cannot seek.
+int64_t remaining_bytes(std::istream& in) {
+  const std::streampos here = in.tellg();
+  if (here < 0) return -1;
+  in.seekg(0, std::ios::end);
+  const std::streampos end = in.tellg();
+  in.seekg(here);
+  if (end < 0 || !in) {
+    in.clear();
+    in.seekg(here);
+    return -1;
+  }
+  return static_cast<int64_t>(end - here);
 }
 
 }  // namespace
+
+void check_finite(const DenseMatrix& m, const std::string& name) {
+  const auto& v = m.values;
+  const auto first = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+  if (first == v.end()) return;
+  const auto at = static_cast<int64_t>(first - v.begin());
+  const auto count = std::count_if(first, v.end(), [](float x) { return !std::isfinite(x); });
+  throw_input(
+      "{}: value {} at row {}, column {} (0-based) is not finite ({} non-finite values "
+      "in all): expected finite features",
+      name, *first, at / m.cols, at % m.cols, count);
+}
 
 DenseMatrix read_npy(std::istream& in, const std::string& name) {
   char magic[8];
@@ -81,7 +126,7 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
   if (!in.read(header.data(), header_len))
     throw_input("{}: truncated .npy header: expected {} header bytes", name, header_len);
 
-  const std::string descr = dict_value(header, "descr", name);
+  const std::string descr = printable(dict_value(header, "descr", name));
   const bool f32 = descr == "'<f4'" || descr == "'=f4'";
   const bool f16 = descr == "'<f2'" || descr == "'=f2'";
   if (!f32 && !f16)
@@ -89,10 +134,11 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
                 descr);
   if (dict_value(header, "fortran_order", name) != "False")
     throw_input("{}: array is in Fortran order: expected C order (fortran_order: False)", name);
-  const std::string shape = dict_value(header, "shape", name);
+  const std::string shape_text = dict_value(header, "shape", name);
+  const std::string shape = printable(shape_text);
   std::vector<int64_t> dims;
   {
-    std::string inner = shape.substr(1, shape.size() - 2);
+    std::string inner = shape_text.substr(1, shape_text.size() - 2);
     std::stringstream ss(inner);
     std::string item;
     while (std::getline(ss, item, ',')) {
@@ -110,19 +156,41 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
                 shape);
   if (dims[0] < 0 || dims[1] < 0) throw_input("{}: negative shape {}", name, shape);
 
+  // The shape is checked against the bytes that follow the header before anything is
+  // allocated from it: a corrupted or hostile header cannot ask for terabytes.
+  const int64_t item = f32 ? 4 : 2;
+  int64_t n = 0, need = 0;
+  if (__builtin_mul_overflow(dims[0], dims[1], &n) || __builtin_mul_overflow(n, item, &need))
+    throw_input("{}: shape {} is too large: {} × {} values overflow a 64-bit size", name, shape,
+                dims[0], dims[1]);
+  const int64_t have = remaining_bytes(in);
+  const char* type = f32 ? "float32" : "float16";
+  if (have >= 0 && have < need)
+    throw_input(
+        "{}: truncated data: expected {} {} values for shape {} ({} bytes), found {} "
+        "bytes after the header",
+        name, n, type, shape, need, have);
+  if (have > need)
+    throw_input(
+        "{}: {} bytes after the header, expected {} ({} {} values for shape {}): "
+        "trailing data or a wrong shape",
+        name, have, need, n, type, shape);
+  if (have < 0)
+    check_memory_plan(static_cast<double>(need) * (f32 ? 1 : 3), name, "a wrong shape?");
+
   DenseMatrix m(dims[0], dims[1]);
-  const size_t n = m.values.size();
   if (f32) {
-    if (!in.read(reinterpret_cast<char*>(m.values.data()), static_cast<std::streamsize>(n * 4)))
+    if (!in.read(reinterpret_cast<char*>(m.values.data()), static_cast<std::streamsize>(need)))
       throw_input("{}: truncated data: expected {} float32 values for shape {}, found {}", name, n,
                   shape, in.gcount() / 4);
   } else {
-    std::vector<uint16_t> h(n);
-    if (!in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(n * 2)))
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    if (!in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(need)))
       throw_input("{}: truncated data: expected {} float16 values for shape {}, found {}", name, n,
                   shape, in.gcount() / 2);
-    for (size_t i = 0; i < n; ++i) m.values[i] = half_to_float(h[i]);
+    for (size_t i = 0; i < h.size(); ++i) m.values[i] = half_to_float(h[i]);
   }
+  check_finite(m, name);
   return m;
 }
 

@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -38,12 +40,59 @@ struct ParseFailure {
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
-// The token starting at p (up to whitespace), shortened for messages.
+// A byte that no XC text file holds: NUL or another control character (tab, CR and
+// newline are text).
+bool is_binary_byte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u == 0x7f || (u < 0x20 && c != '\t' && c != '\r' && c != '\n');
+}
+
+// The token starting at p (up to whitespace), shortened for messages. A blank or the end
+// of the line is named; non-printable bytes are shown escaped (printable()), and a token
+// holding binary bytes is called binary.
 std::string token_at(const char* p, const char* e) {
+  if (p >= e || *p == '\n') return "end of line";
+  if (*p == '\r') return "a carriage return";
+  if (is_blank(*p)) return *p == '\t' ? "a tab" : "a blank";
   const char* q = p;
-  while (q < e && !is_blank(*q) && *q != '\n' && q - p < 24) ++q;
-  if (q == p) return p < e && *p != '\n' ? std::string(1, *p) : "end of line";
-  return fmt::format("'{}'", std::string_view(p, static_cast<size_t>(q - p)));
+  bool binary = false;
+  while (q < e && !is_blank(*q) && *q != '\n' && q - p < 24)
+    binary = binary || is_binary_byte(*q++);
+  const std::string shown = printable(std::string_view(p, static_cast<size_t>(q - p)));
+  if (binary) return fmt::format("binary data '{}' (a binary or compressed file?)", shown);
+  return fmt::format("'{}'", shown);
+}
+
+// A compressed or binary file is named as such before any parsing: its bytes would only
+// make a confusing "expected ..." message. Looks at the magic numbers of the common
+// compressors and for NUL bytes in the first 64 KiB.
+void check_text(std::string_view text) {
+  struct Magic {
+    std::string_view bytes;
+    const char* what;
+  };
+  static constexpr Magic magics[] = {
+      {"\x1f\x8b", "gzip-compressed"},
+      {"BZh", "bzip2-compressed"},
+      {"\xfd"
+       "7zXZ",
+       "xz-compressed"},
+      {"\x28\xb5\x2f\xfd", "zstd-compressed"},
+      {"PK\x03\x04", "a zip archive"},
+      {"\x93NUMPY", "a NumPy .npy file"},
+      {"\x89HDF", "an HDF5 file"},
+  };
+  for (const auto& m : magics)
+    if (text.substr(0, m.bytes.size()) == m.bytes)
+      fail(0, fmt::format("binary or compressed file ({}): expected XC text (header line "
+                          "first); decompress or convert it first",
+                          m.what));
+  const std::string_view head = text.substr(0, 1 << 16);
+  const auto bad = std::find_if(head.begin(), head.end(), is_binary_byte);
+  if (bad != head.end())
+    fail(static_cast<size_t>(bad - head.begin()),
+         fmt::format("binary or compressed file (byte 0x{:02x}): expected XC text",
+                     static_cast<unsigned char>(*bad)));
 }
 
 InputError located(std::string_view text, const std::string& name, const ParseFailure& f) {
@@ -63,16 +112,28 @@ struct Header {
   size_t body = 0;  // offset of the first body line
 };
 
+// An implausible size in a header fails at that field rather than in an allocation.
+void check_header_memory(double bytes, size_t at, const std::string& what) {
+  try {
+    check_memory_plan(bytes, what, "a wrong header?");
+  } catch (const InputError& e) {
+    fail(at, e.what());
+  }
+}
+
 Header parse_header(std::string_view text, int fields, const char* expected) {
   if (text.empty()) fail(0, fmt::format("empty file: expected the header '{}'", expected));
+  check_text(text);
   size_t eol = text.find('\n');
   if (eol == std::string_view::npos) eol = text.size();
   const char* b = text.data();
   const char* p = b;
   const char* e = b + eol;
   int64_t v[3] = {0, 0, 0};
+  size_t at[3] = {0, 0, 0};
   for (int i = 0; i < fields; ++i) {
     while (p < e && is_blank(*p)) ++p;
+    at[i] = static_cast<size_t>(p - b);
     auto [q, ec] = std::from_chars(p, e, v[i]);
     if (ec != std::errc() || v[i] < 0)
       fail(static_cast<size_t>(p - b),
@@ -88,7 +149,22 @@ Header parse_header(std::string_view text, int fields, const char* expected) {
     if (v[i] > int64_t{UINT32_MAX})
       fail(0,
            fmt::format("header dimension {} exceeds the supported maximum {}", v[i], UINT32_MAX));
-  return {v[0], v[1], v[2], eol < text.size() ? eol + 1 : text.size()};
+  const size_t body = eol < text.size() ? eol + 1 : text.size();
+  // Sizes checked before anything is allocated from them. Every row takes at least one
+  // byte (its newline, or a character on an unterminated last line).
+  const size_t body_bytes = text.size() - body;
+  if (static_cast<uint64_t>(v[0]) > body_bytes)
+    fail(at[0], fmt::format("header N = {} rows, but only {} bytes follow the header line: "
+                            "expected at most {} rows (each takes at least one byte); a wrong "
+                            "header or a truncated file?",
+                            v[0], body_bytes, body_bytes));
+  // The last field counts the labels (or the columns of a labels or predictions file):
+  // every command keeps per-label arrays (frequencies, propensities: 16 bytes a label).
+  const int last = fields - 1;
+  check_header_memory(16.0 * static_cast<double>(v[last]), at[last],
+                      fmt::format("header {} = {} (per-label arrays, 16 bytes a label)",
+                                  fields == 3 ? "L" : "C", v[last]));
+  return {v[0], v[1], v[2], body};
 }
 
 // Rows parsed by one thread. x = features ("i:v" pairs, values kept), y = labels (pattern).
@@ -171,12 +247,19 @@ class LineParser {
       ++p;
       float v = 0;
       auto [q, ec] = std::from_chars(p, e, v);
-      if (ec == std::errc::result_out_of_range)
-        fail(pos(p),
-             fmt::format("value {} out of float range: expected a finite number", token_at(p, e)));
-      if (ec != std::errc())
+      // from_chars reports underflow (1e-50) as it does overflow; a value too small for a
+      // float is no error, it rounds to zero (or a subnormal), as 1e-40 does.
+      if (ec == std::errc::result_out_of_range) {
+        const double wide = std::strtod(std::string(p, q).c_str(), nullptr);
+        if (!(std::abs(wide) <= std::numeric_limits<float>::max()))
+          fail(pos(p), fmt::format("value {} out of float range (magnitude above {:g}): expected "
+                                   "a finite number",
+                                   token_at(p, e), std::numeric_limits<float>::max()));
+        v = static_cast<float>(wide);
+      } else if (ec != std::errc()) {
         fail(pos(p), fmt::format("expected a number after '{}:', found {}",
                                  i + static_cast<uint32_t>(index_base_), token_at(p, e)));
+      }
       if (!std::isfinite(v))
         fail(pos(p),
              fmt::format("value {} is not finite: expected a finite number", token_at(p, e)));
@@ -399,16 +482,28 @@ CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt) {
 }
 
 int64_t read_xc_header_rows(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw_input("cannot open '{}': {}", path, std::strerror(errno));
-  std::string line;
-  std::getline(in, line);
-  std::istringstream fields(line);
-  long long n = -1;
-  if (!(fields >> n) || n < 0)
-    throw_input("{}:1: expected a header 'N ...' with a non-negative row count, got '{}'", path,
-                line.substr(0, 40));
-  return n;
+  std::string head(1 << 16, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const std::string_view text(head);
+  try {
+    check_text(text);
+    const char* b = text.data();
+    const char* e = b + std::min(text.find('\n'), text.size());
+    const char* p = b;
+    while (p < e && is_blank(*p)) ++p;
+    int64_t n = -1;
+    auto [q, ec] = std::from_chars(p, e, n);
+    if (ec != std::errc() || n < 0 || (q < e && !is_blank(*q)))
+      fail(static_cast<size_t>(p - b),
+           fmt::format("expected a header 'N ...' with a non-negative row count, found {}",
+                       token_at(p, e)));
+    return n;
+  } catch (const ParseFailure& f) {
+    throw located(text, path, f);
+  }
 }
 
 Dataset join_features_and_labels(std::variant<CsrMatrix, DenseMatrix> features,

@@ -24,6 +24,12 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
       optim_(optim) {
   XMC_CHECK(d > 0 && n > 0 && max_batch > 0 && chunk > 0, "dense block d={} n={} B={} chunk={}",
             d, n, max_batch, chunk);
+  check_memory_plan(planned_bytes(d, n, max_batch, chunk, optim),
+                    fmt::format("a dense output block of {} labels × d = {} (weights, {} "
+                                "optimizer state arrays, workspace)",
+                                n, d, optimizer_state_arrays(optim)),
+                    "fewer labels, a narrower encoder output (the last model.encoder layer's "
+                    "out) or an optimizer with less state (optim.output.type)");
   auto& ledger = ctx.ledger();
   const auto wn = static_cast<size_t>(n * d);
   w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
@@ -131,11 +137,18 @@ std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
   return out;
 }
 
+double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
+                                 const OptimizerConfig& optim) {
+  const double dd = static_cast<double>(d), nn = static_cast<double>(n);
+  const double c = static_cast<double>(std::min(chunk, n));
+  const double params = nn * dd + nn;
+  const double states = optimizer_state_arrays(optim);
+  const double workspace = static_cast<double>(max_batch) * c + c * dd + c;
+  return 4.0 * (params * (1.0 + states) + workspace);
+}
+
 int64_t DenseBlock::analytic_bytes() const {
-  const int64_t params = n_ * d_ + n_;
-  const int64_t states = optimizer_state_arrays(optim_);
-  const int64_t workspace = max_batch_ * chunk_ + chunk_ * d_ + chunk_;
-  return 4 * (params * (1 + states) + workspace);
+  return static_cast<int64_t>(planned_bytes(d_, n_, max_batch_, chunk_, optim_));
 }
 
 }  // namespace xmc

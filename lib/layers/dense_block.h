@@ -42,6 +42,10 @@ class DenseBlock {
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;
+  // analytic_bytes() of a block with these sizes, before it is built (a double: hostile
+  // sizes must not overflow). The constructor checks it against the memory budget.
+  static double planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
+                              const OptimizerConfig& optim);
   int64_t chunk() const { return chunk_; }
 
  private:

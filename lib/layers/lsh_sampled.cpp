@@ -8,6 +8,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "layers/weight_init.h"
@@ -60,6 +61,32 @@ double lsh_sampled_point_grad(LossType loss, const CsrMatrix& labels, int64_t i,
   return loss_sum;
 }
 
+bool uses_tables(const LshSampledConfig& cfg) {
+  return parse_lsh_query(cfg.query) != LshQuery::none || cfg.eval_search == "lsh";
+}
+
+// The host memory the layer allocates, checked before any of it is: the weights and their
+// optimizer state (on the GPU only the initial weights pass through the host) and the
+// LSH tables, whose 2^bits buckets per table grow fastest (k: 24 asks for 2^24 buckets).
+void check_memory_plan_lsh(const LayerInit& init, const LshSampledConfig& cfg, const LshParams& p,
+                           bool on_gpu) {
+  const double n = static_cast<double>(init.num_labels), d = static_cast<double>(init.input_dim);
+  const double states = optimizer_state_arrays(init.optim);
+  const double params = on_gpu ? 4.0 * n * d : 4.0 * (n * d + n) * (1.0 + states);
+  const double tables = uses_tables(cfg) ? LshTables::planned_bytes(init.num_labels, p) : 0.0;
+  const int64_t bits = LshHasher::bits_for(p);
+  check_memory_plan(
+      params + 8.0 * n + tables,
+      fmt::format("model.output (lsh_sampled): {} for {} labels × d = {} ({}) and {} LSH "
+                  "tables × 2^{} buckets × {} slots ({})",
+                  on_gpu ? "the initial weights" : "the weights and optimizer state",
+                  init.num_labels, init.input_dim, format_bytes(params), p.tables, bits, p.capacity,
+                  format_bytes(tables)),
+      "lower model.output.k (each table has 2^k buckets" +
+          std::string(p.family == LshFamily::dwta ? ", 2^(k·⌈log2 dwta_bin⌉) for dwta" : "") +
+          "), model.output.tables or model.output.bucket_capacity");
+}
+
 }  // namespace
 
 LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg)
@@ -76,6 +103,17 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   auto& ledger = init.ctx->ledger();
   const auto wn = static_cast<size_t>(n * d);
   const bool on_gpu = init.ctx->on_gpu();
+  LshParams p;
+  p.family = parse_lsh_family(cfg.hash);
+  p.k = static_cast<int>(cfg.k);
+  p.tables = static_cast<int>(cfg.tables);
+  p.capacity = static_cast<int>(cfg.bucket_capacity);
+  p.policy = parse_bucket_policy(cfg.insertion);
+  p.sparse_projection = cfg.projection == "sparse";
+  p.density = cfg.projection_density;
+  p.bin = static_cast<int>(cfg.dwta_bin);
+  p.seed = init.seed ^ 0x15B7AB1E5ULL;
+  check_memory_plan_lsh(init, cfg, p, on_gpu);
   // On the GPU the initial weights are drawn here, on the host, by the CPU code (identical
   // parameters on both devices), hashed into the tables and uploaded; the host copy is
   // freed at the end of the constructor.
@@ -101,17 +139,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   cp.shared = cfg.shared_candidates;
   cp.seed = init.seed ^ 0xC4D1DA7E5ULL;
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
-  if (cp.query != LshQuery::none || cfg.eval_search == "lsh") {
-    LshParams p;
-    p.family = parse_lsh_family(cfg.hash);
-    p.k = static_cast<int>(cfg.k);
-    p.tables = static_cast<int>(cfg.tables);
-    p.capacity = static_cast<int>(cfg.bucket_capacity);
-    p.policy = parse_bucket_policy(cfg.insertion);
-    p.sparse_projection = cfg.projection == "sparse";
-    p.density = cfg.projection_density;
-    p.bin = static_cast<int>(cfg.dwta_bin);
-    p.seed = init.seed ^ 0x15B7AB1E5ULL;
+  if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
     tables_->build(ConstMatrix(w0, n, d));
   }

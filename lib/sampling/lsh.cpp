@@ -40,6 +40,10 @@ constexpr int kMaxBits = 24;
 
 }  // namespace
 
+int64_t LshHasher::bits_for(const LshParams& p) {
+  return p.family == LshFamily::simhash ? int64_t{p.k} : int64_t{p.k} * ceil_log2(p.bin);
+}
+
 LshHasher::LshHasher(int64_t dim, const LshParams& p) : dim_(dim), p_(p) {
   if (dim <= 0 || p.k < 1 || p.tables < 1)
     throw_input("LSH needs dim > 0, k >= 1 and tables >= 1; got dim={} k={} tables={}", dim,
@@ -303,6 +307,13 @@ std::vector<TensorRef> LshTables::state(const std::string& prefix) {
 int64_t LshTables::bytes() const {
   return static_cast<int64_t>(slots_.bytes() + size_.bytes() + seen_.bytes() + where_.bytes() +
                               rng_state_.bytes());
+}
+
+double LshTables::planned_bytes(int64_t num_labels, const LshParams& p) {
+  const double tables = p.tables;
+  const double buckets = tables * std::ldexp(1.0, static_cast<int>(LshHasher::bits_for(p)));
+  return 4.0 * buckets * (static_cast<double>(p.capacity) + 2.0) +
+         4.0 * tables * static_cast<double>(num_labels) + 32.0 * tables;
 }
 
 }  // namespace xmc

@@ -53,6 +53,8 @@ class LshHasher {
   // rows of x [n×dim] -> out [n×tables] (OpenMP over rows).
   void hash_rows(ConstMatrix x, uint32_t* out) const;
   int bits() const { return bits_; }
+  // Bits of the bucket id for these parameters (what bits() will be), before any check.
+  static int64_t bits_for(const LshParams& p);
   int64_t dim() const { return dim_; }
   int tables() const { return p_.tables; }
 
@@ -100,6 +102,10 @@ class LshTables {
   // per-table RNG state (reservoir). Shapes are fixed at construction.
   std::vector<TensorRef> state(const std::string& prefix);
   int64_t bytes() const;
+  // What bytes() will be for these parameters, computed before anything is allocated
+  // (T·2^bits buckets of `capacity` slots, their sizes and counts, the label -> bucket map).
+  // A double: hostile parameters must not overflow the plan.
+  static double planned_bytes(int64_t num_labels, const LshParams& p);
 
  private:
   // labels[i] re-enters the buckets of vector vec[i].

@@ -197,14 +197,11 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
   } else {
     expected = {{"data.train.path", tr.path, "train.txt"}, {"data.test.path", te.path, "test.txt"}};
   }
-  bool all_present = true;
   for (const auto& e : expected) {
     if (fs::path(e.value) != dir / e.file)
       throw_input("data.synth.enabled: {} is '{}', but the generator writes '{}'", e.key, e.value,
                   (dir / e.file).string());
-    all_present = all_present && fs::exists(e.value);
   }
-  if (all_present) return;
   SynthConfig sc;
   sc.train = sp.train;
   sc.test = sp.test;
@@ -218,6 +215,7 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
   sc.seed = sp.seed;
   sc.format = sp.format;
   sc.resolve();
+  if (synthetic_files_current(sc, dir.string(), "data.synth.")) return;
   Stopwatch sw;
   SynthData data = generate_synthetic(sc);
   write_synthetic(data, sc, dir.string());

@@ -1,6 +1,11 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "core/error.h"
@@ -161,4 +166,60 @@ TEST_CASE("binary cache: an unwritable cache only warns") {
   CHECK(ds.labels.indices == std::vector<uint32_t>{1});
   CHECK(fs::is_directory(io::cache_path(p)));
   CHECK(dir.list() == std::vector<std::string>{"c.txt"});  // no temporary left behind
+}
+
+// Issue 20, item 10: a rewrite of the same size whose mtime is set back to the nanosecond
+// (touch -d, cp -p, rsync -t) is seen through the change time and inode.
+TEST_CASE("binary cache: a same-size rewrite with the old mtime is reparsed") {
+  test::TempDir dir;
+  const std::string p = (dir / "c.txt").string();
+  test::write_file(p, "2 6 4\n0,2 1:0.5\n1 3:2\n");
+  const io::FileStamp before = io::file_stamp(p);
+  CHECK(io::read_xc_combined(p).sparse_features().values[0] == 0.5f);
+  REQUIRE(fs::exists(io::cache_path(p)));
+  test::write_file(p, "2 6 4\n0,2 1:0.9\n1 3:2\n");
+  // Setting the mtime back updates the change time to the kernel's clock; repeat until it
+  // has moved past the original (the clock is coarse: a few milliseconds at most).
+  const timespec times[2] = {{0, UTIME_OMIT},
+                             {static_cast<time_t>(before.mtime_ns / 1000000000),
+                              static_cast<long>(before.mtime_ns % 1000000000)}};
+  do REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, 0) == 0);
+  while (io::file_stamp(p).ctime_ns == before.ctime_ns);
+  REQUIRE(io::file_stamp(p).mtime_ns == before.mtime_ns);
+  REQUIRE(io::file_stamp(p).size == before.size);
+  CHECK(io::read_xc_combined(p).sparse_features().values[0] == 0.9f);
+}
+
+// Issue 20, item 10: the cache's contents are checked as the parser's output would be; a
+// corrupted one is reported and the text reparsed, never passed on to training.
+TEST_CASE("binary cache: corrupted contents are not trusted") {
+  test::TempDir dir;
+  const std::string p = (dir / "c.txt").string();
+  test::write_file(p, "2 6 4\n0,2 1:0.5 4:1\n1 3:2\n");
+  const Dataset good = io::read_xc_combined(p);
+  const io::CacheKey key{io::CacheKind::xc_combined, io::file_stamp(p), 0};
+  struct Case {
+    const char* what;
+    std::function<void(CsrMatrix& x, CsrMatrix& y)> corrupt;
+  };
+  const std::vector<Case> cases = {
+      {"feature index >= D", [](CsrMatrix& x, CsrMatrix&) { x.indices[0] = 6; }},
+      {"label index >= L", [](CsrMatrix&, CsrMatrix& y) { y.indices[1] = 1000; }},
+      {"NaN value", [](CsrMatrix& x, CsrMatrix&) { x.values[1] = std::nanf(""); }},
+      {"infinite value", [](CsrMatrix& x, CsrMatrix&) { x.values[2] = INFINITY; }},
+      {"unsorted row", [](CsrMatrix& x, CsrMatrix&) { std::swap(x.indices[0], x.indices[1]); }},
+      {"row past the end", [](CsrMatrix& x, CsrMatrix&) { x.indptr[1] = 5; }},
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.what) {
+      CsrMatrix x = good.sparse_features(), y = good.labels;
+      c.corrupt(x, y);
+      io::save_cache(p, key, {&x, &y});
+      REQUIRE(io::load_cache(p, key) == std::nullopt);
+      const Dataset again = io::read_xc_combined(p);
+      CHECK(again.sparse_features().indices == good.sparse_features().indices);
+      CHECK(again.sparse_features().values == good.sparse_features().values);
+      CHECK(again.labels.indices == good.labels.indices);
+    }
+  }
 }

@@ -1,12 +1,17 @@
 // Bad input: each case throws InputError whose message names the file, the line (and
 // column or token) and what was expected.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
+#include <limits>
+#include <sstream>
 
+#include "core/resources.h"
 #include "expect_input_error.h"
 #include "io/io.h"
 #include "io/load.h"
 #include "io/npy.h"
+#include "support/test_env.h"
 #include "support/test_support.h"
 
 using namespace xmc;
@@ -219,4 +224,158 @@ TEST_CASE("a failed write leaves no file behind") {
   CHECK_THROWS_AS(io::write_xc_combined((dir / "half.txt").string(), ds.sparse_features(), more),
                   Error);
   CHECK(dir.list().empty());
+}
+
+// Issue 20, item 13: the token after an index is named even when it is a blank.
+TEST_CASE("error: a missing colon names what was found") {
+  std::string m = combined_error("1 5 3\n0 1 2:1\n");
+  CHECK_THAT(m, Contains("bad.txt:2:4"));
+  CHECK_THAT(m, Contains("expected ':' after feature index 1, found a blank"));
+  m = combined_error("1 5 3\n0 1\t2:1\n");
+  CHECK_THAT(m, Contains("found a tab"));
+  m = sparse_error("1 4\n0:1 2\n");
+  CHECK_THAT(m, Contains("expected ':' after column index 2, found end of line"));
+}
+
+// Issue 20, item 13: underflow is no error (1e-50 rounds to 0 as 1e-40 rounds to a
+// subnormal); overflow still is.
+TEST_CASE("values below the float range round to zero, above it are rejected") {
+  Dataset ds = io::parse_xc_combined("1 5 3\n0 1:1e-50 2:1e-40 3:-1e-300 4:2.5\n", "ok.txt");
+  const auto& v = ds.sparse_features().values;
+  REQUIRE(v.size() == 4);
+  CHECK(v[0] == 0.0f);
+  CHECK(v[1] == 1e-40f);
+  CHECK(v[2] == 0.0f);
+  CHECK(std::signbit(v[2]));
+  CHECK(v[3] == 2.5f);
+  std::string m = combined_error("1 5 3\n0 1:1e39\n");
+  CHECK_THAT(m, Contains("bad.txt:2:5"));
+  CHECK_THAT(m, Contains("out of float range"));
+  m = combined_error("1 5 3\n0 1:-1e400\n");
+  CHECK_THAT(m, Contains("out of float range"));
+}
+
+// Issue 20, item 13: binary and compressed files are named as such; messages never echo
+// raw bytes.
+TEST_CASE("error: binary or compressed files") {
+  const std::string gz("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xed\xc1\x01\x0d\x00\x00", 16);
+  std::string m = combined_error(gz);
+  CHECK_THAT(m, Contains("bad.txt:1:1"));
+  CHECK_THAT(m, Contains("binary or compressed file (gzip-compressed)"));
+  CHECK_FALSE(test::has_raw_binary(m));
+  m = sparse_error(std::string("\x28\xb5\x2f\xfd\x00\x58", 6));
+  CHECK_THAT(m, Contains("zstd"));
+  // A NUL byte in the body (a text file with binary garbage appended).
+  m = combined_error(std::string("2 5 3\n0 1:1\n1 2:\0\0\x01\n", 19));
+  CHECK_THAT(m, Contains("bad.txt:3:5"));
+  CHECK_THAT(m, Contains("binary or compressed file (byte 0x00)"));
+  CHECK_FALSE(test::has_raw_binary(m));
+  // Bytes that are not NUL but not text either: shown escaped, never raw.
+  m = combined_error("1 5 3\n0 1:\xff\xfe\x80\n");
+  CHECK_THAT(m, Contains("\\xff\\xfe\\x80"));
+  CHECK_FALSE(test::has_raw_binary(m));
+  // The header of a split file is read on its own first: the same message.
+  test::TempDir dir;
+  test::write_file(dir / "X.txt", gz);
+  test::write_file(dir / "Y.txt", "1 2\n0:1\n");
+  m = input_error_message(
+      [&] { io::read_xc_split((dir / "X.txt").string(), (dir / "Y.txt").string()); });
+  CHECK_THAT(m, Contains("X.txt:1:1: binary or compressed file (gzip-compressed)"));
+  CHECK_FALSE(test::has_raw_binary(m));
+  test::write_file(dir / "X.txt", "\x01\x02 5\n");
+  m = input_error_message(
+      [&] { io::read_xc_split((dir / "X.txt").string(), (dir / "Y.txt").string()); });
+  CHECK_THAT(m, Contains("X.txt:1:1: binary or compressed file (byte 0x01)"));
+  CHECK(dir.list() == std::vector<std::string>{"X.txt", "Y.txt"});  // no cache written
+}
+
+// Issue 20, item 9: a header's sizes are checked against the file and the memory budget
+// before anything is allocated from them, and before a cache is written.
+TEST_CASE("error: header sizes the file or the memory cannot hold") {
+  test::ScopedEnv limit("XMC_MEMORY_LIMIT", "1G");
+  std::string m = combined_error("3 5 4000000000\n0 1:1\n1 2:1\n2 3:1\n");
+  CHECK_THAT(m, Contains("bad.txt:1:5"));
+  CHECK_THAT(m, Contains("header L = 4000000000"));
+  CHECK_THAT(m, Contains("1.0 GiB available (XMC_MEMORY_LIMIT)"));
+  m = sparse_error("2 300000000\n0:1\n1:1\n");
+  CHECK_THAT(m, Contains("bad_y.txt:1:3"));
+  CHECK_THAT(m, Contains("header C = 300000000"));
+  m = combined_error("99999999999 5 3\n0 1:1\n");
+  CHECK_THAT(m, Contains("bad.txt:1:1"));
+  CHECK_THAT(m, Contains("header N = 99999999999 rows, but only 6 bytes follow"));
+  // Through the file reader: no cache is written for a file that fails.
+  test::TempDir dir;
+  test::write_file(dir / "big.txt", "3 5 4000000000\n0 1:1\n1 2:1\n2 3:1\n");
+  m = input_error_message([&] { io::read_xc_combined((dir / "big.txt").string()); });
+  CHECK_THAT(m, Contains("big.txt:1:5"));
+  CHECK(dir.list() == std::vector<std::string>{"big.txt"});
+}
+
+TEST_CASE("XMC_MEMORY_LIMIT sets the memory budget, and a malformed one is an input error") {
+  {
+    test::ScopedEnv limit("XMC_MEMORY_LIMIT", "8G");
+    CHECK(memory_budget().bytes == (int64_t{8} << 30));
+    CHECK(memory_budget().source == "XMC_MEMORY_LIMIT");
+    CHECK_NOTHROW(check_memory_plan(8.0 * (1 << 30), "x", "y"));
+    const std::string m =
+        input_error_message([] { check_memory_plan(9.0 * (1 << 30), "the thing", "ask less"); });
+    CHECK_THAT(m, Contains("the thing would need 9.0 GiB of memory, more than the 8.0 GiB "
+                           "available (XMC_MEMORY_LIMIT): ask less"));
+  }
+  for (const char* v : {"512M", "512MB", "1024", "1.5g", "2T"}) {
+    test::ScopedEnv limit("XMC_MEMORY_LIMIT", v);
+    CHECK(memory_budget().bytes > 0);
+  }
+  for (const char* v : {"lots", "-1G", "5X", "1GiB"}) {
+    test::ScopedEnv limit("XMC_MEMORY_LIMIT", v);
+    CHECK_THAT(input_error_message([] { memory_budget(); }), Contains("XMC_MEMORY_LIMIT"));
+  }
+}
+
+// Issue 20, item 4: NaN / inf in dense features are rejected where they are read, naming
+// the file and the position (the XC text parser already rejected them).
+TEST_CASE("error: non-finite dense features (.npy, .h5)") {
+  test::TempDir dir;
+  DenseMatrix x(3, 4);
+  x.values[6] = std::numeric_limits<float>::quiet_NaN();  // row 1, column 2
+  x.values[11] = -std::numeric_limits<float>::infinity();
+  io::write_npy((dir / "x.npy").string(), x);
+  std::string m = input_error_message([&] { io::read_npy((dir / "x.npy").string()); });
+  CHECK_THAT(m, Contains("x.npy"));
+  CHECK_THAT(m, Contains("value nan at row 1, column 2"));
+  CHECK_THAT(m, Contains("2 non-finite values"));
+  io::write_hdf5((dir / "x.h5").string(), "features", x);
+  m = input_error_message([&] { io::read_hdf5((dir / "x.h5").string(), "features"); });
+  CHECK_THAT(m, Contains("x.h5 (dataset 'features')"));
+  CHECK_THAT(m, Contains("row 1, column 2"));
+  // float16 infinity (0x7c00) in a .npy of dtype <f2.
+  std::string f16 = npy_bytes("<f2", "(1, 2)", 0);
+  f16 += std::string("\x00\x3c\x00\x7c", 4);  // 1.0, inf
+  std::stringstream in(f16);
+  m = input_error_message([&] { io::read_npy(in, "h.npy"); });
+  CHECK_THAT(m, Contains("h.npy: value inf at row 0, column 1"));
+}
+
+// Issue 20, item 9: an .npy shape must match the bytes after the header, checked before
+// the array is allocated.
+TEST_CASE("error: .npy shape that does not match the file size") {
+  std::stringstream huge(npy_bytes("<f4", "(99999999999, 4)", 16));
+  std::string m = input_error_message([&] { io::read_npy(huge, "big.npy"); });
+  CHECK_THAT(m, Contains("big.npy: truncated data: expected 399999999996 float32 values"));
+  CHECK_THAT(m, Contains("found 16 bytes"));
+  std::stringstream overflow(npy_bytes("<f4", "(9223372036854775807, 3)", 16));
+  m = input_error_message([&] { io::read_npy(overflow, "big.npy"); });
+  CHECK_THAT(m, Contains("overflow"));
+  std::stringstream trailing(npy_bytes("<f4", "(2, 2)", 20));
+  m = input_error_message([&] { io::read_npy(trailing, "t.npy"); });
+  CHECK_THAT(m, Contains("t.npy: 20 bytes after the header, expected 16"));
+  std::stringstream exact(npy_bytes("<f4", "(2, 2)", 16));
+  CHECK(io::read_npy(exact, "ok.npy").values.size() == 4);
+  // A header without a shape entry: its text is shown, escaped.
+  std::string bytes = npy_bytes("<f4", "(2, 2)", 16);
+  bytes.replace(bytes.find("shape"), 5, "sh\x01pe");
+  std::stringstream noshape(bytes);
+  m = input_error_message([&] { io::read_npy(noshape, "s.npy"); });
+  CHECK_THAT(m, Contains("no 'shape' entry"));
+  CHECK_THAT(m, Contains("\\x01"));
 }

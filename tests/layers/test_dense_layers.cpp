@@ -7,11 +7,15 @@
 #include <set>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
+#include "layers/dense_block.h"
 #include "layers/registry.h"
 #include "support/layer_support.h"
+#include "support/test_env.h"
+#include "support/test_support.h"
 
 using namespace xmc;
 using namespace xmc::test;
@@ -234,4 +238,32 @@ TEST_CASE("registry lists the backends and rejects an unknown one") {
     CHECK(msg.find("dense") != std::string::npos);
     CHECK(msg.find("bottleneck") != std::string::npos);
   }
+}
+
+// Issue 20, item 8: the dense block's memory is planned (the same formula as
+// analytic_bytes) and checked against the memory budget before anything is allocated.
+TEST_CASE("dense layer larger than the memory budget is refused before allocating") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 256;
+  init.num_labels = 2'000'000;  // 2M × 256 floats × (weights + 2 Adam states) ≈ 5.7 GiB
+  init.batch_size = 64;
+  init.optim.type = OptimizerType::adam;
+  xmc::test::ScopedEnv limit("XMC_MEMORY_LIMIT", "1G");
+  std::string m;
+  try {
+    DenseLayer layer(init, DenseConfig{});
+  } catch (const InputError& e) {
+    m = e.what();
+  }
+  CHECK_THAT(m, Catch::Matchers::Contains("2000000 labels × d = 256"));
+  CHECK_THAT(m, Catch::Matchers::Contains("more than the 1.0 GiB available (XMC_MEMORY_LIMIT)"));
+  CHECK_THAT(m, Catch::Matchers::Contains("optim.output.type"));
+  CHECK(ctx.ledger().total_peak() == 0);
+  // The plan is what a built block reports.
+  init.num_labels = 1000;
+  DenseLayer small(init, DenseConfig{});
+  CHECK(static_cast<double>(small.analytic_bytes()) ==
+        DenseBlock::planned_bytes(256, 1000, 64, 8192, init.optim));
 }

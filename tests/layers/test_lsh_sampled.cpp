@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "layers/dense.h"
 #include "layers/lsh_sampled.h"
+#include "support/test_env.h"
 #include "support/test_support.h"
 #include "support/layer_support.h"
 
@@ -376,4 +377,44 @@ TEST_CASE("lsh_sampled trains end to end on sparse data and resumes to the same 
   INFO(l.err);
   REQUIRE(l.exit_code == 0);
   CHECK(l.err.find("recall@") != std::string::npos);
+}
+
+// Issue 20, item 8: lsh_sampled with k: 24 asked for 2^24 buckets × capacity per table
+// (256 GiB at the defaults) and died in std::bad_alloc; the plan is now checked against
+// the memory budget first, naming the keys, and equals what the tables allocate.
+TEST_CASE("lsh_sampled tables beyond the memory budget are refused naming the keys") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init = sgd_init(ctx, 8, 100, 4);
+  LshSampledConfig cfg;
+  cfg.k = 24;
+  cfg.tables = 1;
+  {
+    ScopedEnv limit("XMC_MEMORY_LIMIT", "1G");
+    std::string m;
+    try {
+      LshSampledLayer layer(init, cfg);
+    } catch (const InputError& e) {
+      m = e.what();
+    }
+    CHECK_THAT(m, Catch::Matchers::Contains("1 LSH tables × 2^24 buckets × 128 slots"));
+    CHECK_THAT(m, Catch::Matchers::Contains("model.output.k"));
+    CHECK_THAT(m, Catch::Matchers::Contains("model.output.tables"));
+    CHECK_THAT(m, Catch::Matchers::Contains("model.output.bucket_capacity"));
+    CHECK(ctx.ledger().total_peak() == 0);  // nothing allocated
+  }
+  cfg.k = 6;
+  cfg.tables = 3;
+  cfg.bucket_capacity = 5;
+  LshSampledLayer layer(init, cfg);
+  LshParams p;
+  p.k = 6;
+  p.tables = 3;
+  p.capacity = 5;
+  REQUIRE(layer.tables() != nullptr);
+  CHECK(static_cast<double>(layer.tables()->bytes()) == LshTables::planned_bytes(100, p));
+  p.family = LshFamily::dwta;
+  p.k = 2;
+  p.bin = 8;  // 3 bits per code
+  CHECK(LshTables::planned_bytes(100, p) ==
+        static_cast<double>(LshTables(ctx.ledger(), 8, 100, p).bytes()));
 }

@@ -10,6 +10,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <unistd.h>
+
+#include "support/test_env.h"
+
 namespace xmc::test {
 namespace fs = std::filesystem;
 
@@ -82,6 +86,28 @@ std::string shell_quote(const std::string& s) {
   return q;
 }
 }  // namespace
+
+bool has_raw_binary(const std::string& message) {
+  return std::any_of(message.begin(), message.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\n') || u >= 0x7f;
+  });
+}
+
+ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+  if (const char* v = std::getenv(name_.c_str())) {
+    had_ = true;
+    old_ = v;
+  }
+  ::setenv(name_.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_)
+    ::setenv(name_.c_str(), old_.c_str(), 1);
+  else
+    ::unsetenv(name_.c_str());
+}
 
 CliResult run_cli(const std::vector<std::string>& args,
                   const std::vector<std::pair<std::string, std::string>>& env) {
