@@ -196,14 +196,15 @@ TEST_CASE("bad configs fail fast with exit code 2 and name the key") {
   };
   for (const auto& c : cases) {
     write_file(tmp / "bad.yaml", c.yaml);
-    auto t0 = std::chrono::steady_clock::now();
+    // "Fast" is checked by what happened, not by a clock (a loaded CI machine is slow):
+    // rejected before any data was generated or the run directory was made.
     auto r = run_cli({"train", (tmp / "bad.yaml").string(), "--out", (tmp / "run").string()});
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO(c.yaml << " -> " << r.err);
     CHECK(r.exit_code == 2);
     CHECK(r.err.find(c.expect) != std::string::npos);
-    CHECK(secs < 1.0);
     CHECK_FALSE(fs::exists(tmp / "run"));
+    CHECK(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator{}) ==
+          1);  // only bad.yaml: nothing else was written
   }
 }
 
