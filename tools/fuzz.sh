@@ -39,7 +39,7 @@ for t in "${targets[@]}"; do
   else
     grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build_dir/fuzz_$t.log" |
       sed "s/^/fuzz: $t /"
-    grep -E "^#[0-9]+ +DONE" "$build_dir/fuzz_$t.log" | sed "s/^/fuzz: $t /" || true
+    grep -E "^#[0-9]+[[:space:]]+DONE" "$build_dir/fuzz_$t.log" | sed "s/^/fuzz: $t /" || true
   fi
 done
 exit $status
