@@ -192,7 +192,7 @@ TEST_CASE("report: three runs differing in two keys, a halted and a killed run")
   CHECK(std::count(md.out.begin(), md.out.end(), '\n') == 7);
 }
 
-TEST_CASE("report: a failed run shows its error; bad arguments exit 2") {
+TEST_CASE("report: a failed run shows its error, and bad arguments exit 2") {
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
   // An absurd learning rate: training begins, then diverges (exit 1, "training diverged").

@@ -106,7 +106,7 @@ TEST_CASE("sorting: metrics best first, other columns smallest first, blanks las
   CHECK(msg.find("PSP@5") != std::string::npos);  // lists the columns
 }
 
-TEST_CASE("CSV and JSON carry the same numbers in full precision; Markdown rounds") {
+TEST_CASE("CSV and JSON carry the same numbers in full precision, Markdown rounds") {
   Report rep = make_report(three_runs());
   const json j = report_json(rep);
   const std::string csv = report_csv(rep);

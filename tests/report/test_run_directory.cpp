@@ -72,7 +72,7 @@ TEST_CASE("a killed run reads as incomplete, saying how far it got and whether i
   CHECK(e.reason.find("metrics.jsonl: line 1 is not a JSON object") != std::string::npos);
 }
 
-TEST_CASE("a failed run gives the error it stopped on; unparseable files make it unreadable") {
+TEST_CASE("a failed run gives the error it stopped on, unparseable files make it unreadable") {
   TempDir tmp;
   make_run(tmp / "f", 0, false);
   write_file(tmp / "f" / "failed.txt", "data.train: cannot open 'x.npy'\nmore\n");
