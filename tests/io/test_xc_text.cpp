@@ -79,7 +79,7 @@ TEST_CASE("multi-threaded parse equals single-threaded parse") {
   CHECK(a.labels.row_nnz(1) == 2);
 }
 
-TEST_CASE("sparse format keeps values; empty lines are empty rows") {
+TEST_CASE("sparse format keeps values, and empty lines are empty rows") {
   CsrMatrix m = io::parse_xc_sparse("3 5\n4:0.5 0:2\n\n1:1\n", "mem");
   CHECK(m.rows == 3);
   CHECK(m.cols == 5);

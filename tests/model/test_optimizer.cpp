@@ -16,7 +16,7 @@ TEST_CASE("sgd without momentum: p -= lr·(g + wd·p)") {
   CHECK(p == Approx(1.0 - 0.1 * (0.5 + 0.01 * 1.0)));  // 0.949
 }
 
-TEST_CASE("sgd with momentum: v = μv + g; p -= lr·v") {
+TEST_CASE("sgd with momentum: v = μv + g, then p -= lr·v") {
   OptimizerConfig cfg{.type = OptimizerType::sgd, .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
   CHECK(optimizer_state_arrays(cfg) == 1);
   float p = 1.0f, g = 0.5f, v = 0.2f;
