@@ -11,7 +11,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "cli/small_run.h"
 #include "support/test_support.h"
 
 using namespace xmc::test;
@@ -62,7 +61,7 @@ struct Reference {
   TempDir tmp;
   json results;
   Reference() {
-    write_file(tmp / "c.yaml", small_config(tmp / "data", 3));
+    write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
     auto r = train(tmp / "c.yaml", tmp / "run", {"--json"});
     if (r.exit_code != 0) throw std::runtime_error("reference run failed: " + r.err);
     results = json::parse(r.out);

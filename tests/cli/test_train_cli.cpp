@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli/small_run.h"
 #include "support/test_support.h"
 
 using namespace xmc::test;
