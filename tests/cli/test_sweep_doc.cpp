@@ -110,7 +110,7 @@ TEST_CASE(
   // there), one before any checkpoint (only its config written).
   const fs::path halted = tmp / "loop" / "lr0.02-bs256";
   auto h = run_cli({"train", (halted / "config.resolved.yaml").string(), "--out", halted.string(),
-                    "--halt-after-epoch", "1"});
+                    "--overwrite", "--halt-after-epoch", "1"});
   INFO(h.err);
   REQUIRE(h.exit_code == 0);
   const fs::path early = tmp / "loop" / "lr0.01-bs128";
