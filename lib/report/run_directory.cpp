@@ -150,10 +150,10 @@ RunRecord read_run_directory(const fs::path& dir) {
       for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object())
-          r.epochs.push_back(std::move(j));
-        else
+        if (!j.is_object())
           bad_lines.push_back(line_no);
+        else if (!j.contains("config_change"))  // --allow-config-change's record: no epoch
+          r.epochs.push_back(std::move(j));
       }
       // A run killed while appending leaves a cut last line: noted, not fatal.
       if (!bad_lines.empty())

@@ -49,6 +49,18 @@ TEST_CASE("a finished run reads as complete with its config, epochs and results"
   CHECK(r.has_checkpoint);
 }
 
+TEST_CASE("a config_change record of a resumed run is not counted as an epoch") {
+  TempDir tmp;
+  make_run(tmp / "c", 2, true);
+  write_file(tmp / "c" / "metrics.jsonl",
+             epoch_line(1, 0.1) + "{\"config_change\": {\"optim.output.lr\": [0.01, 0.02]}}\n" +
+                 epoch_line(2, 0.2));
+  RunRecord r = read_run_directory(tmp / "c");
+  CHECK(r.reason.empty());
+  REQUIRE(r.epochs.size() == 2);
+  CHECK(r.epochs[1]["epoch"] == 2);
+}
+
 TEST_CASE("a killed run reads as incomplete, saying how far it got and whether it can resume") {
   TempDir tmp;
   make_run(tmp / "k", 1, false);
