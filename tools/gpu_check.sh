@@ -3,8 +3,9 @@
 #
 #   tools/gpu_kit.sh run                   the usual way: the prebuilt kit (docs/gpu.md)
 #   tools/gpu_check.sh --bin DIR           binaries already built (what the kit's run does)
-#   tools/gpu_check.sh [BUILD_DIR]         build here first (needs the Debian packages of
-#                                          tools/setup.sh; default build-gpu-check)
+#   tools/gpu_check.sh [BUILD_DIR]         build the kit here first and run it (needs the
+#                                          Debian packages of tools/setup.sh; sm_90, as the
+#                                          kit; default build-gpu-check)
 #
 # Checks, in this order, each under its own time limit; a check not started when the
 # budget (XMC_GPU_BUDGET_S, default 540 s) is spent is listed as "not run":
@@ -26,13 +27,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 
-bin_dir=""
-build_dir=build-gpu-check
-if [ "${1:-}" = "--bin" ]; then
-  bin_dir=$(cd "${2:?--bin needs a folder}" && pwd)
-elif [ -n "${1:-}" ]; then
-  build_dir=$1
+if [ "${1:-}" != "--bin" ]; then
+  # One build recipe: the kit's (tools/gpu_kit.sh), then its run, which comes back here.
+  build_dir=${1:-build-gpu-check}
+  bash tools/gpu_kit.sh build "$build_dir" && bash tools/gpu_kit.sh pack "$build_dir" || exit 1
+  exec bash tools/gpu_kit.sh run
 fi
+bin_dir=$(cd "${2:?--bin needs a folder}" && pwd)
 work=${XMC_GPU_WORK:-/tmp/xmc-gpu-check}
 out=${OUT:-$work}
 budget=${XMC_GPU_BUDGET_S:-540}
@@ -117,28 +118,6 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$work/logs/gpu.log" 2
   exit 1
 fi
 cat "$work/logs/gpu.log"
-if [ -z "$bin_dir" ]; then
-  generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  if ! { cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMC_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=native -DXMC_WERROR=ON &&
-    cmake --build "$build_dir" -j "$(nproc)" --target xmctrain test_cuda_parity \
-      test_cuda_parity_sparse test_cuda_parity_sampled test_cuda_parity_fixed_fanin \
-      test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; } >"$work/logs/build.log" 2>&1; then
-    tail -40 "$work/logs/build.log" >&2
-    printf 'build\tFAIL\t0\tsee logs/build.log\n' >>"$results"
-    finish
-    exit 1
-  fi
-  bin_dir="$work/bin"
-  mkdir -p "$bin_dir"
-  for b in app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_sparse \
-    tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin \
-    tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda \
-    tests/cuda/bench_sparse_cuda; do
-    ln -sf "$(pwd)/$build_dir/$b" "$bin_dir/"
-  done
-fi
 xmc="$bin_dir/xmctrain"
 
 # --- 1. parity -------------------------------------------------------------------------

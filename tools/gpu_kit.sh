@@ -36,6 +36,18 @@ binaries=(app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_s
 provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so)'
 glibc='^(ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so)'
 
+# "name path" of every library the given binaries load (ldd resolves the whole tree), once
+# each; fails naming what ldd cannot resolve.
+loaded_libraries() {
+  local out
+  out=$(for b in "$@"; do ldd "$b"; done)
+  if grep -q "not found" <<<"$out"; then
+    echo "gpu_kit: unresolved libraries: $(grep "not found" <<<"$out" | sort -u)" >&2
+    return 1
+  fi
+  awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$out" | sort -u
+}
+
 cuda_lib_dir() {
   local nvcc_path
   nvcc_path=$(command -v nvcc || true)
@@ -71,17 +83,14 @@ cmd_pack() {
     [ -x "$dir/$b" ] || { echo "gpu_kit: $dir/$b missing: run tools/gpu_kit.sh build $dir" >&2; return 1; }
     cp "$dir/$b" "$stage/kit/bin/"
   done
-  # Every library the binaries load (ldd resolves the whole tree), less what the GPU
-  # machine provides.
-  local missing
-  missing=$(for b in "${binaries[@]}"; do ldd "$dir/$b"; done | grep "not found" || true)
-  [ -z "$missing" ] || { echo "gpu_kit: unresolved libraries: $missing" >&2; return 1; }
+  # Every library the binaries load, less what the GPU machine provides.
+  local listing
+  listing=$(loaded_libraries "${binaries[@]/#/$dir/}")
   while read -r name path; do
     [[ "$name" =~ $provided ]] && continue
     cp -L "$path" "$stage/kit/lib/$name"
     libs+=("$name")
-  done < <(for b in "${binaries[@]}"; do ldd "$dir/$b"; done |
-    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
+  done <<<"$listing"
   strip --strip-unneeded "$stage"/kit/bin/* "$stage"/kit/lib/*
   {
     echo "xmctrain GPU kit"
@@ -119,11 +128,11 @@ cmd_selftest() {
     "$root/dev"
   xz -dc "$kit_file" | tar -C "$root" -xf -
   # glibc: the files the kit's binaries load from this machine's glibc.
-  local name path
+  local name path listing
+  listing=$(LD_LIBRARY_PATH="$root/kit/lib:$cudalib" loaded_libraries "$root"/kit/bin/*)
   while read -r name path; do
     cp -L "$path" "$root/lib/x86_64-linux-gnu/$name"
-  done < <(for b in "$root"/kit/bin/*; do LD_LIBRARY_PATH="$root/kit/lib:$cudalib" ldd "$b"; done |
-    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | grep -E "$glibc")
+  done < <(grep -E "$glibc" <<<"$listing")
   cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
   local binds=()
   for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
