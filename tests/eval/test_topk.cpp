@@ -248,4 +248,8 @@ TEST_CASE("the GPU top-k's k is checked in every build: 1..kMaxTopK, else InputE
   CHECK_NOTHROW(gpu::check_topk_k(gpu::kMaxTopK));
   CHECK_THROWS_AS(gpu::check_topk_k(0), InputError);
   CHECK_THROWS_AS(gpu::check_topk_k(gpu::kMaxTopK + 1), InputError);
+  // The message names the bound, the value and where k comes from.
+  CHECK_THROWS_WITH(gpu::check_topk_k(5000),
+                    Catch::Contains("k <= 4096") && Catch::Contains("got 5000") &&
+                        Catch::Contains("eval.k"));
 }
