@@ -19,7 +19,8 @@ P@1,P@5) give one panel each. A Markdown table of every plotted point goes to st
 drawn as markers with their label, in every panel whose metric they give:
   JSON: [{"label": "Method X", "seconds": 5400, "P@1": 0.47, "P@5": 0.39}, ...]
         (or {"points": [...]}); "seconds" is the training time (x), optional "note" is
-        appended to the label.
+        appended to the label. A `tools/peers.py --json` file is read as it is: each
+        peer that ran is a point (its name, training seconds and scored metrics).
   CSV:  a header row "label,seconds,P@1,P@5" (metric columns as wanted), one point per
         row; an empty cell means the point has no value for that metric.
 
@@ -147,6 +148,23 @@ def number(value, where):
     return x
 
 
+def peer_points(rows, path):
+    """The peers' rows of a `tools/peers.py --json` file as points: label = the peer's name,
+    seconds = its training time, its metrics as scored by `xmctrain eval --predictions`.
+    xmctrain rows are left out (draw their run directories as curves instead), and so are
+    peers that failed (no metrics)."""
+    points = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise InputError(f"{path}: row {i}: expected an object")
+        if r.get("kind") != "peer" or r.get("status") != "ok":
+            continue
+        if "name" not in r or "train_seconds" not in r or not isinstance(r.get("metrics"), dict):
+            raise InputError(f"{path}: row {i}: a peer row needs name, train_seconds and metrics")
+        points.append({"label": r["name"], "seconds": r["train_seconds"], **r["metrics"]})
+    return points
+
+
 def load_points(path, metrics):
     """[(label, seconds, {metric: value})] from a JSON or CSV file (see --help)."""
     if not os.path.exists(path):
@@ -158,7 +176,9 @@ def load_points(path, metrics):
                 data = json.load(f)
             except ValueError as e:
                 raise InputError(f"{path}: {e}") from e
-        if isinstance(data, dict):
+        if isinstance(data, dict) and isinstance(data.get("rows"), list):
+            data = peer_points(data["rows"], path)
+        elif isinstance(data, dict):
             data = data.get("points")
         if not isinstance(data, list):
             raise InputError(f"{path}: expected a list of points or {{\"points\": [...]}}")

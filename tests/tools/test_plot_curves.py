@@ -82,6 +82,30 @@ class PlotCurvesTest(unittest.TestCase):
                 self.assertIn("PeerC", text)
                 self.assertIn("PeerD", text)
 
+    def test_points_from_a_peers_py_json_file(self):
+        write(f"{self.d}/peers-run.json", json.dumps({"train": "t", "test": "s", "rows": [
+            {"name": "PeerOk", "kind": "peer", "status": "ok", "train_seconds": 4,
+             "metrics": {"P@1": 0.41, "P@5": 0.2}},
+            {"name": "PeerFailed", "kind": "peer", "status": "failed: no wheel"},
+            {"name": "xmctrain dense (a)", "kind": "xmctrain", "status": "ok",
+             "train_seconds": 4, "metrics": {"P@1": 0.4}}]}))
+        svg = f"{self.d}/c.svg"
+        rc, _, err = self.run_tool("--out", svg, "--points", f"{self.d}/peers-run.json",
+                                   f"{self.d}/sweep/a")
+        self.assertEqual(rc, 0, err)
+        with open(svg, encoding="utf-8") as f:
+            text = f.read()
+        self.assertIn("PeerOk", text)
+        self.assertNotIn("PeerFailed", text)
+        self.assertNotIn("xmctrain dense (a)", text)
+        write(f"{self.d}/peers-bad.json", json.dumps(
+            {"rows": [{"name": "P", "kind": "peer", "status": "ok"}]}))
+        rc, _, err = self.run_tool("--out", svg, "--points", f"{self.d}/peers-bad.json",
+                                   f"{self.d}/sweep/a")
+        self.assertEqual(rc, 2)
+        self.assertIn("peers-bad.json: row 0: a peer row needs name, train_seconds and metrics",
+                      err)
+
     def test_bad_input_exits_2_naming_the_file(self):
         write(f"{self.d}/bad.csv", "label,seconds,P@1\nX,abc,0.3\n")
         write(f"{self.d}/bad.json", '{"points": [{"label": "X"}]}')
