@@ -194,11 +194,17 @@ struct OptimConfig {
 struct ModelConfig {
   std::vector<EncoderLayerSpec> encoder;
   OutputSpec output;
+  std::string bias_init = "zero";
 
   template <class V>
   void visit(V& v) {
     v.field("encoder", encoder, "Encoder layers before the output layer; [] = identity");
     v.field("output", output, "Output layer backend and its settings");
+    v.field("bias_init", bias_init,
+            "Initial output bias: zero, or log_prior (label l starts at log(p/(1-p)), "
+            "p = (n_l+0.5)/(N+1) from the training labels, so the first steps need not push "
+            "every logit down together; docs/benchmarks.md, WordNet)",
+            Choices{"zero", "log_prior"});
   }
   bool operator==(const ModelConfig&) const = default;
 };

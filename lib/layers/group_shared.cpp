@@ -896,6 +896,20 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   return out;
 }
 
+// Biases live by position (head 0..H-1, tail H..L-1), label order_[position].
+void GroupSharedLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) {
+  const auto fill = [&](const std::string& name, int64_t first, int64_t count) {
+    if (count == 0) return;
+    auto r = std::find_if(refs.begin(), refs.end(), [&](const TensorRef& t) { return t.name == name; });
+    XMC_CHECK(r != refs.end() && r->numel() == count, "init_bias: no {} of {} values", name, count);
+    float* b = std::get<float*>(r->data);
+    for (int64_t i = 0; i < count; ++i)
+      b[i] = bias[static_cast<size_t>(order_[static_cast<size_t>(first + i)] - label_lo())];
+  };
+  fill("output/head/bias", 0, head_);
+  fill("output/bias", head_, tail_labels());
+}
+
 void GroupSharedLayer::sync_state_impl(StateSync s) {
   if (!gpu_) return;
   if (head_block_) head_block_->sync_state(s);

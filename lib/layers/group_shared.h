@@ -189,6 +189,7 @@ class GroupSharedLayer final : public OutputLayer {
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
+  void init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) override;
   int64_t analytic_bytes_impl() const override;
 
   // Inputs of the evaluation path for h [rows×d]: the head's (projected) input and the

@@ -1,6 +1,8 @@
 #include "layers/output_layer.h"
 
 #include <algorithm>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "core/error.h"
@@ -29,6 +31,27 @@ StepStats OutputLayer::train_step(const Batch& batch, ConstMatrix h, Matrix dh,
   StepStats s = train_step_impl(batch, h, dh, lr);
   s.seconds = sw.seconds();
   return s;
+}
+
+void OutputLayer::init_bias(std::span<const float> bias) {
+  XMC_CHECK(static_cast<int64_t>(bias.size()) == hi_ - lo_,
+            "init_bias: {} values for the {} labels of [{}, {})", bias.size(), hi_ - lo_, lo_, hi_);
+  sync_state(StateSync::to_host);
+  std::vector<TensorRef> refs = state_impl();
+  init_bias_impl(refs, bias);
+  sync_state(StateSync::to_device);
+}
+
+void OutputLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) {
+  const auto is_bias = [&](const TensorRef& r) {
+    const std::string_view name = r.name, tail = "/bias";
+    return name.size() >= tail.size() && name.substr(name.size() - tail.size()) == tail &&
+           r.shape == std::vector<int64_t>{hi_ - lo_} && std::holds_alternative<float*>(r.data);
+  };
+  const auto n = std::count_if(refs.begin(), refs.end(), is_bias);
+  XMC_CHECK(n == 1, "init_bias: the layer's state has {} label-bias tensors, expected 1", n);
+  const TensorRef& r = *std::find_if(refs.begin(), refs.end(), is_bias);
+  std::copy(bias.begin(), bias.end(), std::get<float*>(r.data));
 }
 
 TopK OutputLayer::topk(ConstMatrix h, int k) const {

@@ -5,6 +5,7 @@
 // per process when sharded); labels are global ids.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,10 @@ class OutputLayer {
   // No-op on the CPU. Save: sync_state(to_host), write state(), sync_state(release).
   // Load: sync_state(to_host), read into state(), sync_state(to_device).
   void sync_state(StateSync s) { sync_state_impl(s); }
+  // Sets the output bias of every label in [lo, hi) to bias[l - lo] (initialisation, e.g.
+  // the label log-prior), on whichever device the layer lives: host copies of state(),
+  // changed, then uploaded — the path a checkpoint load takes.
+  void init_bias(std::span<const float> bias);
   bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
   // workspace (for the ledger cross-check).
@@ -99,6 +104,10 @@ class OutputLayer {
   virtual void on_epoch_impl(const TrainerView&) {}
   virtual std::vector<TensorRef> state_impl() = 0;
   virtual void sync_state_impl(StateSync) {}
+  // Writes bias [hi-lo] into the output-bias tensors among refs (state_impl() after
+  // sync_state(to_host)). Default: the one ref named ".../bias" of shape {hi-lo}, in label
+  // order; a backend that stores its labels in another order or in parts overrides it.
+  virtual void init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias);
   virtual int64_t analytic_bytes_impl() const = 0;
 
   int64_t input_dim_;

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+#include <span>
+
 #include "core/cuda_context.h"
 #include "core/error.h"
 #include "eval/propensity.h"
@@ -72,6 +75,16 @@ std::vector<double> model_propensities(const DataConfig& data, const PropensityC
   return inverse_propensity(meta.label_freq, meta.n_train, a, b);
 }
 
+std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64_t n_train) {
+  std::vector<float> out(label_freq.size());
+  const double n = static_cast<double>(n_train) + 1.0;
+  for (size_t l = 0; l < label_freq.size(); ++l) {
+    const double p = (static_cast<double>(label_freq[l]) + 0.5) / n;
+    out[l] = static_cast<float>(std::log(p) - std::log1p(-p));
+  }
+  return out;
+}
+
 namespace {
 std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
   std::vector<EncoderLayerConfig> out;
@@ -102,6 +115,13 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   const int64_t before = ledger_total();
   output_ = create_output_layer(init, cfg.model.output);
   output_ledger_bytes_ = ledger_total() - before;
+  // A resumed run then reads every parameter, the bias included, from its checkpoint.
+  if (cfg.model.bias_init == "log_prior") {
+    const std::vector<float> prior = label_log_prior(meta_.label_freq, meta_.n_train);
+    output_->init_bias(std::span<const float>(prior).subspan(
+        static_cast<size_t>(output_->label_lo()),
+        static_cast<size_t>(output_->label_hi() - output_->label_lo())));
+  }
 }
 
 TopK Model::predict(const Batch& batch, int k) {

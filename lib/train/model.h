@@ -29,6 +29,10 @@ struct ModelMeta {
 
 OptimizerConfig to_optimizer_config(const OptimSpec& spec);
 
+// model.bias_init: log_prior — the log-odds of each label's smoothed training frequency,
+// log(p/(1-p)) with p = (n_l + 0.5)/(N + 1) (finite for labels without a training point).
+std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64_t n_train);
+
 // The device a model with output type `backend` runs on: "cpu", "cuda" or "auto".
 // "cuda" without CUDA support, without a visible GPU, or for a backend without a CUDA path
 // (layers/registry.cpp) throws InputError — never a silent fallback. "auto" picks cuda
