@@ -17,7 +17,8 @@ ru_maxrss. Its top-k predictions are written in XC label:score format and scored
 `xmctrain eval --predictions --json` (the same metric code as xmctrain runs, propensities
 from the training labels). A peer that fails to install or to run gets a row saying so.
 RUN_DIRs are xmctrain run directories (results.json, metrics.jsonl): their final metrics,
-train time, last evaluation time and peak RSS go into the same table.
+train time, last evaluation time and peak RSS go into the same table; so do ensembles
+written by tools/ensemble.py (train time: the members' sum).
 
 Prints one Markdown table: P@1/3/5, PSP@1/3/5 (%), train s, predict s, peak RSS, and the
 load average seen before and after (the times depend on what else the machine runs).
@@ -174,7 +175,7 @@ def xmc_eval(binary, pred, train, test, k):
 def run_row(run_dir):
     with open(os.path.join(run_dir, "results.json")) as f:
         res = json.load(f)
-    predict_s = None
+    predict_s = res.get("predict_seconds")  # tools/ensemble.py writes it; runs log evaluations
     mpath = os.path.join(run_dir, "metrics.jsonl")
     if os.path.exists(mpath):
         with open(mpath) as f:
