@@ -9,6 +9,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 
 #include "config/config_loader.h"
@@ -236,6 +238,424 @@ const std::vector<std::string>& resume_free_keys() {
 
 namespace {
 
+// What --resume found in the run directory: the checkpoint's position and the config
+// changes against it that are not resume-free.
+struct Resume {
+  ResumePoint from;
+  std::vector<ConfigChange> changes;
+};
+
+// --resume: reads the checkpoint's position and config and checks them before the data
+// is loaded. True when the run is already complete (summary then holds its results).
+bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const RunDirectory& run,
+                  Resume& r, TrainSummary& summary) {
+  const fs::path ckpt_file = run.file(run_file::checkpoint);
+  const fs::path results_file = run.file(run_file::results);
+  r.from = read_resume_point(CheckpointReader(ckpt_file.string()));
+  const ResumePoint& from = r.from;
+  std::vector<ConfigChange> free;
+  r.changes = significant_changes(from.config_yaml, opt.config_yaml, free);
+  if (!r.changes.empty() && !opt.allow_config_change)
+    throw_input(
+        "--resume: the config differs from the one the run was trained with in {} ({}). "
+        "Resume with the run's config ({}), pass --allow-config-change to continue with the "
+        "new values (the change is recorded in metrics.jsonl), or start a new run in another "
+        "--out",
+        change_keys(r.changes), describe_changes(r.changes), run.file(run_file::config).string());
+  if (!free.empty()) spdlog::info("resume: {}", describe_changes(free));
+  if (from.epoch > cfg.train.epochs)
+    throw_input("--resume: the checkpoint is at epoch {}, beyond train.epochs = {}", from.epoch,
+                cfg.train.epochs);
+  if (from.epoch == cfg.train.epochs && from.epoch_step == 0 && r.changes.empty() &&
+      fs::exists(results_file)) {
+    std::ifstream in(results_file);
+    summary.results = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!summary.results.is_discarded()) {
+      summary.complete = true;
+      spdlog::info("{}: the run is complete ({} epochs); results.json is kept",
+                   run.path().string(), from.epoch);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The data of a run, loaded (and the synthetic set generated) on construction, and what
+// follows from it: the model's meta and the evaluation settings. Built in place (es points
+// at filter).
+struct RunData {
+  RunData(const ExperimentConfig& cfg, Context& ctx);
+  RunData(const RunData&) = delete;
+  RunData& operator=(const RunData&) = delete;
+
+  Dataset train, test;
+  LedgerEntry mem;
+  ModelMeta meta;
+  FilterSet filter;
+  EvalSettings es;
+};
+
+RunData::RunData(const ExperimentConfig& cfg, Context& ctx) {
+  ensure_synthetic_data(cfg);
+  if (!is_set(cfg.data.train)) throw_input("data.train: no training data given (path or features)");
+  if (!is_set(cfg.data.test)) throw_input("data.test: no test data given (path or features)");
+  Stopwatch load_time;
+  train = io::load_dataset(to_source(cfg.data.train, cfg.data.cache));
+  test = io::load_dataset(to_source(cfg.data.test, cfg.data.cache));
+  io::check_compatible(train, test);
+  mem = LedgerEntry(ctx.ledger(), MemTag::data, static_cast<int64_t>(train.bytes() + test.bytes()));
+  spdlog::info("data: {} train / {} test points, D={}, L={} ({:.1f}s)", train.num_points(),
+               test.num_points(), train.num_features(), train.num_labels(), load_time.seconds());
+  meta.input_dim = train.num_features();
+  meta.num_labels = train.num_labels();
+  meta.n_train = train.num_points();
+  meta.sparse_input = train.sparse();
+  meta.label_freq = label_frequencies(train.labels);
+  if (!cfg.data.filter.empty()) filter = read_filter_file(cfg.data.filter);
+  es.k = static_cast<int>(cfg.eval.k);
+  es.batch_size = cfg.eval.batch_size;
+  es.filter = filter.empty() ? nullptr : &filter;
+  es.inv_prop = model_propensities(cfg.data, cfg.data.propensity, meta);
+}
+
+// The training of a run, from the model to results.json, in the order train_run calls
+// its steps: restore (--resume), begin, run_epochs, write_results.
+class TrainLoop {
+ public:
+  TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx, const RunData& data,
+            RunDirectory& run, const Resume& resume, TrainSummary& summary);
+
+  // --resume: the model and schedule from the checkpoint, loaded (and its checksums
+  // verified) before anything in the directory changes.
+  void restore();
+  // Training starts: from here the directory holds this run (`begun` is set to it).
+  void begin(fs::path& begun);
+  // The epochs; false when a signal or halt_after_epoch stopped the run (summary says so).
+  bool run_epochs();
+  // The final evaluation (unless the last epoch's is at hand) and results.json.
+  void write_results(const Stopwatch& total_time);
+
+ private:
+  bool run_epoch(int64_t epoch);
+  bool train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at, const Stopwatch& epoch_time,
+                   double& lr_factor);
+  nlohmann::json epoch_line(int64_t epoch, const ResumePoint& at, double lr_factor) const;
+  void evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line);
+  void checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng);
+  bool stop_after_epoch(int64_t epoch, bool last);
+  void allocate_dh();
+  DenseMatrix embed_train();
+  TrainerView view(int64_t epoch) const;
+
+  const ExperimentConfig& cfg_;
+  const TrainOptions& opt_;
+  Context& ctx_;
+  const RunData& data_;
+  RunDirectory& run_;
+  const ResumePoint& from_;
+  const std::vector<ConfigChange>& changes_;
+  TrainSummary& summary_;
+  const fs::path ckpt_file_, metrics_file_;
+  const int64_t batch_size_, steps_per_epoch_, total_steps_;
+  Model model_;
+  LrSchedule schedule_;
+  int64_t step_ = 0;
+  double train_seconds_ = 0.0;
+  double last_epoch_seconds_ = 0.0;
+  nlohmann::json last_metrics_;
+  // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
+  HostBuffer<float> dh_host_;
+  gpu::DeviceBuffer<float> dh_dev_;
+  float* dh_data_ = nullptr;
+  std::optional<Batcher> batcher_;
+  std::optional<StopSignals> stop_;
+  std::function<DenseMatrix()> embed_;
+  // Two batches in flight: batch i+1 is gathered and staged (on the GPU: its host→device
+  // copy starts on a side stream) while batch i trains.
+  std::array<Batch, 2> batches_;
+};
+
+TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx,
+                     const RunData& data, RunDirectory& run, const Resume& resume,
+                     TrainSummary& summary)
+    : cfg_(cfg),
+      opt_(opt),
+      ctx_(ctx),
+      data_(data),
+      run_(run),
+      from_(resume.from),
+      changes_(resume.changes),
+      summary_(summary),
+      ckpt_file_(run.file(run_file::checkpoint)),
+      metrics_file_(run.file(run_file::metrics)),
+      batch_size_(cfg.train.batch_size),
+      steps_per_epoch_((data.train.num_points() + batch_size_ - 1) / batch_size_),
+      total_steps_(cfg.train.epochs * steps_per_epoch_),
+      model_(ctx, cfg, data.meta, total_steps_),
+      schedule_(to_schedule_config(cfg.optim.schedule), total_steps_) {
+  spdlog::info("model: encoder {}→{}, output '{}' over {} labels: {:.1f} MiB (analytic {:.1f} MiB)",
+               data.meta.input_dim, model_.encoder().output_dim(), cfg.model.output.type,
+               data.meta.num_labels, model_.output_ledger_bytes() / 1048576.0,
+               model_.output().analytic_bytes() / 1048576.0);
+}
+
+void TrainLoop::restore() {
+  CheckpointReader r(ckpt_file_.string());
+  model_.load_state(r);
+  step_ = from_.step;
+  auto sch = r.read_f64("meta/schedule");
+  if (sch.size() != 3) throw_input("{}: meta/schedule must have 3 entries", ckpt_file_.string());
+  schedule_.restore(sch[0], sch[1], static_cast<int>(sch[2]));
+  if (from_.epoch_step >= steps_per_epoch_)
+    throw_input("{}: the checkpoint is at step {} of epoch {}, which has {} steps",
+                ckpt_file_.string(), from_.epoch_step, from_.epoch + 1, steps_per_epoch_);
+}
+
+void TrainLoop::begin(fs::path& begun) {
+  run_.begin(opt_.config_yaml);
+  begun = run_.path();
+  if (!opt_.resume) return;
+  for (const auto& rec : keep_metrics_lines(metrics_file_, from_.epoch)) {
+    last_epoch_seconds_ = rec.value("epoch_seconds", 0.0);
+    train_seconds_ += last_epoch_seconds_;
+  }
+  if (!changes_.empty()) {
+    nlohmann::json rec;
+    rec["after_epoch"] = from_.epoch;
+    rec["after_step"] = from_.step;
+    for (const auto& c : changes_)
+      rec["config_change"][c.key] = {{"old", c.before}, {"new", c.after}};
+    append_line(metrics_file_, rec.dump());
+    spdlog::warn("resume with a changed config (recorded in metrics.jsonl): {}",
+                 describe_changes(changes_));
+  }
+  spdlog::info("resumed from {} at epoch {}, step {}", ckpt_file_.string(),
+               from_.epoch + (from_.epoch_step > 0 ? 1 : 0), step_);
+}
+
+void TrainLoop::allocate_dh() {
+  const auto n = static_cast<size_t>(batch_size_ * model_.encoder().output_dim());
+  if (ctx_.on_gpu()) {
+    dh_dev_ = gpu::DeviceBuffer<float>(ctx_.ledger(), MemTag::activations, n);
+    dh_data_ = dh_dev_.data();
+    spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
+  } else {
+    dh_host_ = HostBuffer<float>(ctx_.ledger(), MemTag::activations, n);
+    dh_data_ = dh_host_.data();
+  }
+}
+
+// Embeds every training point with the current encoder (ANNS refresh).
+DenseMatrix TrainLoop::embed_train() {
+  const Dataset& train = data_.train;
+  const int64_t d = model_.encoder().output_dim();
+  DenseMatrix out(train.num_points(), d);
+  std::vector<int64_t> ids;
+  for (int64_t r0 = 0; r0 < train.num_points(); r0 += cfg_.eval.batch_size) {
+    const int64_t n = std::min(cfg_.eval.batch_size, train.num_points() - r0);
+    ids.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
+    Batch b = gather_batch(train, ids);
+    model_.embed(b, Matrix(out.values.data() + r0 * d, n, d));
+  }
+  return out;
+}
+
+TrainerView TrainLoop::view(int64_t epoch) const {
+  return {step_,         total_steps_, static_cast<int>(epoch), static_cast<int>(cfg_.train.epochs),
+          &data_.train, embed_};
+}
+
+bool TrainLoop::run_epochs() {
+  allocate_dh();
+  batcher_.emplace(data_.train, batch_size_, cfg_.seed, cfg_.train.shuffle);
+  embed_ = [this] { return embed_train(); };
+  stop_.emplace();
+  for (int64_t epoch = from_.epoch; epoch < cfg_.train.epochs; ++epoch)
+    if (!run_epoch(epoch)) return false;
+  return true;
+}
+
+// One epoch: its steps, the epoch hook, the metrics line (with an evaluation when due),
+// the checkpoint when due. False when the run stops (a signal or halt_after_epoch).
+bool TrainLoop::run_epoch(int64_t epoch) {
+  const bool last = epoch + 1 == cfg_.train.epochs;
+  batcher_->start_epoch(epoch);
+  Rng dropout_rng = Rng::stream(cfg_.seed ^ 0xd50d50ULL, static_cast<uint64_t>(epoch));
+  // This epoch's running sums; a checkpoint taken mid-epoch carries them.
+  ResumePoint at;
+  at.epoch = epoch;
+  if (epoch == from_.epoch && from_.epoch_step > 0) {
+    // Resumed mid-epoch: the batches and the dropout stream continue where they stopped.
+    batcher_->skip(from_.epoch_step);
+    dropout_rng.set_state(from_.rng);
+    at = from_;
+  }
+  Stopwatch epoch_time;
+  double lr_factor = 1.0;
+  if (!train_steps(epoch, dropout_rng, at, epoch_time, lr_factor)) return false;
+  model_.output().on_epoch(view(epoch));
+  last_epoch_seconds_ = at.seconds + epoch_time.seconds();
+  train_seconds_ += last_epoch_seconds_;
+  nlohmann::json line = epoch_line(epoch, at, lr_factor);
+  evaluate_epoch(epoch, last, line);
+  line["memory"] = ctx_.ledger().report();
+  line["peak_rss_bytes"] = peak_rss_bytes();
+  // The metrics line first, then the checkpoint: a kill between the two makes the resumed
+  // run drop the line (it is past the checkpoint) and train that epoch again, so every
+  // epoch is logged exactly once.
+  append_line(metrics_file_, line.dump());
+  debug_kill_point("after_metrics", epoch + 1);
+  checkpoint_epoch(epoch, last, dropout_rng);
+  debug_kill_point("after_checkpoint", epoch + 1);
+  return !stop_after_epoch(epoch, last);
+}
+
+// The steps of one epoch, from `at` on; false when a signal stopped it mid-epoch (the
+// checkpoint then resumes at the next batch of this epoch).
+bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
+                            const Stopwatch& epoch_time, double& lr_factor) {
+  Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg_.train.epochs), steps_per_epoch_,
+                    batch_size_, cfg_.train.log_every_s);
+  const int64_t d = model_.encoder().output_dim();
+  int cur = 0;
+  at.rng = dropout_rng.state();
+  bool have = batcher_->next(batches_[0]);
+  if (have) model_.encoder().stage(batches_[0], /*training=*/true, dropout_rng);
+  while (have) {
+    const Batch& batch = batches_[static_cast<size_t>(cur)];
+    lr_factor = schedule_.factor(step_);
+    ++step_;
+    debug_signal_point(step_);
+    ConstMatrix h = model_.encoder().forward_staged();
+    at.rng = dropout_rng.state();  // before the next batch is staged
+    have = batcher_->next(batches_[static_cast<size_t>(cur ^ 1)]);
+    if (have) model_.encoder().stage(batches_[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
+    Matrix dh(dh_data_, batch.size(), d);
+    StepStats s =
+        model_.output().train_step(batch, h, dh, {cfg_.optim.output.lr * lr_factor, step_});
+    model_.encoder().backward_update(dh, cfg_.optim.encoder.lr * lr_factor, step_);
+    if (!std::isfinite(s.loss))
+      throw_error("training diverged at epoch {}, step {}: loss is {}", epoch + 1, step_, s.loss);
+    at.loss_sum += s.loss;
+    at.zero_grads += s.zero_grads;
+    at.grads += s.grads;
+    ++at.epoch_step;
+    model_.output().on_step(view(epoch));
+    progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
+    cur ^= 1;
+    if (stop_->signal() != 0 && have) {
+      at.step = step_;
+      at.seconds += epoch_time.seconds();
+      save_checkpoint(ckpt_file_, model_, opt_.config_yaml, at, schedule_);
+      summary_.stop_signal = stop_->signal();
+      spdlog::warn("stopped by signal {} after step {} (epoch {}); checkpoint written",
+                   stop_->signal(), step_, epoch + 1);
+      return false;
+    }
+  }
+  progress.finish();
+  return true;
+}
+
+nlohmann::json TrainLoop::epoch_line(int64_t epoch, const ResumePoint& at,
+                                     double lr_factor) const {
+  const int64_t steps = std::max<int64_t>(at.epoch_step, 1);
+  nlohmann::json line;
+  line["epoch"] = epoch + 1;
+  line["step"] = step_;
+  line["loss"] = at.loss_sum / static_cast<double>(steps);
+  line["epoch_seconds"] = last_epoch_seconds_;
+  line["samples_per_s"] = static_cast<double>(data_.train.num_points()) / last_epoch_seconds_;
+  line["lr_factor"] = lr_factor;
+  line["zero_grad_fraction"] =
+      at.grads > 0 ? static_cast<double>(at.zero_grads) / static_cast<double>(at.grads) : 0.0;
+  return line;
+}
+
+// The evaluation of the test set after the last epoch and every train.eval_every; its
+// metrics go into the epoch's line and feed the plateau schedule.
+void TrainLoop::evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line) {
+  const bool due = last || (cfg_.train.eval_every > 0 && (epoch + 1) % cfg_.train.eval_every == 0);
+  if (!due) {
+    spdlog::info("epoch {}: loss {:.5f}, {:.1f}s", epoch + 1, line["loss"].get<double>(),
+                 last_epoch_seconds_);
+    return;
+  }
+  EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
+  last_metrics_ = ev.metrics.to_json();
+  summary_.metrics_table = ev.metrics.table();
+  line["metrics"] = last_metrics_;
+  line["eval_seconds"] = ev.seconds;
+  schedule_.report_metric(ev.metrics.p.at(0));
+  spdlog::info("epoch {}: loss {:.5f}, P@1 {:.4f}, {:.1f}s", epoch + 1, line["loss"].get<double>(),
+               ev.metrics.p.at(0), last_epoch_seconds_);
+}
+
+// The checkpoint at the end of an epoch: after the last one, every
+// train.checkpoint_every, and when a signal arrived during the epoch's last step.
+void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng) {
+  const bool due = last || stop_->signal() != 0 ||
+                   (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
+  if (!due) return;
+  ResumePoint end;
+  end.epoch = epoch + 1;
+  end.step = step_;
+  end.rng = dropout_rng.state();
+  save_checkpoint(ckpt_file_, model_, opt_.config_yaml, end, schedule_);
+}
+
+// True when the run stops after this epoch: a signal, or halt_after_epoch.
+bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
+  if (stop_->signal() != 0) {
+    summary_.stop_signal = stop_->signal();
+    spdlog::warn("stopped by signal {} at the end of epoch {}; checkpoint written",
+                 stop_->signal(), epoch + 1);
+    return true;
+  }
+  if (opt_.halt_after_epoch > 0 && epoch + 1 == opt_.halt_after_epoch && !last) {
+    spdlog::warn("halting after epoch {} as requested", epoch + 1);
+    summary_.halted = true;
+    return true;
+  }
+  return false;
+}
+
+void TrainLoop::write_results(const Stopwatch& total_time) {
+  // Resumed after the last epoch's checkpoint (killed before results.json): evaluate the
+  // final model again.
+  if (last_metrics_.is_null()) {
+    EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
+    last_metrics_ = ev.metrics.to_json();
+    summary_.metrics_table = ev.metrics.table();
+  }
+  const Dataset& train = data_.train;
+  nlohmann::json& res = summary_.results;
+  res["name"] = cfg_.name;
+  res["device"] = std::string(to_string(ctx_.device()));
+  if (ctx_.on_gpu()) res["gpu"] = ctx_.cuda().info().name;
+  res["threads"] = ctx_.threads();
+  res["backend"] = cfg_.model.output.type;
+  res["epochs"] = cfg_.train.epochs;
+  res["steps"] = step_;
+  res["train_points"] = train.num_points();
+  res["test_points"] = data_.test.num_points();
+  res["num_labels"] = data_.meta.num_labels;
+  res["input_dim"] = data_.meta.input_dim;
+  res["metrics"] = last_metrics_;
+  res["train_seconds"] = train_seconds_;
+  res["last_epoch_seconds"] = last_epoch_seconds_;
+  res["samples_per_s"] =
+      last_epoch_seconds_ > 0 ? static_cast<double>(train.num_points()) / last_epoch_seconds_ : 0.0;
+  res["total_seconds"] = total_time.seconds();
+  res["memory"] = ctx_.ledger().report();
+  res["output_layer_bytes"] = model_.output_ledger_bytes();
+  res["output_layer_analytic_bytes"] = model_.output().analytic_bytes();
+  res["peak_rss_bytes"] = peak_rss_bytes();
+  res["run_dir"] = run_.path().string();
+  write_text_atomic(run_.file(run_file::results), res.dump(2) + "\n");
+}
+
 // The whole run; `begun` is set to the run directory once training has begun there (from
 // then on a failure is recorded in it).
 TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, fs::path& begun) {
@@ -243,316 +663,21 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, fs:
   const Device device =
       training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
   Context ctx(device, static_cast<int>(cfg.threads));
-
   // The run directory is checked first, so a bad path or a run already there fails in a
-  // second; nothing is written to it until training starts (run.begin()).
+  // second; nothing is written to it until training starts (TrainLoop::begin).
   const fs::path dir = run_directory(cfg, opt);
   RunDirectory run(dir, opt.resume      ? RunMode::resume
                         : opt.overwrite ? RunMode::overwrite
                                         : RunMode::fresh);
-  const fs::path ckpt_file = run.file(run_file::checkpoint);
-  const fs::path metrics_file = run.file(run_file::metrics);
-  const fs::path results_file = run.file(run_file::results);
   TrainSummary summary;
   summary.run_dir = dir.string();
-
-  // --resume: the checkpoint's position and config, checked before the data is loaded.
-  ResumePoint from;
-  std::vector<ConfigChange> changes;
-  if (opt.resume) {
-    from = read_resume_point(CheckpointReader(ckpt_file.string()));
-    std::vector<ConfigChange> free;
-    changes = significant_changes(from.config_yaml, opt.config_yaml, free);
-    if (!changes.empty() && !opt.allow_config_change)
-      throw_input(
-          "--resume: the config differs from the one the run was trained with in {} ({}). "
-          "Resume with the run's config ({}), pass --allow-config-change to continue with the "
-          "new values (the change is recorded in metrics.jsonl), or start a new run in another "
-          "--out",
-          change_keys(changes), describe_changes(changes),
-          run.file(run_file::config).string());
-    if (!free.empty()) spdlog::info("resume: {}", describe_changes(free));
-    if (from.epoch > cfg.train.epochs)
-      throw_input("--resume: the checkpoint is at epoch {}, beyond train.epochs = {}", from.epoch,
-                  cfg.train.epochs);
-    if (from.epoch == cfg.train.epochs && from.epoch_step == 0 && changes.empty() &&
-        fs::exists(results_file)) {
-      std::ifstream in(results_file);
-      summary.results = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (!summary.results.is_discarded()) {
-        summary.complete = true;
-        spdlog::info("{}: the run is complete ({} epochs); results.json is kept", dir.string(),
-                     from.epoch);
-        return summary;
-      }
-    }
-  }
-
-  // Data.
-  ensure_synthetic_data(cfg);
-  if (!is_set(cfg.data.train)) throw_input("data.train: no training data given (path or features)");
-  if (!is_set(cfg.data.test)) throw_input("data.test: no test data given (path or features)");
-  Stopwatch load_time;
-  const Dataset train = io::load_dataset(to_source(cfg.data.train, cfg.data.cache));
-  const Dataset test = io::load_dataset(to_source(cfg.data.test, cfg.data.cache));
-  io::check_compatible(train, test);
-  LedgerEntry data_mem(ctx.ledger(), MemTag::data,
-                       static_cast<int64_t>(train.bytes() + test.bytes()));
-  spdlog::info("data: {} train / {} test points, D={}, L={} ({:.1f}s)", train.num_points(),
-               test.num_points(), train.num_features(), train.num_labels(), load_time.seconds());
-
-  ModelMeta meta;
-  meta.input_dim = train.num_features();
-  meta.num_labels = train.num_labels();
-  meta.n_train = train.num_points();
-  meta.sparse_input = train.sparse();
-  meta.label_freq = label_frequencies(train.labels);
-
-  FilterSet filter;
-  if (!cfg.data.filter.empty()) filter = read_filter_file(cfg.data.filter);
-  EvalSettings es;
-  es.k = static_cast<int>(cfg.eval.k);
-  es.batch_size = cfg.eval.batch_size;
-  es.filter = filter.empty() ? nullptr : &filter;
-  es.inv_prop = model_propensities(cfg.data, cfg.data.propensity, meta);
-
-  const int64_t batch_size = cfg.train.batch_size;
-  const int64_t steps_per_epoch = (train.num_points() + batch_size - 1) / batch_size;
-  const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
-  Model model(ctx, cfg, meta, total_steps);
-  LrSchedule schedule(to_schedule_config(cfg.optim.schedule), total_steps);
-  spdlog::info("model: encoder {}→{}, output '{}' over {} labels: {:.1f} MiB (analytic {:.1f} MiB)",
-               meta.input_dim, model.encoder().output_dim(), cfg.model.output.type, meta.num_labels,
-               model.output_ledger_bytes() / 1048576.0,
-               model.output().analytic_bytes() / 1048576.0);
-
-  int64_t step = 0;
-  if (opt.resume) {
-    // Loaded (and its checksums verified) before anything in the directory changes.
-    CheckpointReader r(ckpt_file.string());
-    model.load_state(r);
-    step = from.step;
-    auto sch = r.read_f64("meta/schedule");
-    if (sch.size() != 3) throw_input("{}: meta/schedule must have 3 entries", ckpt_file.string());
-    schedule.restore(sch[0], sch[1], static_cast<int>(sch[2]));
-    if (from.epoch_step >= steps_per_epoch)
-      throw_input("{}: the checkpoint is at step {} of epoch {}, which has {} steps",
-                  ckpt_file.string(), from.epoch_step, from.epoch + 1, steps_per_epoch);
-  }
-  // Training starts: from here the directory holds this run.
-  run.begin(opt.config_yaml);
-  begun = dir;
-  double train_seconds = 0.0;
-  double last_epoch_seconds = 0.0;
-  nlohmann::json last_metrics;
-  if (opt.resume) {
-    for (const auto& rec : keep_metrics_lines(metrics_file, from.epoch)) {
-      last_epoch_seconds = rec.value("epoch_seconds", 0.0);
-      train_seconds += last_epoch_seconds;
-    }
-    if (!changes.empty()) {
-      nlohmann::json rec;
-      rec["after_epoch"] = from.epoch;
-      rec["after_step"] = from.step;
-      for (const auto& c : changes)
-        rec["config_change"][c.key] = {{"old", c.before}, {"new", c.after}};
-      append_line(metrics_file, rec.dump());
-      spdlog::warn("resume with a changed config (recorded in metrics.jsonl): {}",
-                   describe_changes(changes));
-    }
-    spdlog::info("resumed from {} at epoch {}, step {}", ckpt_file.string(),
-                 from.epoch + (from.epoch_step > 0 ? 1 : 0), step);
-  }
-
-  const int64_t d = model.encoder().output_dim();
-  // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
-  HostBuffer<float> dh_host;
-  gpu::DeviceBuffer<float> dh_dev;
-  float* dh_data = nullptr;
-  if (ctx.on_gpu()) {
-    dh_dev = gpu::DeviceBuffer<float>(ctx.ledger(), MemTag::activations,
-                                      static_cast<size_t>(batch_size * d));
-    dh_data = dh_dev.data();
-    spdlog::info("device: cuda, {}", ctx.cuda().info().name);
-  } else {
-    dh_host =
-        HostBuffer<float>(ctx.ledger(), MemTag::activations, static_cast<size_t>(batch_size * d));
-    dh_data = dh_host.data();
-  }
-  Batcher batcher(train, batch_size, cfg.seed, cfg.train.shuffle);
-
-  // Embeds every training point with the current encoder (ANNS refresh).
-  std::function<DenseMatrix()> embed_train = [&]() {
-    DenseMatrix out(train.num_points(), d);
-    Rng unused(0);
-    std::vector<int64_t> ids;
-    for (int64_t r0 = 0; r0 < train.num_points(); r0 += cfg.eval.batch_size) {
-      const int64_t n = std::min(cfg.eval.batch_size, train.num_points() - r0);
-      ids.resize(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
-      Batch b = gather_batch(train, ids);
-      model.embed(b, Matrix(out.values.data() + r0 * d, n, d));
-    }
-    return out;
-  };
-
-  StopSignals stop;
-  // Two batches in flight: batch i+1 is gathered and staged (on the GPU: its host→device
-  // copy starts on a side stream) while batch i trains.
-  std::array<Batch, 2> batches;
-  for (int64_t epoch = from.epoch; epoch < cfg.train.epochs; ++epoch) {
-    const bool last = epoch + 1 == cfg.train.epochs;
-    batcher.start_epoch(epoch);
-    Rng dropout_rng = Rng::stream(cfg.seed ^ 0xd50d50ULL, static_cast<uint64_t>(epoch));
-    // This epoch's running sums; a checkpoint taken mid-epoch carries them.
-    ResumePoint at;
-    at.epoch = epoch;
-    if (epoch == from.epoch && from.epoch_step > 0) {
-      batcher.skip(from.epoch_step);
-      dropout_rng.set_state(from.rng);
-      at = from;
-    }
-    Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.train.epochs), steps_per_epoch,
-                      batch_size, cfg.train.log_every_s);
-    Stopwatch epoch_time;
-    double lr_factor = 1.0;
-    int cur = 0;
-    at.rng = dropout_rng.state();
-    bool have = batcher.next(batches[0]);
-    if (have) model.encoder().stage(batches[0], /*training=*/true, dropout_rng);
-    while (have) {
-      const Batch& batch = batches[static_cast<size_t>(cur)];
-      lr_factor = schedule.factor(step);
-      ++step;
-      debug_signal_point(step);
-      ConstMatrix h = model.encoder().forward_staged();
-      at.rng = dropout_rng.state();  // before the next batch is staged
-      have = batcher.next(batches[static_cast<size_t>(cur ^ 1)]);
-      if (have) model.encoder().stage(batches[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
-      Matrix dh(dh_data, batch.size(), d);
-      StepStats s =
-          model.output().train_step(batch, h, dh, {cfg.optim.output.lr * lr_factor, step});
-      model.encoder().backward_update(dh, cfg.optim.encoder.lr * lr_factor, step);
-      if (!std::isfinite(s.loss))
-        throw_error("training diverged at epoch {}, step {}: loss is {}", epoch + 1, step, s.loss);
-      at.loss_sum += s.loss;
-      at.zero_grads += s.zero_grads;
-      at.grads += s.grads;
-      ++at.epoch_step;
-      TrainerView view{
-          step,   total_steps, static_cast<int>(epoch), static_cast<int>(cfg.train.epochs),
-          &train, embed_train};
-      model.output().on_step(view);
-      progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
-      cur ^= 1;
-      if (stop.signal() != 0 && have) {
-        // Mid-epoch: the checkpoint resumes at the next batch of this epoch.
-        at.step = step;
-        at.seconds += epoch_time.seconds();
-        save_checkpoint(ckpt_file, model, opt.config_yaml, at, schedule);
-        summary.stop_signal = stop.signal();
-        spdlog::warn("stopped by signal {} after step {} (epoch {}); checkpoint written",
-                     stop.signal(), step, epoch + 1);
-        return summary;
-      }
-    }
-    progress.finish();
-    model.output().on_epoch({step, total_steps, static_cast<int>(epoch),
-                             static_cast<int>(cfg.train.epochs), &train, embed_train});
-    last_epoch_seconds = at.seconds + epoch_time.seconds();
-    train_seconds += last_epoch_seconds;
-    const int64_t steps = std::max<int64_t>(at.epoch_step, 1);
-
-    nlohmann::json line;
-    line["epoch"] = epoch + 1;
-    line["step"] = step;
-    line["loss"] = at.loss_sum / static_cast<double>(steps);
-    line["epoch_seconds"] = last_epoch_seconds;
-    line["samples_per_s"] = static_cast<double>(train.num_points()) / last_epoch_seconds;
-    line["lr_factor"] = lr_factor;
-    line["zero_grad_fraction"] =
-        at.grads > 0 ? static_cast<double>(at.zero_grads) / static_cast<double>(at.grads) : 0.0;
-
-    const bool eval_due =
-        last || (cfg.train.eval_every > 0 && (epoch + 1) % cfg.train.eval_every == 0);
-    if (eval_due) {
-      EvalResult ev = evaluate_dataset(model, test, es);
-      last_metrics = ev.metrics.to_json();
-      summary.metrics_table = ev.metrics.table();
-      line["metrics"] = last_metrics;
-      line["eval_seconds"] = ev.seconds;
-      schedule.report_metric(ev.metrics.p.at(0));
-      spdlog::info("epoch {}: loss {:.5f}, P@1 {:.4f}, {:.1f}s", epoch + 1,
-                   line["loss"].get<double>(), ev.metrics.p.at(0), last_epoch_seconds);
-    } else {
-      spdlog::info("epoch {}: loss {:.5f}, {:.1f}s", epoch + 1, line["loss"].get<double>(),
-                   last_epoch_seconds);
-    }
-    line["memory"] = ctx.ledger().report();
-    line["peak_rss_bytes"] = peak_rss_bytes();
-
-    // The metrics line first, then the checkpoint: a kill between the two makes the resumed
-    // run drop the line (it is past the checkpoint) and train that epoch again, so every
-    // epoch is logged exactly once.
-    append_line(metrics_file, line.dump());
-    debug_kill_point("after_metrics", epoch + 1);
-    const bool ckpt_due =
-        last || stop.signal() != 0 ||
-        (cfg.train.checkpoint_every > 0 && (epoch + 1) % cfg.train.checkpoint_every == 0);
-    if (ckpt_due) {
-      ResumePoint end;
-      end.epoch = epoch + 1;
-      end.step = step;
-      end.rng = dropout_rng.state();
-      save_checkpoint(ckpt_file, model, opt.config_yaml, end, schedule);
-    }
-    debug_kill_point("after_checkpoint", epoch + 1);
-
-    if (stop.signal() != 0) {
-      summary.stop_signal = stop.signal();
-      spdlog::warn("stopped by signal {} at the end of epoch {}; checkpoint written", stop.signal(),
-                   epoch + 1);
-      return summary;
-    }
-    if (opt.halt_after_epoch > 0 && epoch + 1 == opt.halt_after_epoch && !last) {
-      spdlog::warn("halting after epoch {} as requested", epoch + 1);
-      summary.halted = true;
-      return summary;
-    }
-  }
-
-  // Resumed after the last epoch's checkpoint (killed before results.json): evaluate the
-  // final model again.
-  if (last_metrics.is_null()) {
-    EvalResult ev = evaluate_dataset(model, test, es);
-    last_metrics = ev.metrics.to_json();
-    summary.metrics_table = ev.metrics.table();
-  }
-
-  nlohmann::json& res = summary.results;
-  res["name"] = cfg.name;
-  res["device"] = std::string(to_string(ctx.device()));
-  if (ctx.on_gpu()) res["gpu"] = ctx.cuda().info().name;
-  res["threads"] = ctx.threads();
-  res["backend"] = cfg.model.output.type;
-  res["epochs"] = cfg.train.epochs;
-  res["steps"] = step;
-  res["train_points"] = train.num_points();
-  res["test_points"] = test.num_points();
-  res["num_labels"] = meta.num_labels;
-  res["input_dim"] = meta.input_dim;
-  res["metrics"] = last_metrics;
-  res["train_seconds"] = train_seconds;
-  res["last_epoch_seconds"] = last_epoch_seconds;
-  res["samples_per_s"] =
-      last_epoch_seconds > 0 ? static_cast<double>(train.num_points()) / last_epoch_seconds : 0.0;
-  res["total_seconds"] = total_time.seconds();
-  res["memory"] = ctx.ledger().report();
-  res["output_layer_bytes"] = model.output_ledger_bytes();
-  res["output_layer_analytic_bytes"] = model.output().analytic_bytes();
-  res["peak_rss_bytes"] = peak_rss_bytes();
-  res["run_dir"] = dir.string();
-  write_text_atomic(results_file, res.dump(2) + "\n");
+  Resume resume;
+  if (opt.resume && check_resume(cfg, opt, run, resume, summary)) return summary;
+  const RunData data(cfg, ctx);
+  TrainLoop loop(cfg, opt, ctx, data, run, resume, summary);
+  if (opt.resume) loop.restore();
+  loop.begin(begun);
+  if (loop.run_epochs()) loop.write_results(total_time);
   return summary;
 }
 
