@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "grouping/spherical_kmeans.h"
@@ -21,10 +22,10 @@ double lg_dot(const float* a, const float* b, int64_t d) {
 }  // namespace
 
 GroupingType parse_grouping(std::string_view name) {
-  if (name == "frequency") return GroupingType::frequency;
-  if (name == "random") return GroupingType::random;
-  if (name == "semantic") return GroupingType::semantic;
-  throw_input("unknown grouping '{}' (known: frequency, random, semantic)", name);
+  static constexpr std::array<EnumName<GroupingType>, 3> kNames{{{GroupingType::frequency, "frequency"},
+                                                                 {GroupingType::random, "random"},
+                                                                 {GroupingType::semantic, "semantic"}}};
+  return parse_enum(kNames, name, "grouping");
 }
 
 std::vector<uint32_t> frequency_order(std::span<const int64_t> freq) {

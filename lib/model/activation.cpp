@@ -2,17 +2,20 @@
 
 #include <algorithm>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
 
-Activation parse_activation(std::string_view name) {
-  if (name == "none") return Activation::none;
-  if (name == "relu") return Activation::relu;
-  throw_input("unknown activation '{}': expected one of none, relu", name);
-}
+namespace {
+constexpr std::array<EnumName<Activation>, 2> kActivationNames{
+    {{Activation::none, "none"}, {Activation::relu, "relu"}}};
+}  // namespace
 
-std::string_view to_string(Activation a) { return a == Activation::relu ? "relu" : "none"; }
+Activation parse_activation(std::string_view name) {
+  return parse_enum(kActivationNames, name, "activation");
+}
+std::string_view to_string(Activation a) { return enum_name(kActivationNames, a); }
 
 void activation_forward(Activation a, Matrix h) {
   if (a == Activation::none) return;

@@ -4,29 +4,19 @@
 #include <cmath>
 #include <limits>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "model/fast_math.h"
 
 namespace xmc {
 
-LossType parse_loss(std::string_view name) {
-  if (name == "bce") return LossType::bce;
-  if (name == "squared_hinge") return LossType::squared_hinge;
-  if (name == "softmax") return LossType::softmax;
-  throw_input("unknown loss '{}': expected one of bce, squared_hinge, softmax", name);
-}
+namespace {
+constexpr std::array<EnumName<LossType>, 3> kLossNames{
+    {{LossType::bce, "bce"}, {LossType::squared_hinge, "squared_hinge"}, {LossType::softmax, "softmax"}}};
+}  // namespace
 
-std::string_view to_string(LossType t) {
-  switch (t) {
-    case LossType::bce:
-      return "bce";
-    case LossType::squared_hinge:
-      return "squared_hinge";
-    case LossType::softmax:
-      return "softmax";
-  }
-  return "?";
-}
+LossType parse_loss(std::string_view name) { return parse_enum(kLossNames, name, "loss"); }
+std::string_view to_string(LossType t) { return enum_name(kLossNames, t); }
 
 namespace {
 

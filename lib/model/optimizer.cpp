@@ -3,28 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
 
-OptimizerType parse_optimizer(std::string_view name) {
-  if (name == "sgd") return OptimizerType::sgd;
-  if (name == "adam") return OptimizerType::adam;
-  if (name == "adamw") return OptimizerType::adamw;
-  throw_input("unknown optimizer '{}': expected one of sgd, adam, adamw", name);
-}
+namespace {
+constexpr std::array<EnumName<OptimizerType>, 3> kOptimizerNames{
+    {{OptimizerType::sgd, "sgd"}, {OptimizerType::adam, "adam"}, {OptimizerType::adamw, "adamw"}}};
+}  // namespace
 
-std::string_view to_string(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::sgd:
-      return "sgd";
-    case OptimizerType::adam:
-      return "adam";
-    case OptimizerType::adamw:
-      return "adamw";
-  }
-  return "?";
+OptimizerType parse_optimizer(std::string_view name) {
+  return parse_enum(kOptimizerNames, name, "optimizer");
 }
+std::string_view to_string(OptimizerType t) { return enum_name(kOptimizerNames, t); }
 
 int optimizer_state_arrays(const OptimizerConfig& cfg) {
   if (cfg.type == OptimizerType::sgd) return cfg.momentum != 0.0 ? 1 : 0;

@@ -4,28 +4,21 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
 
-ScheduleType parse_schedule(std::string_view name) {
-  if (name == "constant") return ScheduleType::constant;
-  if (name == "cosine") return ScheduleType::cosine;
-  if (name == "plateau") return ScheduleType::plateau;
-  throw_input("unknown schedule '{}': expected one of constant, cosine, plateau", name);
-}
+namespace {
+constexpr std::array<EnumName<ScheduleType>, 3> kScheduleNames{{{ScheduleType::constant, "constant"},
+                                                                {ScheduleType::cosine, "cosine"},
+                                                                {ScheduleType::plateau, "plateau"}}};
+}  // namespace
 
-std::string_view to_string(ScheduleType t) {
-  switch (t) {
-    case ScheduleType::constant:
-      return "constant";
-    case ScheduleType::cosine:
-      return "cosine";
-    case ScheduleType::plateau:
-      return "plateau";
-  }
-  return "?";
+ScheduleType parse_schedule(std::string_view name) {
+  return parse_enum(kScheduleNames, name, "schedule");
 }
+std::string_view to_string(ScheduleType t) { return enum_name(kScheduleNames, t); }
 
 LrSchedule::LrSchedule(const ScheduleConfig& cfg, int64_t total_steps)
     : cfg_(cfg), total_steps_(total_steps) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "config/yaml_tree.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "io/file_util.h"
 #include "train/run_files.h"
@@ -17,17 +18,11 @@ namespace xmc {
 namespace fs = std::filesystem;
 
 std::string_view to_string(RunStatus s) {
-  switch (s) {
-    case RunStatus::complete:
-      return "complete";
-    case RunStatus::incomplete:
-      return "incomplete";
-    case RunStatus::failed:
-      return "failed";
-    case RunStatus::unreadable:
-      return "unreadable";
-  }
-  return "?";
+  static constexpr std::array<EnumName<RunStatus>, 4> kNames{{{RunStatus::complete, "complete"},
+                                                              {RunStatus::incomplete, "incomplete"},
+                                                              {RunStatus::failed, "failed"},
+                                                              {RunStatus::unreadable, "unreadable"}}};
+  return enum_name(kNames, s);
 }
 
 bool is_run_directory(const fs::path& dir) {

@@ -3,21 +3,22 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "kernels/dense_ops.h"
 
 namespace xmc {
 
 LshFamily parse_lsh_family(std::string_view name) {
-  if (name == "simhash") return LshFamily::simhash;
-  if (name == "dwta") return LshFamily::dwta;
-  throw_input("unknown LSH family '{}' (known: simhash, dwta)", name);
+  static constexpr std::array<EnumName<LshFamily>, 2> kNames{
+      {{LshFamily::simhash, "simhash"}, {LshFamily::dwta, "dwta"}}};
+  return parse_enum(kNames, name, "LSH family");
 }
 
 BucketPolicy parse_bucket_policy(std::string_view name) {
-  if (name == "fifo") return BucketPolicy::fifo;
-  if (name == "reservoir") return BucketPolicy::reservoir;
-  throw_input("unknown bucket insertion policy '{}' (known: fifo, reservoir)", name);
+  static constexpr std::array<EnumName<BucketPolicy>, 2> kNames{
+      {{BucketPolicy::fifo, "fifo"}, {BucketPolicy::reservoir, "reservoir"}}};
+  return parse_enum(kNames, name, "bucket insertion policy");
 }
 
 namespace {

@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
 
 LshQuery parse_lsh_query(std::string_view name) {
-  if (name == "embedding") return LshQuery::embedding;
-  if (name == "label") return LshQuery::label;
-  if (name == "none") return LshQuery::none;
-  throw_input("unknown LSH query '{}' (known: embedding, label, none)", name);
+  static constexpr std::array<EnumName<LshQuery>, 3> kNames{
+      {{LshQuery::embedding, "embedding"}, {LshQuery::label, "label"}, {LshQuery::none, "none"}}};
+  return parse_enum(kNames, name, "LSH query");
 }
 
 namespace {
