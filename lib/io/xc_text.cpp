@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <utility>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -411,16 +412,26 @@ void check_rows(const std::string& name, const Header& h, std::vector<CsrMatrix*
 
 }  // namespace
 
-Dataset parse_xc_combined(std::string_view text, const std::string& name, const ReadOptions& opt) {
+namespace {
+
+// Header and body of an XC text file, a parse failure reported at its file and line.
+std::pair<Header, std::vector<Piece>> parse_file(std::string_view text, const std::string& name,
+                                                 const ReadOptions& opt, int fields,
+                                                 const char* expected, bool combined) {
   check_options(opt);
-  Header h;
-  std::vector<Piece> pieces;
   try {
-    h = parse_header(text, 3, "N D L");
-    pieces = parse_body(text, name, opt, h, true);
+    Header h = parse_header(text, fields, expected);
+    std::vector<Piece> pieces = parse_body(text, name, opt, h, combined);
+    return {h, std::move(pieces)};
   } catch (const ParseFailure& f) {
     throw located(text, name, f);
   }
+}
+
+}  // namespace
+
+Dataset parse_xc_combined(std::string_view text, const std::string& name, const ReadOptions& opt) {
+  auto [h, pieces] = parse_file(text, name, opt, 3, "N D L", true);
   CsrMatrix x = concat(pieces, false, h.d);
   CsrMatrix y = concat(pieces, true, h.l);
   check_rows(name, h, {&x, &y});
@@ -432,15 +443,7 @@ Dataset parse_xc_combined(std::string_view text, const std::string& name, const 
 }
 
 CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name, const ReadOptions& opt) {
-  check_options(opt);
-  Header h;
-  std::vector<Piece> pieces;
-  try {
-    h = parse_header(text, 2, "N C");
-    pieces = parse_body(text, name, opt, h, false);
-  } catch (const ParseFailure& f) {
-    throw located(text, name, f);
-  }
+  auto [h, pieces] = parse_file(text, name, opt, 2, "N C", false);
   CsrMatrix m = concat(pieces, false, h.d);
   check_rows(name, h, {&m});
   return m;
