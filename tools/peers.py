@@ -139,8 +139,14 @@ def ensure_venv(venv, packages, log):
     """Creates the venv if missing; installs each package; returns {package: error or None}."""
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py):
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],
-                       check=True, stdout=log, stderr=log)
+        r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],
+                           stdout=log, stderr=log)
+        if r.returncode != 0 or not os.path.exists(py):
+            # Every peer's row says why; the xmctrain rows are still scored and tabled.
+            why = (f"python3 -m venv {venv} failed (exit {r.returncode}; Debian: apt-get install "
+                   f"python3-venv; see {log.name})")
+            print(f"peers: {why}", file=sys.stderr)
+            return None, {pkg: why for pkg in packages}
     status = {}
     for pkg in packages:
         r = subprocess.run([py, "-m", "pip", "show", "-q", pkg], stdout=log, stderr=log)
