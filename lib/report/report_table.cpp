@@ -78,7 +78,8 @@ const std::vector<FixedColumn>& fixed_columns() {
       {{"run", ColumnKind::text, "the run directory"},
        [](const RunRecord& r) -> ReportCell { return r.dir; }},
       {{"status", ColumnKind::text,
-        "complete (results.json written), incomplete (killed, interrupted or still running), "
+        "complete (results.json written), running (a train command holds it), incomplete "
+        "(killed or interrupted), "
         "failed (stopped on an error, see reason) or unreadable (a run file does not parse)"},
        [](const RunRecord& r) -> ReportCell { return std::string(to_string(r.status)); }},
       {{"backend", ColumnKind::text, "output-layer backend (model.output.type)"},

@@ -18,8 +18,9 @@ namespace xmc {
 namespace fs = std::filesystem;
 
 std::string_view to_string(RunStatus s) {
-  static constexpr std::array<EnumName<RunStatus>, 4> kNames{{{RunStatus::complete, "complete"},
+  static constexpr std::array<EnumName<RunStatus>, 5> kNames{{{RunStatus::complete, "complete"},
                                                               {RunStatus::incomplete, "incomplete"},
+                                                              {RunStatus::running, "running"},
                                                               {RunStatus::failed, "failed"},
                                                               {RunStatus::unreadable, "unreadable"}}};
   return enum_name(kNames, s);
@@ -191,6 +192,11 @@ RunRecord read_run_directory(const fs::path& dir) {
     unreadable.clear();
   } else if (has_results) {
     r.status = RunStatus::complete;
+  } else if (run_directory_in_use(dir)) {
+    r.status = RunStatus::running;
+    status_reason = fmt::format("a train command is running in it: {} of {} epochs done",
+                                r.epochs.size(),
+                                r.planned_epochs > 0 ? std::to_string(r.planned_epochs) : "?");
   } else {
     r.status = RunStatus::incomplete;
     const auto done = static_cast<int64_t>(r.epochs.size());
@@ -199,7 +205,7 @@ RunRecord read_run_directory(const fs::path& dir) {
             ? fmt::format("{} present (train --resume continues it)", run_file::checkpoint)
             : std::string("no checkpoint (train it again)");
     status_reason = fmt::format(
-        "no {}: killed, interrupted or still running after {} of {} epochs; {}", run_file::results,
+        "no {} and no train command running in it: killed or interrupted after {} of {} epochs; {}", run_file::results,
         done, r.planned_epochs > 0 ? std::to_string(r.planned_epochs) : "?", resume);
   }
   if (!unreadable.empty()) add_reason(r, fmt::format("{}", fmt::join(unreadable, "; ")));

@@ -16,7 +16,8 @@ namespace xmc {
 
 enum class RunStatus {
   complete,    // results.json: the run finished
-  incomplete,  // no results.json: killed, interrupted or still running
+  incomplete,  // no results.json and no train command in it: killed or interrupted
+  running,     // no results.json, and a train command holds the directory's lock
   failed,      // failed.txt: the run stopped on an error
   unreadable,  // a run file exists but cannot be parsed
 };

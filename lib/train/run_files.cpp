@@ -1,6 +1,7 @@
 #include "train/run_files.h"
 
 #include <fmt/ranges.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -33,9 +34,54 @@ void remove_file(const fs::path& p) {
   if (ec) throw_error("cannot remove '{}': {}", p.string(), ec.message());
 }
 
+// A whole-file write lock owned by the open file description (F_OFD_*): it conflicts with
+// every other open of the file, in this process too, and dies with the process.
+struct flock whole_file_lock() {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  return fl;
+}
+
+// Opens and locks dir/run_file::lock; InputError when another train command holds it.
+int take_run_lock(const fs::path& dir, bool& created) {
+  const fs::path p = dir / run_file::lock;
+  created = !fs::exists(p);
+  const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw_input("cannot open the lock file '{}': {}", p.string(), system_error());
+  struct flock fl = whole_file_lock();
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return fd;
+  const int err = errno;
+  ::close(fd);
+  if (err == EAGAIN || err == EACCES)
+    throw_input(
+        "run directory '{}' is in use by another running `xmctrain train` (it holds {}): wait "
+        "for it to finish or choose another --out",
+        dir.string(), run_file::lock);
+  throw_input("cannot lock '{}': {}", p.string(), std::strerror(err));
+}
+
 }  // namespace
 
+bool run_directory_in_use(const fs::path& dir) {
+  const int fd = ::open((dir / run_file::lock).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock fl = whole_file_lock();
+  const bool held = ::fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  ::close(fd);
+  return held;
+}
+
 RunDirectory::RunDirectory(fs::path dir, RunMode mode) : dir_(std::move(dir)), mode_(mode) {
+  try {
+    check();
+  } catch (...) {
+    release();  // no destructor runs after a throwing constructor
+    throw;
+  }
+}
+
+void RunDirectory::check() {
   std::error_code ec;
   // The directories that do not exist yet, outermost first.
   for (fs::path p = dir_; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
@@ -63,6 +109,7 @@ RunDirectory::RunDirectory(fs::path dir, RunMode mode) : dir_(std::move(dir)), m
     if (!f) throw_input("run directory '{}' is not writable", dir_.string());
   }
   fs::remove(probe, ec);
+  lock_fd_ = take_run_lock(dir_, lock_created_);
 
   std::vector<std::string> present;
   for (const auto& name : run_file_names())
@@ -79,10 +126,15 @@ RunDirectory::RunDirectory(fs::path dir, RunMode mode) : dir_(std::move(dir)), m
         (dir_ / run_file::checkpoint).string());
 }
 
-RunDirectory::~RunDirectory() {
+RunDirectory::~RunDirectory() { release(); }
+
+void RunDirectory::release() noexcept {
+  std::error_code ec;
+  if (!begun_ && lock_created_) fs::remove(dir_ / run_file::lock, ec);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  lock_fd_ = -1;
   if (begun_) return;
   // Innermost first; only directories that are still empty (nothing of the user's).
-  std::error_code ec;
   for (auto it = created_.rbegin(); it != created_.rend(); ++it)
     if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
 }

@@ -17,7 +17,13 @@ inline constexpr const char* metrics = "metrics.jsonl";        // one line per f
 inline constexpr const char* checkpoint = "checkpoint.h5";     // last checkpointed epoch
 inline constexpr const char* results = "results.json";         // written last: the run finished
 inline constexpr const char* failure = "failed.txt";  // the error a begun run stopped on
+// Held (an open-file-description write lock) by the train command using the directory, from
+// the check of the directory to the process's end; the kernel drops it when the process dies.
+inline constexpr const char* lock = ".xmctrain.lock";
 }  // namespace run_file
+
+// Whether a live train command holds the run directory's lock (tests it without taking it).
+bool run_directory_in_use(const std::filesystem::path& dir);
 
 enum class RunMode {
   fresh,      // a new run: the directory must not hold a run
@@ -35,10 +41,11 @@ inline const std::vector<std::string>& run_file_names() {
 }
 
 // The run directory of one train command. The constructor checks it before any work and
-// throws InputError: it must be creatable and writable; a fresh run refuses a directory
+// throws InputError: it must be creatable and writable and not in use by another train
+// command (it takes run_file::lock for its lifetime); a fresh run refuses a directory
 // holding a run (naming --overwrite and --resume); a resumed run needs its checkpoint. It
 // creates missing directories; destroyed before begin() (the run failed before training),
-// it removes the directories it created again.
+// it removes the directories (and the lock file) it created again.
 class RunDirectory {
  public:
   RunDirectory(std::filesystem::path dir, RunMode mode);
@@ -55,10 +62,15 @@ class RunDirectory {
   std::filesystem::path file(const std::string& name) const { return dir_ / name; }
 
  private:
+  void check();              // the constructor's checks
+  void release() noexcept;   // the lock; before begin(), what the checks created
+
   std::filesystem::path dir_;
   RunMode mode_;
   std::vector<std::filesystem::path> created_;  // outermost first
   bool begun_ = false;
+  int lock_fd_ = -1;
+  bool lock_created_ = false;  // the lock file did not exist before
 };
 
 // Writes the error a run stopped on to failed.txt of its (begun) run directory, for

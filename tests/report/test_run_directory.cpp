@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/expect_input_error.h"
 #include "report/run_directory.h"
+#include "train/run_files.h"
 #include "support/test_support.h"
 
 using namespace xmc;
@@ -144,4 +145,33 @@ TEST_CASE("run directories are found from directories, parents and globs, in ord
   CHECK(msg.find("z*") != std::string::npos);
   msg = input_error_message([&] { find_run_directories({(tmp / "sweep" / "data").string()}); });
   CHECK(msg.find("no run directory") != std::string::npos);
+}
+
+TEST_CASE("a run directory a train command holds reads as running, refuses a second train") {
+  TempDir tmp;
+  make_run(tmp / "r", 1, false);
+  {
+    RunDirectory live(tmp / "r", RunMode::resume);  // takes the lock, as train does
+    CHECK(run_directory_in_use(tmp / "r"));
+    RunRecord r = read_run_directory(tmp / "r");
+    CHECK(r.status == RunStatus::running);
+    INFO(r.reason);
+    CHECK(r.reason.find("running in it: 1 of 3 epochs") != std::string::npos);
+    CHECK_THAT(input_error_message([&] { RunDirectory second(tmp / "r", RunMode::resume); }),
+               Catch::Contains("in use by another running `xmctrain train`"));
+  }
+  // The lock goes with its holder: the same files read as a killed run again.
+  CHECK_FALSE(run_directory_in_use(tmp / "r"));
+  CHECK(read_run_directory(tmp / "r").status == RunStatus::incomplete);
+}
+
+TEST_CASE("a train command that fails its checks leaves no lock file and no directory behind") {
+  TempDir tmp;
+  make_run(tmp / "held", 1, false);
+  CHECK_THAT(input_error_message([&] { RunDirectory d(tmp / "held", RunMode::fresh); }),
+             Catch::Contains("already holds a run"));
+  CHECK_FALSE(fs::exists(tmp / "held" / run_file::lock));
+  CHECK_THAT(input_error_message([&] { RunDirectory d(tmp / "new" / "deep", RunMode::resume); }),
+             Catch::Contains("no checkpoint"));
+  CHECK_FALSE(fs::exists(tmp / "new"));
 }
