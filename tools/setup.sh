@@ -10,6 +10,7 @@ packages=(
   python3 python3-numpy python3-h5py python3-matplotlib
   wordnet-base python3-scipy python3-sklearn python3-venv
   clang libclang-rt-14-dev   # libFuzzer for tools/fuzz.sh (tests/fuzz)
+  openmpi-bin libopenmpi-dev  # the multi-process path (mpirun; CMake XMC_MPI)
 )
 
 missing=()

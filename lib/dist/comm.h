@@ -1,0 +1,67 @@
+#pragma once
+// The processes of one run (label-sharded training, docs/distributed.md): rank r of N.
+// Without MPI, or without mpirun, one process: rank 0 of 1 and every collective the
+// identity. Built with MPI (XMC_WITH_MPI) and started by mpirun: MPI_COMM_WORLD.
+// Collectives are blocking; every rank calls them in the same order with the same sizes.
+// A rank that dies ends the job: mpirun stops the others (MPI's default error handler),
+// so no rank waits forever on a dead peer.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "eval/topk.h"
+
+namespace xmc {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  bool is_root() const { return rank() == 0; }
+
+  // In place: every rank ends with the element-wise sum (max) over the ranks.
+  virtual void allreduce_sum(std::span<float> x) = 0;
+  virtual void allreduce_sum(std::span<double> x) = 0;
+  virtual void allreduce_max(std::span<float> x) = 0;
+  // Rank `root`'s bytes to every rank.
+  virtual void broadcast(std::span<std::byte> x, int root) = 0;
+  // Every rank's `mine` (the same size on every rank), concatenated in rank order, on
+  // `root`; an empty vector on the other ranks.
+  virtual std::vector<float> gather(std::span<const float> mine, int root) = 0;
+  virtual std::vector<uint32_t> gather(std::span<const uint32_t> mine, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Wall seconds spent inside the collectives so far (results.json reports it per rank).
+  double comm_seconds() const { return seconds_; }
+
+ protected:
+  double seconds_ = 0.0;
+};
+
+// One process: rank 0 of 1.
+std::unique_ptr<Comm> single_process_comm();
+// MPI_COMM_WORLD when built with MPI and started by an MPI launcher (its environment
+// names a world size), initialising MPI once (finalised at exit); else single_process_comm().
+std::unique_ptr<Comm> world_comm();
+// Whether this build has the MPI path (CMake XMC_MPI).
+bool built_with_mpi();
+
+// The labels rank `rank` of `size` owns: a contiguous range [lo, hi), the ranges in rank
+// order covering [0, num_labels), sizes differing by at most `align` (boundaries on
+// multiples of `align`, e.g. whole label groups, except the last).
+struct LabelRange {
+  int64_t lo = 0;
+  int64_t hi = 0;
+  int64_t size() const { return hi - lo; }
+};
+LabelRange shard_labels(int64_t num_labels, int rank, int size, int64_t align = 1);
+
+// Every rank's top-k over its own labels (global ids, the same rows and k everywhere),
+// merged on the root into the top-k over all labels (ranking of core/topk_order.h, so the
+// result equals one process's top-k over the union); an empty TopK on the other ranks.
+TopK gather_topk(Comm& comm, const TopK& local);
+
+}  // namespace xmc
