@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "core/enum_names.h"
+#include "core/context.h"
 #include "core/error.h"
+#include "kernels/dense_ops_cuda.h"
 
 namespace xmc {
 
@@ -104,6 +106,14 @@ void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float
     s.apply(params + o, grad + o, state1 ? state1 + o : nullptr, state2 ? state2 + o : nullptr,
             len);
   }
+}
+
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      float* params, const float* grad, float* state1, float* state2, int64_t n) {
+  if (ctx.on_gpu())
+    gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n);
+  else
+    optimizer_update(cfg, lr, step, params, grad, state1, state2, n);
 }
 
 }  // namespace xmc

@@ -9,6 +9,8 @@
 
 namespace xmc {
 
+class Context;
+
 enum class OptimizerType { sgd, adam, adamw };
 OptimizerType parse_optimizer(std::string_view name);
 std::string_view to_string(OptimizerType t);
@@ -34,6 +36,10 @@ int optimizer_state_arrays(const OptimizerConfig& cfg);
 // Parallelises over i with OpenMP when n is large.
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n);
+// The same on the Context's device: on a CUDA Context every pointer is a DEVICE pointer
+// and the update is queued on its stream (gpu::optimizer_update, kernels/dense_ops_cuda.h).
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      float* params, const float* grad, float* state1, float* state2, int64_t n);
 
 // One step's update prepared once (Adam's two bias-correction powers, the folded
 // constants) and applied to many small slices — the touched rows of a sparse layer —

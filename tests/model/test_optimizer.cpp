@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/context.h"
 #include "core/error.h"
 #include "model/optimizer.h"
 
@@ -79,4 +80,18 @@ TEST_CASE("optimizer names parse and unknown names list the known ones") {
   OptimizerConfig cfg{.type = OptimizerType::adam};
   float p = 0, g = 0, m = 0, v = 0;
   CHECK_THROWS_AS(optimizer_update(cfg, 0.1, 0, &p, &g, &m, &v, 1), Error);  // step is 1-based
+}
+
+TEST_CASE("optimizer_update through a CPU Context is the host update") {
+  Context ctx(Device::cpu, 1);
+  OptimizerConfig cfg;  // adam
+  std::vector<float> p1 = {0.5f, -1.0f, 2.0f}, g = {0.1f, -0.2f, 0.3f};
+  std::vector<float> p2 = p1, a1(3), b1(3), a2(3), b2(3);
+  for (int64_t step = 1; step <= 3; ++step) {
+    optimizer_update(cfg, 0.01, step, p1.data(), g.data(), a1.data(), b1.data(), 3);
+    optimizer_update(ctx, cfg, 0.01, step, p2.data(), g.data(), a2.data(), b2.data(), 3);
+  }
+  CHECK(p1 == p2);
+  CHECK(a1 == a2);
+  CHECK(b1 == b2);
 }
