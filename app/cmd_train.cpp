@@ -75,7 +75,7 @@ Command register_train(CLI::App& app) {
             opt.halt_after_epoch = o->halt_after_epoch;
             opt.config_yaml = dump_config(cfg);
             TrainSummary s = run_training(cfg, opt);
-            if (s.halted) return 0;
+            if (s.halted || s.quiet) return 0;
             if (s.stop_signal != 0) {
               std::string again = "xmctrain train " + o->config + " --out " + s.run_dir;
               for (const auto& kv : o->set) again += " --set '" + kv + "'";

@@ -32,6 +32,7 @@ class SingleComm final : public Comm {
     return {mine.begin(), mine.end()};
   }
   void barrier() override {}
+  void abort(int) override {}
 };
 
 #if defined(XMC_WITH_MPI)
@@ -81,6 +82,7 @@ class MpiComm final : public Comm {
     Timed t(seconds_);
     MPI_Barrier(MPI_COMM_WORLD);
   }
+  void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
   void reduce(void* x, size_t n, MPI_Datatype type, MPI_Op op) {

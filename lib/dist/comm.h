@@ -33,6 +33,9 @@ class Comm {
   virtual std::vector<float> gather(std::span<const float> mine, int root) = 0;
   virtual std::vector<uint32_t> gather(std::span<const uint32_t> mine, int root) = 0;
   virtual void barrier() = 0;
+  // Ends every process of the job with `code` (MPI_Abort): after an error on one rank, so
+  // that the others do not wait in a collective. One process: returns (the caller exits).
+  virtual void abort(int code) = 0;
 
   // Wall seconds spent inside the collectives so far (results.json reports it per rank).
   double comm_seconds() const { return seconds_; }

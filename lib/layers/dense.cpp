@@ -1,13 +1,20 @@
 #include "layers/dense.h"
 
+#include "core/error.h"
+
 namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
-      block_(*init.ctx, init.input_dim, 0, init.num_labels, init.batch_size, cfg.chunk_size,
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+      block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
+             init.batch_size, cfg.chunk_size,
              parse_loss(cfg.loss), init.optim, init.seed,
              dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   set_device_views(block_.on_gpu());
+  // Softmax normalises over every label: a shard alone would need the other ranks' sums.
+  if (cfg.loss == "softmax" && (label_lo() != 0 || label_hi() != num_labels()))
+    throw_input("dense: loss softmax cannot train a label shard yet (mpirun): use bce or "
+                "squared_hinge");
 }
 
 StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

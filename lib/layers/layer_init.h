@@ -18,6 +18,12 @@ struct LayerInit {
   std::vector<int64_t> label_freq;  // training count per label [L]
   int64_t total_steps = 0;          // planned steps of the run (rewiring schedules)
   int64_t num_train = 0;            // training points N (per-point state, e.g. ANNS negatives)
+  // The labels [label_lo, label_end()) this process trains in a label-sharded run (mpirun,
+  // lib/dist); all of them otherwise. A backend that can train a shard builds its
+  // OutputLayer over this range; create_output_layer refuses the others.
+  int64_t label_lo = 0;
+  int64_t label_hi = -1;  // -1: num_labels
+  int64_t label_end() const { return label_hi < 0 ? num_labels : label_hi; }
 };
 
 }  // namespace xmc

@@ -53,7 +53,13 @@ std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const Ou
     if (init.ctx->on_gpu() && !b.cuda)
       throw_input("model.output.type '{}' has no CUDA path yet: use device cpu (--device cpu)",
                   spec.type);
-    return b.create(init, spec);
+    auto layer = b.create(init, spec);
+    if (layer->label_lo() != init.label_lo || layer->label_hi() != init.label_end())
+      throw_input(
+          "model.output.type '{}' cannot train a label shard yet (labels [{}, {}) of {} under "
+          "mpirun): run it in one process, or use dense",
+          spec.type, init.label_lo, init.label_end(), init.num_labels);
+    return layer;
   }
   // Same message as the config loader gives for an unknown type.
   (void)find_output_type(output_types(), spec.type);

@@ -22,9 +22,15 @@ TopK predict_dataset(Model& model, const Dataset& data, const EvalSettings& s) {
     for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
     Batch batch = gather_batch(data, ids);
     TopK part = model.predict(batch, kk);
+    // Label-sharded: every rank's lists merged on rank 0; the other ranks keep nothing.
+    if (model.comm() != nullptr) {
+      part = gather_topk(*model.comm(), part);
+      if (!model.comm()->is_root()) continue;
+    }
     std::copy(part.labels.begin(), part.labels.end(), all.labels.begin() + r0 * kk);
     std::copy(part.scores.begin(), part.scores.end(), all.scores.begin() + r0 * kk);
   }
+  if (model.comm() != nullptr && !model.comm()->is_root()) return {};
   if (s.filter) apply_filter(all, *s.filter);
   return all;
 }
@@ -33,6 +39,7 @@ EvalResult evaluate_dataset(Model& model, const Dataset& data, const EvalSetting
   Stopwatch sw;
   TopK pred = predict_dataset(model, data, s);
   EvalResult r;
+  if (model.comm() != nullptr && !model.comm()->is_root()) return r;  // rank 0 scores
   r.metrics = compute_metrics(pred, data.labels, s.inv_prop, s.k);
   r.seconds = sw.seconds();
   return r;

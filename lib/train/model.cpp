@@ -93,8 +93,9 @@ std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
 }
 }  // namespace
 
-Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps)
-    : meta_(std::move(meta)), ctx_(&ctx) {
+Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
+             Comm* comm)
+    : meta_(std::move(meta)), ctx_(&ctx), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
   encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
                                        meta_.sparse_input,
                                        to_optimizer_config(cfg.optim.encoder), cfg.seed);
@@ -108,6 +109,14 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   init.label_freq = meta_.label_freq;
   init.total_steps = total_steps;
   init.num_train = meta_.n_train;
+  if (comm_ != nullptr) {
+    if (comm_->size() > meta_.num_labels)
+      throw_input("{} processes for {} labels: a label-sharded run needs at least one label per "
+                  "process", comm_->size(), meta_.num_labels);
+    const LabelRange r = shard_labels(meta_.num_labels, comm_->rank(), comm_->size());
+    init.label_lo = r.lo;
+    init.label_hi = r.hi;
+  }
   // Host and device together: a layer on the GPU keeps its parameters in device memory.
   const auto ledger_total = [&ctx] {
     return ctx.ledger().total_current(MemSpace::host) + ctx.ledger().total_current(MemSpace::device);

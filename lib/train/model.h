@@ -8,6 +8,7 @@
 
 #include "config/experiment_config.h"
 #include "core/context.h"
+#include "dist/comm.h"
 #include "eval/topk.h"
 #include "layers/output_layer.h"
 #include "model/encoder.h"
@@ -48,11 +49,16 @@ std::vector<double> model_propensities(const DataConfig& data, const PropensityC
 class Model {
  public:
   // total_steps: planned optimizer steps (schedules, rewiring); 0 for inference only.
-  Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps);
+  // comm (optional, kept): a label-sharded run — this process builds the output layer over
+  // its own labels (shard_labels) and predict() returns top-k lists of those labels only.
+  Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
+        Comm* comm = nullptr);
 
   Encoder& encoder() { return *encoder_; }
   OutputLayer& output() { return *output_; }
   const ModelMeta& meta() const { return meta_; }
+  // The processes of a label-sharded run (nullptr: one process).
+  Comm* comm() const { return comm_; }
   // Bytes the output layer put into the ledger when it was built (weights, optimizer
   // state, workspace), to compare with output().analytic_bytes().
   int64_t output_ledger_bytes() const { return output_ledger_bytes_; }
@@ -72,6 +78,7 @@ class Model {
   std::unique_ptr<OutputLayer> output_;
   int64_t output_ledger_bytes_ = 0;
   Context* ctx_ = nullptr;
+  Comm* comm_ = nullptr;
 };
 
 }  // namespace xmc

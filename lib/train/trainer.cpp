@@ -322,8 +322,10 @@ RunData::RunData(const ExperimentConfig& cfg, Context& ctx) {
 // its steps: restore (--resume), begin, run_epochs, write_results.
 class TrainLoop {
  public:
+  // run: the run directory, nullptr on the ranks other than 0 of a label-sharded run
+  // (comm: its processes; nullptr for one process), which write no file.
   TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx, const RunData& data,
-            RunDirectory& run, const Resume& resume, TrainSummary& summary);
+            RunDirectory* run, const Resume& resume, TrainSummary& summary, Comm* comm);
 
   // --resume: the model and schedule from the checkpoint, loaded (and its checksums
   // verified) before anything in the directory changes.
@@ -344,6 +346,8 @@ class TrainLoop {
   void checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng);
   bool stop_after_epoch(int64_t epoch, bool last);
   void allocate_dh();
+  // Label-sharded: dL/dh and the step's loss statistics summed over the ranks.
+  void reduce_step(Matrix dh, StepStats& s);
   DenseMatrix embed_train();
   TrainerView view(int64_t epoch) const;
 
@@ -351,7 +355,8 @@ class TrainLoop {
   const TrainOptions& opt_;
   Context& ctx_;
   const RunData& data_;
-  RunDirectory& run_;
+  RunDirectory* run_;
+  Comm* comm_;
   const ResumePoint& from_;
   const std::vector<ConfigChange>& changes_;
   TrainSummary& summary_;
@@ -376,22 +381,23 @@ class TrainLoop {
 };
 
 TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx,
-                     const RunData& data, RunDirectory& run, const Resume& resume,
-                     TrainSummary& summary)
+                     const RunData& data, RunDirectory* run, const Resume& resume,
+                     TrainSummary& summary, Comm* comm)
     : cfg_(cfg),
       opt_(opt),
       ctx_(ctx),
       data_(data),
       run_(run),
+      comm_(comm),
       from_(resume.from),
       changes_(resume.changes),
       summary_(summary),
-      ckpt_file_(run.file(run_file::checkpoint)),
-      metrics_file_(run.file(run_file::metrics)),
+      ckpt_file_(run != nullptr ? run->file(run_file::checkpoint) : fs::path()),
+      metrics_file_(run != nullptr ? run->file(run_file::metrics) : fs::path()),
       batch_size_(cfg.train.batch_size),
       steps_per_epoch_((data.train.num_points() + batch_size_ - 1) / batch_size_),
       total_steps_(cfg.train.epochs * steps_per_epoch_),
-      model_(ctx, cfg, data.meta, total_steps_),
+      model_(ctx, cfg, data.meta, total_steps_, comm),
       schedule_(to_schedule_config(cfg.optim.schedule), total_steps_) {
   spdlog::info("model: encoder {}→{}, output '{}' over {} labels: {:.1f} MiB (analytic {:.1f} MiB)",
                data.meta.input_dim, model_.encoder().output_dim(), cfg.model.output.type,
@@ -412,8 +418,9 @@ void TrainLoop::restore() {
 }
 
 void TrainLoop::begin(fs::path& begun) {
-  run_.begin(opt_.config_yaml);
-  begun = run_.path();
+  if (run_ == nullptr) return;
+  run_->begin(opt_.config_yaml);
+  begun = run_->path();
   if (!opt_.resume) return;
   for (const auto& rec : keep_metrics_lines(metrics_file_, from_.epoch)) {
     last_epoch_seconds_ = rec.value("epoch_seconds", 0.0);
@@ -443,6 +450,16 @@ void TrainLoop::allocate_dh() {
     dh_host_ = HostBuffer<float>(ctx_.ledger(), MemTag::activations, n);
     dh_data_ = dh_host_.data();
   }
+}
+
+void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
+  XMC_CHECK(dh.ld == dh.cols, "reduce_step: dh must be contiguous");
+  comm_->allreduce_sum(std::span<float>(dh.data, static_cast<size_t>(dh.rows * dh.cols)));
+  double stats[3] = {s.loss, static_cast<double>(s.zero_grads), static_cast<double>(s.grads)};
+  comm_->allreduce_sum(std::span<double>(stats, 3));
+  s.loss = stats[0];
+  s.zero_grads = static_cast<int64_t>(stats[1]);
+  s.grads = static_cast<int64_t>(stats[2]);
 }
 
 // Embeds every training point with the current encoder (ANNS refresh).
@@ -504,7 +521,7 @@ bool TrainLoop::run_epoch(int64_t epoch) {
   // The metrics line first, then the checkpoint: a kill between the two makes the resumed
   // run drop the line (it is past the checkpoint) and train that epoch again, so every
   // epoch is logged exactly once.
-  append_line(metrics_file_, line.dump());
+  if (run_ != nullptr) append_line(metrics_file_, line.dump());
   debug_kill_point("after_metrics", epoch + 1);
   checkpoint_epoch(epoch, last, dropout_rng);
   debug_kill_point("after_checkpoint", epoch + 1);
@@ -534,6 +551,7 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     Matrix dh(dh_data_, batch.size(), d);
     StepStats s =
         model_.output().train_step(batch, h, dh, {cfg_.optim.output.lr * lr_factor, step_});
+    if (comm_ != nullptr) reduce_step(dh, s);
     model_.encoder().backward_update(dh, cfg_.optim.encoder.lr * lr_factor, step_);
     if (!std::isfinite(s.loss))
       throw_error("training diverged at epoch {}, step {}: loss is {}", epoch + 1, step_, s.loss);
@@ -545,6 +563,10 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
     cur ^= 1;
     if (stop_->signal() != 0 && have) {
+      if (comm_ != nullptr)
+        throw_error("stopped by signal {} at step {}: a label-sharded run writes no checkpoint "
+                    "yet, so it cannot be resumed",
+                    stop_->signal(), step_);
       at.step = step_;
       at.seconds += epoch_time.seconds();
       save_checkpoint(ckpt_file_, model_, opt_.config_yaml, at, schedule_);
@@ -583,18 +605,23 @@ void TrainLoop::evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line) {
     return;
   }
   EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
+  // Label-sharded: rank 0 scored the merged top-k; every rank's schedule sees its P@1.
+  double p1 = ev.metrics.p.empty() ? 0.0 : ev.metrics.p[0];
+  if (comm_ != nullptr) comm_->broadcast(std::as_writable_bytes(std::span<double>(&p1, 1)), 0);
+  schedule_.report_metric(p1);
+  if (ev.metrics.p.empty()) return;  // not rank 0
   last_metrics_ = ev.metrics.to_json();
   summary_.metrics_table = ev.metrics.table();
   line["metrics"] = last_metrics_;
   line["eval_seconds"] = ev.seconds;
-  schedule_.report_metric(ev.metrics.p.at(0));
   spdlog::info("epoch {}: loss {:.5f}, P@1 {:.4f}, {:.1f}s", epoch + 1, line["loss"].get<double>(),
-               ev.metrics.p.at(0), last_epoch_seconds_);
+               p1, last_epoch_seconds_);
 }
 
 // The checkpoint at the end of an epoch: after the last one, every
 // train.checkpoint_every, and when a signal arrived during the epoch's last step.
 void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng) {
+  if (comm_ != nullptr) return;  // sharded checkpoints: not yet (train_run warns once)
   const bool due = last || stop_->signal() != 0 ||
                    (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
   if (!due) return;
@@ -624,6 +651,10 @@ bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
 void TrainLoop::write_results(const Stopwatch& total_time) {
   // Resumed after the last epoch's checkpoint (killed before results.json): evaluate the
   // final model again.
+  if (run_ == nullptr) {  // rank > 0 of a label-sharded run: rank 0 reports
+    summary_.quiet = true;
+    return;
+  }
   if (last_metrics_.is_null()) {
     EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
     last_metrics_ = ev.metrics.to_json();
@@ -652,29 +683,62 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
   res["output_layer_bytes"] = model_.output_ledger_bytes();
   res["output_layer_analytic_bytes"] = model_.output().analytic_bytes();
   res["peak_rss_bytes"] = peak_rss_bytes();
-  res["run_dir"] = run_.path().string();
-  write_text_atomic(run_.file(run_file::results), res.dump(2) + "\n");
+  if (comm_ != nullptr) {
+    res["processes"] = comm_->size();
+    res["labels_per_process"] = model_.output().label_hi() - model_.output().label_lo();
+    res["comm_seconds"] = comm_->comm_seconds();  // rank 0's
+  }
+  res["run_dir"] = run_->path().string();
+  write_text_atomic(run_->file(run_file::results), res.dump(2) + "\n");
 }
 
 // The whole run; `begun` is set to the run directory once training has begun there (from
 // then on a failure is recorded in it).
-TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, fs::path& begun) {
+// Label-sharded (more than one process): what v0 of it can do, checked before any work.
+void check_sharded(const Comm& comm, Device device, const TrainOptions& opt) {
+  if (device != Device::cpu)
+    throw_input("mpirun with {} processes: label-sharded training runs on the CPU only so far "
+                "(--device cpu)",
+                comm.size());
+  if (opt.resume)
+    throw_input("mpirun with {} processes: --resume of a label-sharded run is not possible yet "
+                "(it writes no checkpoint)",
+                comm.size());
+  if (comm.is_root())
+    spdlog::warn("label-sharded run over {} processes: no checkpoint is written yet (results.json "
+                 "and metrics.jsonl are)",
+                 comm.size());
+}
+
+TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Comm& world,
+                       fs::path& begun) {
   Stopwatch total_time;
   const Device device =
       training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
+  Comm* comm = world.size() > 1 ? &world : nullptr;
+  if (comm != nullptr) check_sharded(*comm, device, opt);
   Context ctx(device, static_cast<int>(cfg.threads));
   // The run directory is checked first, so a bad path or a run already there fails in a
-  // second; nothing is written to it until training starts (TrainLoop::begin).
+  // second; nothing is written to it until training starts (TrainLoop::begin). Only rank 0
+  // of a label-sharded run has one.
   const fs::path dir = run_directory(cfg, opt);
-  RunDirectory run(dir, opt.resume      ? RunMode::resume
-                        : opt.overwrite ? RunMode::overwrite
-                                        : RunMode::fresh);
+  std::optional<RunDirectory> run;
+  if (world.is_root())
+    run.emplace(dir, opt.resume      ? RunMode::resume
+                     : opt.overwrite ? RunMode::overwrite
+                                     : RunMode::fresh);
   TrainSummary summary;
   summary.run_dir = dir.string();
   Resume resume;
-  if (opt.resume && check_resume(cfg, opt, run, resume, summary)) return summary;
-  const RunData data(cfg, ctx);
-  TrainLoop loop(cfg, opt, ctx, data, run, resume, summary);
+  if (opt.resume && check_resume(cfg, opt, *run, resume, summary)) return summary;
+  // Label-sharded: rank 0 loads first (it may generate the synthetic set and write the
+  // data caches), the others then read what it wrote.
+  std::optional<RunData> loaded;
+  if (world.is_root()) loaded.emplace(cfg, ctx);
+  if (comm != nullptr) comm->barrier();
+  if (!world.is_root()) loaded.emplace(cfg, ctx);
+  const RunData& data = *loaded;
+  TrainLoop loop(cfg, opt, ctx, data, run ? &*run : nullptr, resume, summary, comm);
   if (opt.resume) loop.restore();
   loop.begin(begun);
   if (loop.run_epochs()) loop.write_results(total_time);
@@ -685,12 +749,20 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, fs:
 
 TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
   fs::path begun;
+  const std::unique_ptr<Comm> world = world_comm();
+  // The ranks other than 0 of a label-sharded run log warnings and errors only.
+  if (!world->is_root()) spdlog::set_level(spdlog::level::warn);
   try {
-    return train_run(cfg, opt, begun);
+    return train_run(cfg, opt, *world, begun);
   } catch (const std::exception& e) {
     // A run that failed after training began says why in its directory (`xmctrain
     // report` shows it); one that failed before left nothing there.
     if (!begun.empty()) record_run_failure(begun, e.what());
+    // One rank's error ends every rank (the others may wait in a collective).
+    if (world->size() > 1) {
+      spdlog::error("rank {} of {}: {}", world->rank(), world->size(), e.what());
+      world->abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
+    }
     throw;
   }
 }

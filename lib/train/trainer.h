@@ -31,6 +31,7 @@ struct TrainSummary {
   bool complete = false;      // --resume of a finished run: nothing done, results from results.json
   int stop_signal = 0;        // SIGINT / SIGTERM: stopped after a step with a checkpoint
   std::string run_dir;        // where the run is
+  bool quiet = false;         // a rank other than 0 of a label-sharded run: rank 0 reports
 };
 
 // Keys that may differ on --resume without --allow-config-change: where and how fast the

@@ -110,7 +110,8 @@ ScopedEnv::~ScopedEnv() {
 }
 
 CliResult run_cli(const std::vector<std::string>& args,
-                  const std::vector<std::pair<std::string, std::string>>& env) {
+                  const std::vector<std::pair<std::string, std::string>>& env,
+                  const std::vector<std::string>& launcher) {
   TempDir tmp;
   std::string cmd;
   if (!env.empty()) {
@@ -118,6 +119,7 @@ CliResult run_cli(const std::vector<std::string>& args,
     for (const auto& [name, value] : env) cmd.append(" ").append(shell_quote(name + "=" + value));
     cmd.append(" ");
   }
+  for (const auto& l : launcher) cmd.append(shell_quote(l)).append(" ");
   cmd.append(shell_quote(XMC_BINARY));
   for (auto& a : args) cmd.append(" ").append(shell_quote(a));
   cmd.append(" >").append(shell_quote((tmp / "out").string()));

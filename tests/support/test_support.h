@@ -37,9 +37,11 @@ struct CliResult {
 std::string small_train_config(const std::filesystem::path& data_dir, int epochs);
 
 // Runs the built xmctrain binary with the arguments (each shell-quoted), capturing
-// stdout and stderr; `env` adds environment variables (NAME, value) for this run only.
+// stdout and stderr; `env` adds environment variables (NAME, value) for this run only;
+// `launcher` goes before the binary (e.g. mpirun -np 2).
 CliResult run_cli(const std::vector<std::string>& args,
-                  const std::vector<std::pair<std::string, std::string>>& env = {});
+                  const std::vector<std::pair<std::string, std::string>>& env = {},
+                  const std::vector<std::string>& launcher = {});
 
 // The environment that makes writes to files whose path contains `path_part` fail with
 // ENOSPC after `after_bytes` bytes (the LD_PRELOAD shim support/enospc_shim.c), for run_cli.

@@ -1,0 +1,69 @@
+// Label-sharded training under mpirun -np 2 against the same run in one process (built
+// only with MPI; CTest runs it as its own test binary).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "support/test_support.h"
+
+using namespace xmc::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::pair<std::string, std::string>> kRootOk = {
+    {"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+const std::vector<std::string> kTwo = {XMC_MPIEXEC, "-np", "2", "--oversubscribe"};
+
+std::vector<double> epoch_losses(const fs::path& dir) {
+  std::vector<double> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line)["loss"]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dense over two label shards trains as one process does") {
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
+  const CliResult one = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "one").string(),
+                                 "--set", "threads=1"});
+  REQUIRE(one.exit_code == 0);
+  const CliResult two = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "two").string(),
+                                 "--set", "threads=1"},
+                                kRootOk, kTwo);
+  INFO(two.err);
+  REQUIRE(two.exit_code == 0);
+  // Rank 0 alone prints the summary and writes the run directory.
+  CHECK(two.out.find("run directory") == two.out.rfind("run directory"));
+  const json r1 = json::parse(read_file(tmp / "one" / "results.json"));
+  const json r2 = json::parse(read_file(tmp / "two" / "results.json"));
+  CHECK(r2["processes"] == 2);
+  CHECK(r2["labels_per_process"] == 150);
+  CHECK(r2["comm_seconds"].get<double>() > 0.0);
+  CHECK(std::abs(r2["metrics"]["P@1"].get<double>() - r1["metrics"]["P@1"].get<double>()) <= 0.005);
+  const auto l1 = epoch_losses(tmp / "one"), l2 = epoch_losses(tmp / "two");
+  REQUIRE(l1.size() == 3);
+  REQUIRE(l2.size() == 3);
+  for (size_t e = 0; e < l1.size(); ++e) CHECK(l2[e] == Approx(l1[e]).epsilon(1e-4));
+  // Each rank holds half the weights: the layer's bytes are below the single process's.
+  CHECK(r2["output_layer_bytes"].get<double>() < r1["output_layer_bytes"].get<double>());
+}
+
+TEST_CASE("what cannot be label-sharded yet is refused on every rank with exit 2") {
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
+  const CliResult b = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "b").string(),
+                               "--set", "model.output={type: bottleneck, dim: 16}"},
+                              kRootOk, kTwo);
+  CHECK(b.exit_code == 2);
+  CHECK(b.err.find("cannot train a label shard yet") != std::string::npos);
+  const CliResult s = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "s").string(),
+                               "--set", "model.output.loss=softmax"},
+                              kRootOk, kTwo);
+  CHECK(s.exit_code == 2);
+  CHECK(s.err.find("softmax cannot train a label shard") != std::string::npos);
+}
