@@ -75,9 +75,12 @@ Command register_train(CLI::App& app) {
             opt.halt_after_epoch = o->halt_after_epoch;
             opt.config_yaml = dump_config(cfg);
             TrainSummary s = run_training(cfg, opt);
-            if (s.halted || s.quiet) return 0;
+            if (s.halted) return 0;
             if (s.stop_signal != 0) {
-              std::string again = "xmctrain train " + o->config + " --out " + s.run_dir;
+              if (s.quiet) return 128 + s.stop_signal;
+              std::string again = (s.processes > 1 ? fmt::format("mpirun -np {} ", s.processes)
+                                                   : std::string()) +
+                                  "xmctrain train " + o->config + " --out " + s.run_dir;
               for (const auto& kv : o->set) again += " --set '" + kv + "'";
               std::cerr << fmt::format(
                   "interrupted by {}: checkpoint written to {}/checkpoint.h5; continue with:\n"
@@ -85,6 +88,7 @@ Command register_train(CLI::App& app) {
                   s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", s.run_dir, again);
               return 128 + s.stop_signal;
             }
+            if (s.quiet) return 0;
             if (o->json) {
               std::cout << s.results.dump(2) << "\n";
               return 0;

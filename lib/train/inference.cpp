@@ -1,9 +1,13 @@
 #include "train/inference.h"
 
+#include <memory>
+#include <vector>
+
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "layers/registry.h"
 #include "train/checkpoint.h"
+#include "train/shards.h"
 
 namespace xmc {
 
@@ -16,7 +20,20 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
       training_device(device.empty() ? m.config.device : device, m.config.model.output.type);
   m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
   m.model = std::make_unique<Model>(*m.ctx, m.config, ModelMeta::load(r), 0);
-  m.model->load_state(r);
+  const ShardIndex idx = read_shard_index(r);
+  if (idx.processes == 1) {
+    m.model->load_state(r);
+    return m;
+  }
+  // A label-sharded run's checkpoint: every shard's labels into this one model.
+  std::vector<std::unique_ptr<CheckpointReader>> others;
+  std::vector<const CheckpointReader*> shards = {&r};
+  for (int s = 1; s < idx.processes; ++s) {
+    others.push_back(
+        std::make_unique<CheckpointReader>(shard_file(checkpoint, idx.step, s).string()));
+    shards.push_back(others.back().get());
+  }
+  m.model->load_sharded_state(shards, idx.ranges);
   return m;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <span>
+#include <variant>
 
 #include "core/cuda_context.h"
 #include "core/error.h"
@@ -163,6 +164,30 @@ void Model::save_state(CheckpointWriter& w) {
   for (const auto& t : output_->state()) w.write(t);
   encoder_->sync_state(StateSync::release);
   output_->sync_state(StateSync::release);
+}
+
+void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shards,
+                               const std::vector<LabelRange>& ranges) {
+  XMC_CHECK(!shards.empty() && shards.size() == ranges.size(), "{} shards, {} ranges",
+            shards.size(), ranges.size());
+  encoder_->sync_state(StateSync::to_host);
+  output_->sync_state(StateSync::to_host);
+  for (const auto& t : encoder_->state()) shards[0]->read(t);
+  for (const auto& t : output_->state()) {
+    if (t.shape.empty() || t.shape[0] != output_->label_hi() - output_->label_lo())
+      throw_input("{}: output tensor '{}' is not per label, so the shards of a label-sharded "
+                  "checkpoint cannot be merged into one model",
+                  shards[0]->path(), t.name);
+    const int64_t row = t.numel() / t.shape[0];
+    for (size_t s = 0; s < shards.size(); ++s) {
+      TensorRef part = t;
+      part.shape[0] = ranges[s].size();
+      std::visit([&](auto* p) { part.data = p + (ranges[s].lo - output_->label_lo()) * row; }, t.data);
+      shards[s]->read(part);
+    }
+  }
+  encoder_->sync_state(StateSync::to_device);
+  output_->sync_state(StateSync::to_device);
 }
 
 void Model::load_state(const CheckpointReader& r) {

@@ -71,6 +71,11 @@ class Model {
   // Device-resident state is staged through host copies (same layout on both devices).
   void save_state(CheckpointWriter& w);
   void load_state(const CheckpointReader& r);
+  // A label-sharded run's checkpoint into this one-process model over all labels: the
+  // encoder from shards[0], each per-label output tensor's rows [lo, hi) from the shard
+  // that owns them (ranges[s]). InputError for an output tensor that is not per label.
+  void load_sharded_state(const std::vector<const CheckpointReader*>& shards,
+                          const std::vector<LabelRange>& ranges);
 
  private:
   ModelMeta meta_;

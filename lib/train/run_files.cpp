@@ -19,12 +19,14 @@ namespace {
 
 std::string system_error() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
 
-// Removes "<name>.tmp.<pid>" files that a killed run left behind.
-void remove_stale_temporaries(const fs::path& dir) {
+// Removes "<name>.tmp.<pid>" files that a killed run left behind, and with `shards` the
+// other ranks' checkpoint shards of an earlier label-sharded run (train/shards.h).
+void remove_stale_temporaries(const fs::path& dir, bool shards) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
+    const bool shard = name.starts_with("checkpoint.s") && name.ends_with(".h5");
+    if (name.find(".tmp.") != std::string::npos || (shards && shard)) fs::remove(e.path(), ec);
   }
 }
 
@@ -146,7 +148,7 @@ void RunDirectory::begin(const std::string& config_yaml) {
   } else {
     for (const auto& name : run_file_names()) remove_file(dir_ / name);
   }
-  remove_stale_temporaries(dir_);
+  remove_stale_temporaries(dir_, mode_ != RunMode::resume);
   begun_ = true;
   write_text_atomic(dir_ / run_file::config, config_yaml);
 }

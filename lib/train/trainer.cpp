@@ -28,6 +28,7 @@
 #include "train/model.h"
 #include "train/progress.h"
 #include "train/run_files.h"
+#include "train/shards.h"
 
 namespace xmc {
 namespace fs = std::filesystem;
@@ -72,19 +73,42 @@ struct ResumePoint {
   std::string config_yaml;
 };
 
+// The checkpoint at `file`. Label-sharded (comm): every rank writes its shard, rank 0's
+// file with the index last (train/shards.h); *shard_step is the step of the shards on disk
+// (-1: none yet), whose files are removed once the new set is committed.
 void save_checkpoint(const fs::path& file, Model& model, const std::string& config_yaml,
-                     const ResumePoint& p, const LrSchedule& schedule) {
-  CheckpointWriter w(file.string());
-  w.write_string("meta/config_yaml", config_yaml);
-  model.save_state(w);
-  w.write_i64("meta/epoch", {p.epoch});
-  w.write_i64("meta/step", {p.step});
-  w.write_i64("meta/epoch_step", {p.epoch_step, p.zero_grads, p.grads});
-  w.write_f64("meta/epoch_partial", {p.loss_sum, p.seconds});
-  w.write_u64("meta/rng_state", {p.rng.begin(), p.rng.end()});
-  w.write_f64("meta/schedule", {schedule.plateau_factor(), schedule.best_metric(),
-                                static_cast<double>(schedule.bad_evals())});
-  w.commit();
+                     const ResumePoint& p, const LrSchedule& schedule, Comm* comm = nullptr,
+                     int64_t* shard_step = nullptr) {
+  auto write = [&](const fs::path& f, bool with_index) {
+    CheckpointWriter w(f.string());
+    w.write_string("meta/config_yaml", config_yaml);
+    model.save_state(w);
+    w.write_i64("meta/epoch", {p.epoch});
+    w.write_i64("meta/step", {p.step});
+    w.write_i64("meta/epoch_step", {p.epoch_step, p.zero_grads, p.grads});
+    w.write_f64("meta/epoch_partial", {p.loss_sum, p.seconds});
+    w.write_u64("meta/rng_state", {p.rng.begin(), p.rng.end()});
+    w.write_f64("meta/schedule", {schedule.plateau_factor(), schedule.best_metric(),
+                                  static_cast<double>(schedule.bad_evals())});
+    if (with_index)
+      write_shard_index(w, {comm->size(), p.step,
+                            all_label_ranges(model.meta().num_labels, comm->size())});
+    w.commit();
+  };
+  if (comm == nullptr) {
+    write(file, false);
+    return;
+  }
+  const int rank = comm->rank();
+  if (rank > 0) write(shard_file(file, p.step, rank), false);
+  comm->barrier();  // every other shard of this step is on disk
+  if (rank == 0) write(file, true);  // the set's commit point
+  comm->barrier();
+  if (rank > 0 && *shard_step >= 0 && *shard_step != p.step) {
+    std::error_code ec;
+    fs::remove(shard_file(file, *shard_step, rank), ec);
+  }
+  *shard_step = p.step;
 }
 
 // The position and config of a checkpoint (checkpoints of older versions have no
@@ -247,10 +271,10 @@ struct Resume {
 
 // --resume: reads the checkpoint's position and config and checks them before the data
 // is loaded. True when the run is already complete (summary then holds its results).
-bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const RunDirectory& run,
+bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const fs::path& dir,
                   Resume& r, TrainSummary& summary) {
-  const fs::path ckpt_file = run.file(run_file::checkpoint);
-  const fs::path results_file = run.file(run_file::results);
+  const fs::path ckpt_file = dir / run_file::checkpoint;
+  const fs::path results_file = dir / run_file::results;
   r.from = read_resume_point(CheckpointReader(ckpt_file.string()));
   const ResumePoint& from = r.from;
   std::vector<ConfigChange> free;
@@ -261,7 +285,7 @@ bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const Ru
         "Resume with the run's config ({}), pass --allow-config-change to continue with the "
         "new values (the change is recorded in metrics.jsonl), or start a new run in another "
         "--out",
-        change_keys(r.changes), describe_changes(r.changes), run.file(run_file::config).string());
+        change_keys(r.changes), describe_changes(r.changes), (dir / run_file::config).string());
   if (!free.empty()) spdlog::info("resume: {}", describe_changes(free));
   if (from.epoch > cfg.train.epochs)
     throw_input("--resume: the checkpoint is at epoch {}, beyond train.epochs = {}", from.epoch,
@@ -272,8 +296,8 @@ bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const Ru
     summary.results = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!summary.results.is_discarded()) {
       summary.complete = true;
-      spdlog::info("{}: the run is complete ({} epochs); results.json is kept",
-                   run.path().string(), from.epoch);
+      spdlog::info("{}: the run is complete ({} epochs); results.json is kept", dir.string(),
+                   from.epoch);
       return true;
     }
   }
@@ -325,7 +349,8 @@ class TrainLoop {
   // run: the run directory, nullptr on the ranks other than 0 of a label-sharded run
   // (comm: its processes; nullptr for one process), which write no file.
   TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx, const RunData& data,
-            RunDirectory* run, const Resume& resume, TrainSummary& summary, Comm* comm);
+            const fs::path& dir, RunDirectory* run, const Resume& resume, TrainSummary& summary,
+            Comm* comm);
 
   // --resume: the model and schedule from the checkpoint, loaded (and its checksums
   // verified) before anything in the directory changes.
@@ -345,6 +370,9 @@ class TrainLoop {
   void evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line);
   void checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng);
   bool stop_after_epoch(int64_t epoch, bool last);
+  // SIGINT / SIGTERM seen (label-sharded: by any rank, agreed on in reduce_step, so that
+  // every rank stops after the same step).
+  int stop_signal() const { return comm_ != nullptr ? agreed_signal_ : stop_->signal(); }
   void allocate_dh();
   // Label-sharded: dL/dh and the step's loss statistics summed over the ranks.
   void reduce_step(Matrix dh, StepStats& s);
@@ -357,6 +385,8 @@ class TrainLoop {
   const RunData& data_;
   RunDirectory* run_;
   Comm* comm_;
+  int64_t shard_step_ = -1;  // label-sharded: the step of this rank's shard file on disk
+  int agreed_signal_ = 0;    // label-sharded: a stop signal any rank has seen (reduce_step)
   const ResumePoint& from_;
   const std::vector<ConfigChange>& changes_;
   TrainSummary& summary_;
@@ -381,8 +411,8 @@ class TrainLoop {
 };
 
 TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Context& ctx,
-                     const RunData& data, RunDirectory* run, const Resume& resume,
-                     TrainSummary& summary, Comm* comm)
+                     const RunData& data, const fs::path& dir, RunDirectory* run,
+                     const Resume& resume, TrainSummary& summary, Comm* comm)
     : cfg_(cfg),
       opt_(opt),
       ctx_(ctx),
@@ -392,8 +422,8 @@ TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Conte
       from_(resume.from),
       changes_(resume.changes),
       summary_(summary),
-      ckpt_file_(run != nullptr ? run->file(run_file::checkpoint) : fs::path()),
-      metrics_file_(run != nullptr ? run->file(run_file::metrics) : fs::path()),
+      ckpt_file_(dir / run_file::checkpoint),
+      metrics_file_(dir / run_file::metrics),
       batch_size_(cfg.train.batch_size),
       steps_per_epoch_((data.train.num_points() + batch_size_ - 1) / batch_size_),
       total_steps_(cfg.train.epochs * steps_per_epoch_),
@@ -406,7 +436,19 @@ TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Conte
 }
 
 void TrainLoop::restore() {
-  CheckpointReader r(ckpt_file_.string());
+  const ShardIndex idx = read_shard_index(CheckpointReader(ckpt_file_.string()));
+  const int processes = comm_ != nullptr ? comm_->size() : 1;
+  if (idx.processes != processes)
+    throw_input("--resume: {} holds a run over {} process(es); resume it with {}",
+                ckpt_file_.string(), idx.processes,
+                idx.processes == 1 ? std::string("one process (no mpirun)")
+                                   : fmt::format("mpirun -np {}", idx.processes));
+  const int rank = comm_ != nullptr ? comm_->rank() : 0;
+  if (processes > 1 && (idx.ranges[static_cast<size_t>(rank)].lo != model_.output().label_lo() ||
+                        idx.ranges[static_cast<size_t>(rank)].hi != model_.output().label_hi()))
+    throw_input("--resume: {} shards the labels differently from this run", ckpt_file_.string());
+  shard_step_ = processes > 1 ? idx.step : -1;
+  CheckpointReader r(shard_file(ckpt_file_, idx.step, rank).string());
   model_.load_state(r);
   step_ = from_.step;
   auto sch = r.read_f64("meta/schedule");
@@ -460,6 +502,9 @@ void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
   s.loss = stats[0];
   s.zero_grads = static_cast<int64_t>(stats[1]);
   s.grads = static_cast<int64_t>(stats[2]);
+  float sig = static_cast<float>(stop_->signal());
+  comm_->allreduce_max(std::span<float>(&sig, 1));
+  agreed_signal_ = static_cast<int>(sig);
 }
 
 // Embeds every training point with the current encoder (ANNS refresh).
@@ -562,17 +607,13 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     model_.output().on_step(view(epoch));
     progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
     cur ^= 1;
-    if (stop_->signal() != 0 && have) {
-      if (comm_ != nullptr)
-        throw_error("stopped by signal {} at step {}: a label-sharded run writes no checkpoint "
-                    "yet, so it cannot be resumed",
-                    stop_->signal(), step_);
+    if (stop_signal() != 0 && have) {
       at.step = step_;
       at.seconds += epoch_time.seconds();
-      save_checkpoint(ckpt_file_, model_, opt_.config_yaml, at, schedule_);
-      summary_.stop_signal = stop_->signal();
+      save_checkpoint(ckpt_file_, model_, opt_.config_yaml, at, schedule_, comm_, &shard_step_);
+      summary_.stop_signal = stop_signal();
       spdlog::warn("stopped by signal {} after step {} (epoch {}); checkpoint written",
-                   stop_->signal(), step_, epoch + 1);
+                   stop_signal(), step_, epoch + 1);
       return false;
     }
   }
@@ -621,23 +662,22 @@ void TrainLoop::evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line) {
 // The checkpoint at the end of an epoch: after the last one, every
 // train.checkpoint_every, and when a signal arrived during the epoch's last step.
 void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng) {
-  if (comm_ != nullptr) return;  // sharded checkpoints: not yet (train_run warns once)
-  const bool due = last || stop_->signal() != 0 ||
+  const bool due = last || stop_signal() != 0 ||
                    (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
   if (!due) return;
   ResumePoint end;
   end.epoch = epoch + 1;
   end.step = step_;
   end.rng = dropout_rng.state();
-  save_checkpoint(ckpt_file_, model_, opt_.config_yaml, end, schedule_);
+  save_checkpoint(ckpt_file_, model_, opt_.config_yaml, end, schedule_, comm_, &shard_step_);
 }
 
 // True when the run stops after this epoch: a signal, or halt_after_epoch.
 bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
-  if (stop_->signal() != 0) {
-    summary_.stop_signal = stop_->signal();
+  if (stop_signal() != 0) {
+    summary_.stop_signal = stop_signal();
     spdlog::warn("stopped by signal {} at the end of epoch {}; checkpoint written",
-                 stop_->signal(), epoch + 1);
+                 stop_signal(), epoch + 1);
     return true;
   }
   if (opt_.halt_after_epoch > 0 && epoch + 1 == opt_.halt_after_epoch && !last) {
@@ -651,10 +691,7 @@ bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
 void TrainLoop::write_results(const Stopwatch& total_time) {
   // Resumed after the last epoch's checkpoint (killed before results.json): evaluate the
   // final model again.
-  if (run_ == nullptr) {  // rank > 0 of a label-sharded run: rank 0 reports
-    summary_.quiet = true;
-    return;
-  }
+  if (run_ == nullptr) return;  // rank > 0 of a label-sharded run: rank 0 reports
   if (last_metrics_.is_null()) {
     EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
     last_metrics_ = ev.metrics.to_json();
@@ -695,19 +732,11 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
 // The whole run; `begun` is set to the run directory once training has begun there (from
 // then on a failure is recorded in it).
 // Label-sharded (more than one process): what v0 of it can do, checked before any work.
-void check_sharded(const Comm& comm, Device device, const TrainOptions& opt) {
+void check_sharded(const Comm& comm, Device device) {
   if (device != Device::cpu)
     throw_input("mpirun with {} processes: label-sharded training runs on the CPU only so far "
                 "(--device cpu)",
                 comm.size());
-  if (opt.resume)
-    throw_input("mpirun with {} processes: --resume of a label-sharded run is not possible yet "
-                "(it writes no checkpoint)",
-                comm.size());
-  if (comm.is_root())
-    spdlog::warn("label-sharded run over {} processes: no checkpoint is written yet (results.json "
-                 "and metrics.jsonl are)",
-                 comm.size());
 }
 
 TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Comm& world,
@@ -716,7 +745,7 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
   const Device device =
       training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
   Comm* comm = world.size() > 1 ? &world : nullptr;
-  if (comm != nullptr) check_sharded(*comm, device, opt);
+  if (comm != nullptr) check_sharded(*comm, device);
   Context ctx(device, static_cast<int>(cfg.threads));
   // The run directory is checked first, so a bad path or a run already there fails in a
   // second; nothing is written to it until training starts (TrainLoop::begin). Only rank 0
@@ -729,8 +758,10 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
                                      : RunMode::fresh);
   TrainSummary summary;
   summary.run_dir = dir.string();
+  summary.quiet = !world.is_root();
+  summary.processes = world.size();
   Resume resume;
-  if (opt.resume && check_resume(cfg, opt, *run, resume, summary)) return summary;
+  if (opt.resume && check_resume(cfg, opt, dir, resume, summary)) return summary;
   // Label-sharded: rank 0 loads first (it may generate the synthetic set and write the
   // data caches), the others then read what it wrote.
   std::optional<RunData> loaded;
@@ -738,7 +769,7 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
   if (comm != nullptr) comm->barrier();
   if (!world.is_root()) loaded.emplace(cfg, ctx);
   const RunData& data = *loaded;
-  TrainLoop loop(cfg, opt, ctx, data, run ? &*run : nullptr, resume, summary, comm);
+  TrainLoop loop(cfg, opt, ctx, data, dir, run ? &*run : nullptr, resume, summary, comm);
   if (opt.resume) loop.restore();
   loop.begin(begun);
   if (loop.run_epochs()) loop.write_results(total_time);

@@ -32,6 +32,7 @@ struct TrainSummary {
   int stop_signal = 0;        // SIGINT / SIGTERM: stopped after a step with a checkpoint
   std::string run_dir;        // where the run is
   bool quiet = false;         // a rank other than 0 of a label-sharded run: rank 0 reports
+  int processes = 1;          // the processes of the run (mpirun -np)
 };
 
 // Keys that may differ on --resume without --allow-config-change: where and how fast the

@@ -53,6 +53,58 @@ TEST_CASE("dense over two label shards trains as one process does") {
   CHECK(r2["output_layer_bytes"].get<double>() < r1["output_layer_bytes"].get<double>());
 }
 
+TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank, a signal") {
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
+  auto train = [&](const std::string& out, std::vector<std::string> extra,
+                   std::vector<std::pair<std::string, std::string>> env) {
+    std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
+                                     (tmp / out).string(), "--set", "threads=1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    env.insert(env.end(), kRootOk.begin(), kRootOk.end());
+    return run_cli(args, env, kTwo);
+  };
+  auto p1 = [&](const std::string& out) {
+    return json::parse(read_file(tmp / out / "results.json"))["metrics"]["P@1"].get<double>();
+  };
+  REQUIRE(train("full", {}, {}).exit_code == 0);
+  // Rank 0's checkpoint.h5 plus rank 1's shard of the last step; earlier shards are gone.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(tmp / "full"))
+    if (e.path().extension() == ".h5") files.push_back(e.path().filename().string());
+  CHECK(files.size() == 2);
+
+  // One process reads every shard and reproduces the sharded run's metrics.
+  const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "full" / "checkpoint.h5").string(),
+                                "--json"});
+  INFO(ev.err);
+  REQUIRE(ev.exit_code == 0);
+  CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p1("full"));
+
+  // Rank 1 killed after epoch 2's checkpoint: mpirun ends rank 0 too (no hang), the set of
+  // epoch 2 is intact, and --resume with the same two processes finishes the same run.
+  const CliResult killed =
+      train("killed", {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:2"}, {"XMC_DEBUG_RANK", "1"}});
+  CHECK(killed.exit_code != 0);
+  CHECK_FALSE(fs::exists(tmp / "killed" / "results.json"));
+  const CliResult one = run_cli({"train", (tmp / "c.yaml").string(), "--out",
+                                 (tmp / "killed").string(), "--resume"});
+  CHECK(one.exit_code == 2);
+  CHECK(one.err.find("resume it with mpirun -np 2") != std::string::npos);
+  REQUIRE(train("killed", {"--resume"}, {}).exit_code == 0);
+  CHECK(p1("killed") == p1("full"));
+  CHECK(epoch_losses(tmp / "killed") == epoch_losses(tmp / "full"));
+
+  // SIGTERM seen by rank 1 alone: both ranks stop after the same step with one checkpoint
+  // set (exit 143), and the resumed run ends where the uninterrupted one did.
+  const CliResult sig =
+      train("sig", {}, {{"XMC_DEBUG_SIGNAL_AT", "TERM:30"}, {"XMC_DEBUG_RANK", "1"}});
+  CHECK(sig.exit_code == 143);
+  CHECK(sig.err.find("mpirun -np 2 xmctrain train") != std::string::npos);
+  REQUIRE(train("sig", {"--resume"}, {}).exit_code == 0);
+  CHECK(p1("sig") == p1("full"));
+}
+
 TEST_CASE("what cannot be label-sharded yet is refused on every rank with exit 2") {
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));

@@ -1,0 +1,45 @@
+#include "train/shards.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace xmc {
+
+ShardIndex read_shard_index(const CheckpointReader& r) {
+  ShardIndex idx;
+  if (!r.has("meta/shards")) return idx;
+  const auto n = r.read_i64("meta/shards");
+  const auto ranges = r.read_i64("meta/shard_ranges");
+  const auto step = r.read_i64("meta/shard_step");
+  if (n.size() != 1 || n[0] < 1 || step.size() != 1 ||
+      ranges.size() != static_cast<size_t>(2 * n[0]))
+    throw_input("{}: malformed shard index (meta/shards, meta/shard_ranges, meta/shard_step)",
+                r.path());
+  idx.processes = static_cast<int>(n[0]);
+  idx.step = step[0];
+  for (int s = 0; s < idx.processes; ++s)
+    idx.ranges.push_back({ranges[static_cast<size_t>(2 * s)], ranges[static_cast<size_t>(2 * s + 1)]});
+  return idx;
+}
+
+void write_shard_index(CheckpointWriter& w, const ShardIndex& index) {
+  std::vector<int64_t> flat;
+  for (const auto& r : index.ranges) flat.insert(flat.end(), {r.lo, r.hi});
+  w.write_i64("meta/shards", {index.processes});
+  w.write_i64("meta/shard_ranges", flat);
+  w.write_i64("meta/shard_step", {index.step});
+}
+
+std::filesystem::path shard_file(const std::filesystem::path& index, int64_t step, int rank) {
+  if (rank == 0) return index;
+  return index.parent_path() / fmt::format("checkpoint.s{}.r{}.h5", step, rank);
+}
+
+std::vector<LabelRange> all_label_ranges(int64_t num_labels, int processes) {
+  std::vector<LabelRange> out;
+  for (int r = 0; r < processes; ++r) out.push_back(shard_labels(num_labels, r, processes));
+  return out;
+}
+
+}  // namespace xmc
