@@ -1,15 +1,15 @@
 #pragma once
-// Sampled scoring ops on the CPU (the reference for cuda/sampled.cu): the gathered dot
-// products of lsh_sampled and anns_sampled. Each batch row b has a list of candidate
+// Sampled scoring ops on the CPU (the twins of cuda/sampled.cu): the gathered dot
+// products lsh_sampled and anns_sampled train with on the CPU (anns_sampled computes its
+// scores in its own loop, the bias first). Each batch row b has a list of candidate
 // labels (global ids, CSR over the batch); w [L×d] holds one weight row per label.
 //   scores  z[e] = h_b·w[label e] + bias[label e]        for the entries e of row b
 //   input   dh_b += sum_e g[e]·w[label e]                 (zero g skipped)
 //   weight  dw_l  = sum_{e: label e = l} g[e]·h_row(e),  db_l = sum g[e]
 // The weight gradient is sparse: only touched labels get a row, computed by a segmented
 // reduction over the entries grouped by label (group_entries_by_label), each row summed in
-// a fixed order (entries sorted by label, then row) by one thread — as the CPU layers do —
-// so no L×d array and no atomics. The layers' loss gradients and optimizer updates stay
-// in the layers.
+// a fixed order (entries sorted by label, then row) by one thread, so no L×d array and no
+// atomics. The loss gradients and the optimizer updates stay with the layers.
 #include <cstdint>
 #include <vector>
 

@@ -200,16 +200,18 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   if (gpu_) return train_step_gpu(batch, h, dh, lr);
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
+  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
+                                  static_cast<int64_t>(c.labels.size())};
   std::vector<float> grad(c.labels.size());
   const float inv_batch = 1.0f / static_cast<float>(rows);
   double loss = 0.0;
   int64_t zeros = 0;
-  // Scores, loss gradient and dh_i = Σ_c g_ic·w_c with the weights before the update.
+  // Scores and the loss gradient. The score starts from the bias (z = b + Σ w·h), where
+  // kernels::sampled_scores adds it last: kept so that CPU results stay what they were
+  // (the two differ in the last bits).
 #pragma omp parallel for schedule(dynamic, 4) reduction(+ : loss, zeros)
   for (int64_t i = 0; i < rows; ++i) {
     const float* hi = h.row(i);
-    float* dhi = dh.row(i);
-    std::fill(dhi, dhi + d_, 0.0f);
     for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
       const uint32_t l = c.labels[static_cast<size_t>(p)];
       const float* wl = host_.w.data() + static_cast<int64_t>(l) * d_;
@@ -220,10 +222,10 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                               c.weight[static_cast<size_t>(p)], inv_batch, &g);
       if (g == 0.0f) ++zeros;
       grad[static_cast<size_t>(p)] = g;
-      for (int64_t j = 0; j < d_; ++j) dhi[j] += g * wl[j];
     }
   }
-  update_rows(c, h, grad, lr);
+  // dh with the weights before the update, then the update of the touched rows.
+  host_.train_step(csr, grad.data(), h, dh, SampledRowStep(optim_, lr.lr, lr.step));
   ++version_;
   StepStats s;
   s.loss = loss / static_cast<double>(rows);
@@ -262,38 +264,6 @@ StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Ma
   s.zero_grads = zeros;
   s.grads = static_cast<int64_t>(c.labels.size());
   return s;
-}
-
-// dW_l = Σ_i g_il·h_i over the rows i that have l as a candidate. The entries are grouped
-// by label (kernels::group_entries_by_label, rows ascending within a label, as the GPU
-// path groups them), so each label's row is summed by exactly one thread in a fixed
-// order: race-free and independent of the thread count.
-void AnnsSampledLayer::update_rows(const SampledCandidates& c, ConstMatrix h,
-                                   const std::vector<float>& grad, const LrState& lr) {
-  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(),
-                                  static_cast<int64_t>(c.ptr.size()) - 1,
-                                  static_cast<int64_t>(c.labels.size())};
-  const kernels::EntryGroupsBuffers groups = kernels::group_entries_by_label(csr, num_labels());
-  // Each touched row u is summed and updated in place by exactly one thread
-  // (OptimizerStep::apply opens no OpenMP region, so per-row calls are cheap).
-  const auto touched = static_cast<int64_t>(groups.labels.size());
-  const SampledRowStep step(optim_, lr.lr, lr.step);
-#pragma omp parallel
-  {
-    std::vector<float> g(static_cast<size_t>(d_));
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t u = 0; u < touched; ++u) {
-      std::fill(g.begin(), g.end(), 0.0f);
-      float gb = 0.0f;
-      for (int64_t i = groups.ptr[static_cast<size_t>(u)]; i < groups.ptr[static_cast<size_t>(u) + 1]; ++i) {
-        const float ge = grad[static_cast<size_t>(groups.entry[static_cast<size_t>(i)])];
-        const float* hr = h.row(groups.row[static_cast<size_t>(i)]);
-        for (int64_t j = 0; j < d_; ++j) g[j] += ge * hr[j];
-        gb += ge;
-      }
-      host_.update_row(groups.labels[static_cast<size_t>(u)], d_, g.data(), gb, step);
-    }
-  }
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {

@@ -174,8 +174,6 @@ class AnnsSampledLayer final : public OutputLayer {
   void install_refresh(bool block);
   // [W | b] [L×(d+1)], the index's vectors.
   DenseMatrix augmented_weights() const;
-  void update_rows(const SampledCandidates& c, ConstMatrix h, const std::vector<float>& grad,
-                   const LrState& lr);
 
   int64_t d_, n_train_, k_h_, k_r_, chunk_;
   AnnsSampledConfig cfg_;

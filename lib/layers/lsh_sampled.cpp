@@ -11,17 +11,12 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "kernels/sampled_ops.h"
 #include "layers/weight_init.h"
 
 namespace xmc {
 
 namespace {
-
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
 
 // Point i's candidates c [nc]: gi [nc] holds their logits on entry and dL/dlogit / B on
 // return; returns the point's loss (not divided by B). Shared by the CPU and the CUDA
@@ -61,6 +56,52 @@ double lsh_sampled_point_grad(LossType loss, const CsrMatrix& labels, int64_t i,
   return loss_sum;
 }
 
+// The entries of a step as a CSR over the batch: point i's candidates are entries
+// [off[i], off[i+1]). A shared candidate set is repeated for every point (each point
+// scores it).
+struct LshEntries {
+  std::vector<int64_t> off;        // [B+1]
+  std::vector<uint32_t> repeated;  // shared sets: the set once per point
+  const uint32_t* labels = nullptr;
+
+  LshEntries(const CsrMatrix& cand, int64_t nb, bool shared) : off(static_cast<size_t>(nb + 1), 0) {
+    auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
+    for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
+    labels = cand.indices.data();
+    if (shared) {
+      repeated.reserve(static_cast<size_t>(off[nb]));
+      for (int64_t i = 0; i < nb; ++i)
+        repeated.insert(repeated.end(), cand.row_indices(0), cand.row_indices(0) + cand.row_nnz(0));
+      labels = repeated.data();
+    }
+  }
+  LshEntries(const LshEntries&) = delete;  // labels may point into repeated
+  LshEntries& operator=(const LshEntries&) = delete;
+  kernels::CandidateCsr csr() const {
+    const auto nb = static_cast<int64_t>(off.size()) - 1;
+    return {off.data(), labels, nb, off[static_cast<size_t>(nb)]};
+  }
+};
+
+// dL/dz / B of every entry from its score z [nnz] into g [nnz] (g may be z); returns the
+// loss summed over the points (not divided by B) and counts the zero gradients.
+double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
+                     const float* z, float* g, int64_t& zeros) {
+  const double inv_b = 1.0 / static_cast<double>(csr.rows);
+  double ls = 0.0;
+  int64_t zs = 0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
+  for (int64_t i = 0; i < csr.rows; ++i) {
+    const int64_t e0 = csr.indptr[i], nc = csr.indptr[i + 1] - e0;
+    float* gi = g + e0;
+    if (z != g) std::copy(z + e0, z + e0 + nc, gi);
+    ls += lsh_sampled_point_grad(loss, labels, i, csr.labels + e0, nc, inv_b, gi);
+    zs += std::count(gi, gi + nc, 0.0f);
+  }
+  zeros = zs;
+  return ls;
+}
+
 bool uses_tables(const LshSampledConfig& cfg) {
   return parse_lsh_query(cfg.query) != LshQuery::none || cfg.eval_search == "lsh";
 }
@@ -76,7 +117,7 @@ void check_memory_plan_lsh(const LayerInit& init, const LshSampledConfig& cfg, c
   const double tables = uses_tables(cfg) ? LshTables::planned_bytes(init.num_labels, p) : 0.0;
   const int64_t bits = LshHasher::bits_for(p);
   check_memory_plan(
-      params + 8.0 * n + tables,
+      params + 4.0 * n + tables,
       fmt::format("model.output (lsh_sampled): {} for {} labels × d = {} ({}) and {} LSH "
                   "tables × 2^{} buckets × {} slots ({})",
                   on_gpu ? "the initial weights" : "the weights and optimizer state",
@@ -126,8 +167,6 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   float* w0 = on_gpu ? w_init.data() : host_.w.data();
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
-  slot_of_ = HostBuffer<int32_t>(ledger, MemTag::workspace, static_cast<size_t>(n));
-  std::fill(slot_of_.data(), slot_of_.data() + n, -1);
   sched_[0] = cfg.rebuild_interval;
 
   init_uniform_rows(w0, n, d, init.seed);  // same initialisation as dense
@@ -164,94 +203,20 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   if (gpu_) return train_step_gpu(batch, h, dh, lr);
   const int64_t nb = h.rows, d = input_dim();
   const CsrMatrix cand = candidates(batch, h, lr.step);
-  const bool shared = cfg_.shared_candidates;
-  auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
-  // Entry e of point i: candidate j of its row; g [E] = dL/dlogit, already divided by B.
-  std::vector<int64_t> off(static_cast<size_t>(nb + 1), 0);
-  for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
-  const int64_t entries = off[nb];
-  std::vector<float> g(static_cast<size_t>(entries));
-  const float* w = host_.w.data();
-  const float* bias = host_.b.data();
-  const double inv_b = 1.0 / static_cast<double>(nb);
-  double loss_sum = 0.0;
+  const LshEntries entries(cand, nb, cfg_.shared_candidates);
+  const kernels::CandidateCsr csr = entries.csr();
+  // g [nnz]: the logits, then dL/dlogit / B in place.
+  std::vector<float> g(static_cast<size_t>(csr.nnz));
+  kernels::sampled_scores(host_.w.data(), host_.b.data(), d, csr, h, g.data());
   int64_t zeros = 0;
-
-  // Phase 1, parallel over points: logits, loss gradient, dh_i = Σ_j g_ij·w_cj (weights
-  // before this step's update).
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : loss_sum, zeros)
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint32_t* c = cand.row_indices(cand_row(i));
-    const int64_t nc = cand.row_nnz(cand_row(i));
-    float* gi = g.data() + off[i];
-    const float* hi = h.row(i);
-    for (int64_t j = 0; j < nc; ++j) gi[j] = dot(w + int64_t{c[j]} * d, hi, d) + bias[c[j]];
-    loss_sum += lsh_sampled_point_grad(loss_, batch.labels, i, c, nc, inv_b, gi);
-    float* dhi = dh.row(i);
-    std::fill(dhi, dhi + d, 0.0f);
-    for (int64_t j = 0; j < nc; ++j) {
-      if (gi[j] == 0.0f) {
-        ++zeros;
-        continue;
-      }
-      const float* wr = w + int64_t{c[j]} * d;
-      for (int64_t q = 0; q < d; ++q) dhi[q] += gi[j] * wr[q];
-    }
-  }
-
-  // Phase 2: group the entries by label (counting sort over touched slots), then each
-  // touched row is summed and updated by exactly one thread.
-  std::vector<uint32_t> touched;
-  std::vector<int32_t> slot(static_cast<size_t>(entries));
-  std::vector<int32_t> point(static_cast<size_t>(entries));
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint32_t* c = cand.row_indices(cand_row(i));
-    for (int64_t e = off[i]; e < off[i + 1]; ++e) {
-      const uint32_t l = c[e - off[i]];
-      if (slot_of_[l] < 0) {
-        slot_of_[l] = static_cast<int32_t>(touched.size());
-        touched.push_back(l);
-      }
-      slot[e] = slot_of_[l];
-      point[e] = static_cast<int32_t>(i);
-    }
-  }
-  const auto nt = static_cast<int64_t>(touched.size());
-  std::vector<int64_t> start(static_cast<size_t>(nt + 1), 0);
-  for (int64_t e = 0; e < entries; ++e) ++start[slot[e] + 1];
-  for (int64_t u = 0; u < nt; ++u) start[u + 1] += start[u];
-  std::vector<int64_t> order(static_cast<size_t>(entries));
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t e = 0; e < entries; ++e) order[fill[slot[e]]++] = e;
-  }
-  // Prepared once per step: per-row calls of optimizer_update would recompute Adam's
-  // bias corrections and enter a (serialised) OpenMP region for every touched row.
+  const double loss_sum = lsh_loss_grad(loss_, batch.labels, csr, g.data(), g.data(), zeros);
+  // dh with the weights before the update, then the update of the touched rows.
   const SampledRowStep step(optim_, lr.lr, lr.step);
-#pragma omp parallel
-  {
-    std::vector<float> gw(static_cast<size_t>(d));
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t u = 0; u < nt; ++u) {
-      const uint32_t l = touched[u];
-      std::fill(gw.begin(), gw.end(), 0.0f);
-      float gb = 0.0f;
-      for (int64_t q = start[u]; q < start[u + 1]; ++q) {
-        const int64_t e = order[q];
-        const float ge = g[e];
-        gb += ge;
-        const float* hp = h.row(point[e]);
-        for (int64_t j = 0; j < d; ++j) gw[j] += ge * hp[j];
-      }
-      host_.update_row(l, d, gw.data(), gb, step);
-      dirty_[l] = 1;
-    }
-  }
-  for (uint32_t l : touched) slot_of_[l] = -1;
+  for (uint32_t l : host_.train_step(csr, g.data(), h, dh, step)) dirty_[l] = 1;
 
   StepStats stats;
-  stats.loss = loss_sum * inv_b;
-  stats.grads = entries;
+  stats.loss = loss_sum * (1.0 / static_cast<double>(nb));
+  stats.grads = csr.nnz;
   stats.zero_grads = zeros;
   return stats;
 }
@@ -277,43 +242,18 @@ StepStats LshSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Mat
   const CsrMatrix cand =
       sampler_->sample(tables_.get(), hq, wq, batch.labels, static_cast<uint64_t>(lr.step));
 
-  // Entries per point; a shared candidate set is repeated for every point (as the CPU path
-  // scores it per point).
-  const bool shared = cfg_.shared_candidates;
-  auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
-  std::vector<int64_t> off(static_cast<size_t>(nb + 1), 0);
-  for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
-  std::vector<uint32_t> expanded;
-  if (shared) {
-    expanded.reserve(static_cast<size_t>(off[nb]));
-    for (int64_t i = 0; i < nb; ++i)
-      expanded.insert(expanded.end(), cand.row_indices(0), cand.row_indices(0) + cand.row_nnz(0));
-  }
-  const kernels::CandidateCsr csr{off.data(), shared ? expanded.data() : cand.indices.data(), nb,
-                                  off[nb]};
-  const double inv_b = 1.0 / static_cast<double>(nb);
+  const LshEntries entries(cand, nb, cfg_.shared_candidates);
+  const kernels::CandidateCsr csr = entries.csr();
   double loss_sum = 0.0;
   int64_t zeros = 0;
   auto loss_grad = [&](std::span<const float> z, std::span<float> g) {
-    double ls = 0.0;
-    int64_t zs = 0;
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
-    for (int64_t i = 0; i < nb; ++i) {
-      const int64_t nc = off[i + 1] - off[i];
-      float* gi = g.data() + off[i];
-      std::copy(z.begin() + off[i], z.begin() + off[i + 1], gi);
-      ls += lsh_sampled_point_grad(loss_, batch.labels, i, cand.row_indices(cand_row(i)), nc,
-                                   inv_b, gi);
-      zs += std::count(gi, gi + nc, 0.0f);
-    }
-    loss_sum = ls;
-    zeros = zs;
+    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, z.data(), g.data(), zeros);
   };
   for (uint32_t l : gpu_->train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
 
   StepStats stats;
-  stats.loss = loss_sum * inv_b;
-  stats.grads = off[nb];
+  stats.loss = loss_sum * (1.0 / static_cast<double>(nb));
+  stats.grads = csr.nnz;
   stats.zero_grads = zeros;
   return stats;
 }
@@ -401,12 +341,9 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
         {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())}, h);
   } else {
     z.resize(labels.size());
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t i = 0; i < h.rows; ++i)
-      for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e) {
-        const uint32_t l = labels[static_cast<size_t>(e)];
-        z[static_cast<size_t>(e)] = dot(host_.w.data() + int64_t{l} * d, h.row(i), d) + host_.b[l];
-      }
+    kernels::sampled_scores(host_.w.data(), host_.b.data(), d,
+                            {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())},
+                            h, z.data());
   }
   TopKAccumulator acc(h.rows, k);
 #pragma omp parallel for schedule(dynamic, 8)
@@ -456,7 +393,7 @@ int64_t LshSampledLayer::analytic_bytes_impl() const {
   const int64_t n = num_labels(), d = input_dim();
   const int64_t states = optimizer_state_arrays(optim_);
   int64_t bytes = gpu_ ? gpu_->analytic_bytes() : 4 * (n * d + n) * (1 + states);
-  bytes += 4 * n + 16 + 4 * n;  // dirty flags, schedule, slot map
+  bytes += 4 * n + 16;  // dirty flags, schedule
   bytes += sampler_->scratch_bytes();
   if (tables_) bytes += tables_->bytes();
   return bytes;

@@ -147,7 +147,6 @@ class LshSampledLayer final : public OutputLayer {
   mutable std::unique_ptr<CandidateSampler> sampler_;
   HostBuffer<uint32_t> dirty_;     // [L] 1 = updated since the last refresh
   HostBuffer<int64_t> sched_;      // [2] next refresh step, refreshes so far
-  HostBuffer<int32_t> slot_of_;    // [L] workspace: label -> touched slot, -1 otherwise
   mutable double last_recall_ = -1.0;
 };
 

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/matrix.h"
 #include "core/memory_ledger.h"
 #include "core/tensor_ref.h"
+#include "kernels/sampled_ops.h"
 #include "layers/param_refs.h"
 #include "layers/sampled_cuda.h"
 #include "model/optimizer.h"
@@ -51,6 +53,15 @@ struct SampledHostParams {
     step.w.apply(w.data() + o, g, data_or_null(w_s1, o), data_or_null(w_s2, o), d);
     step.b.apply(b.data() + l, &gb, data_or_null(b_s1, l), data_or_null(b_s2, l), 1);
   }
+
+  // The CPU training step of the weights on the entries of cand (row b's candidate labels;
+  // g [nnz] = dL/dz of each entry, h [B×d]): dh = Σ g·w_label with the weights before the
+  // update (kernels::sampled_input_grad; dh is overwritten), then dW and db of the touched
+  // labels (kernels::sampled_weight_grad over the entries grouped by label, rows ascending
+  // within a label, as the GPU groups them) and their lazy update. Returns the touched
+  // labels, ascending.
+  std::vector<uint32_t> train_step(const kernels::CandidateCsr& cand, const float* g, ConstMatrix h,
+                                   Matrix dh, const SampledRowStep& step);
 };
 
 // The checkpoint names (append_weight_bias_refs) over a device layer's host copies.
