@@ -33,33 +33,6 @@ constexpr uint64_t kInterStream = 0xf1f0'0003ULL;
 constexpr uint64_t kDropoutStream = 0xf1f0'0004ULL;
 constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
 
-// |w| as an order-preserving uint32 key (non-negative floats compare like their bits).
-uint32_t abs_key(float w) { return std::bit_cast<uint32_t>(w) & 0x7fffffffu; }
-
-// The k-th smallest key (k >= 1) of w[0..n) by a two-pass radix select over 16-bit digits:
-// returns {key, number of entries with a smaller key}. O(n) time, O(2^16) memory.
-std::pair<uint32_t, int64_t> select_abs_key(const float* w, int64_t n, int64_t k) {
-  std::vector<int64_t> hist(1 << 16);
-  for (int64_t i = 0; i < n; ++i) ++hist[abs_key(w[i]) >> 16];
-  int64_t below = 0;
-  uint32_t hi = 0;
-  for (; hi < (1u << 16); ++hi) {
-    if (below + hist[hi] >= k) break;
-    below += hist[hi];
-  }
-  std::fill(hist.begin(), hist.end(), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t key = abs_key(w[i]);
-    if ((key >> 16) == hi) ++hist[key & 0xffffu];
-  }
-  uint32_t lo = 0;
-  for (; lo < (1u << 16); ++lo) {
-    if (below + hist[lo] >= k) break;
-    below += hist[lo];
-  }
-  return {(hi << 16) | lo, below};
-}
-
 }  // namespace
 
 FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
@@ -355,9 +328,7 @@ TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
 }
 
 bool FixedFaninLayer::rewire_due(int64_t step, int64_t total_steps) const {
-  if (rewire_cfg_.interval <= 0 || rewire_cfg_.fraction <= 0.0 || step <= 0) return false;
-  if (step % rewire_cfg_.interval != 0) return false;
-  return static_cast<double>(step) <= rewire_cfg_.until * static_cast<double>(total_steps);
+  return xmc::rewire_due(rewire_cfg_, step, total_steps);
 }
 
 void FixedFaninLayer::on_step_impl(const TrainerView& t) {
@@ -402,7 +373,7 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   const int64_t n = num_labels(), f = fan_in_, nf = n * f;
   RewireStats out;
   out.step = step;
-  const auto k = static_cast<int64_t>(std::llround(rewire_cfg_.fraction * static_cast<double>(nf)));
+  const int64_t k = rewire_count(rewire_cfg_, nf);
   if (k <= 0 || f >= m_) {  // nothing to prune, or every input already used
     last_rewire_ = out;
     return out;
@@ -414,81 +385,25 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
     alloc_host_params(/*all=*/false);
     transfer_host_params(/*to_device=*/false, /*all=*/false);
   }
-  // Global threshold: every slot with key < tkey is pruned, plus the first (k - below)
-  // slots with key == tkey in slot order (ties broken deterministically).
-  const auto [tkey, below] = select_abs_key(w_.data(), nf, k);
-  std::vector<int64_t> ties(static_cast<size_t>(n) + 1, 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t l = 0; l < n; ++l) {
-    int64_t t = 0;
-    for (int64_t j = 0; j < f; ++j) t += abs_key(w_[static_cast<size_t>(l * f + j)]) == tkey;
-    ties[static_cast<size_t>(l) + 1] = t;
-  }
-  for (int64_t l = 0; l < n; ++l) ties[static_cast<size_t>(l) + 1] += ties[static_cast<size_t>(l)];
-  const int64_t tie_quota = k - below;
-
+  // The k smallest |w| over all L·F slots; each label regrows its own.
+  const std::vector<char> prune = lowest_slots(w_.data(), nf, k, /*abs=*/true);
   const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-  int64_t pruned = 0;
+  float* w = w_.data();
   float* s1 = data_or_null(w_s1_);
   float* s2 = data_or_null(w_s2_);
-#pragma omp parallel reduction(+ : pruned)
-  {
-    std::vector<int64_t> slots;
-    std::vector<uint32_t> old;
-#pragma omp for schedule(static)
-    for (int64_t l = 0; l < n; ++l) {
-      int64_t tie_take = std::clamp<int64_t>(tie_quota - ties[static_cast<size_t>(l)], 0,
-                                             ties[static_cast<size_t>(l) + 1] - ties[static_cast<size_t>(l)]);
-      uint32_t* il = idx_.data() + l * f;
-      float* wl = w_.data() + l * f;
-      slots.clear();
-      old.clear();
-      for (int64_t j = 0; j < f; ++j) {
-        const uint32_t key = abs_key(wl[j]);
-        bool take = key < tkey;
-        if (!take && key == tkey && tie_take > 0) {
-          take = true;
-          --tie_take;
-        }
-        if (take) {
-          slots.push_back(j);
-          old.push_back(il[j]);
-        }
-      }
-      if (slots.empty()) continue;
-      Rng rng = Rng::stream(base, static_cast<uint64_t>(l));
-      regrow_inputs(il, f, slots, old, m_, rng);
-      for (int64_t j : slots) {
-        wl[j] = 0.0f;
-        if (s1) s1[l * f + j] = 0.0f;
-        if (s2) s2[l * f + j] = 0.0f;
-      }
-      pruned += static_cast<int64_t>(slots.size());
-    }
-  }
+  out.pruned = regrow_sets(idx_.data(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
+    w[l * f + j] = 0.0f;
+    if (s1) s1[l * f + j] = 0.0f;
+    if (s2) s2[l * f + j] = 0.0f;
+  });
   if (gpu_) {
     transfer_host_params(/*to_device=*/true, /*all=*/false);
     free_host_params();
   }
-  out.pruned = pruned;
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
   last_rewire_ = out;
   return out;
-}
-
-void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
-                   const std::vector<uint32_t>& old, int64_t m, Rng& rng) {
-  XMC_CHECK(f < m, "regrow_inputs: fan-in {} leaves no free input among {}", f, m);
-  const bool avoid_old = m - f >= static_cast<int64_t>(slots.size());
-  for (int64_t j : slots) {
-    uint32_t c;
-    do {
-      c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
-    } while (std::find(idx, idx + f, c) != idx + f ||
-             (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
-    idx[j] = c;
-  }
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

@@ -23,25 +23,10 @@
 #include "core/rng.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/rewire.h"
 #include "model/loss.h"
 
 namespace xmc {
-
-struct RewireConfig {
-  int64_t interval = 1000;  // steps between rewirings (paper: ΔT = 1000)
-  double fraction = 0.1;    // ρ, share of all L·F slots pruned per rewiring (paper: 10%)
-  double until = 0.66;      // stop rewiring after this fraction of the planned steps
-
-  template <class V>
-  void visit(V& v) {
-    v.field("interval", interval, "Steps between prune-and-regrow rounds (0 = never)",
-            Range{0, 1e9});
-    v.field("fraction", fraction, "Fraction of all L·F connections pruned per round (smallest |w|)",
-            Range{0.0, 1.0});
-    v.field("until", until, "Rewire only during this fraction of the planned training steps",
-            Range{0.0, 1.0});
-  }
-};
 
 struct FixedFaninConfig {
   int64_t fan_in = 64;        // F (paper: 32 or 64)
@@ -85,22 +70,6 @@ struct FixedFaninTimings {
   int64_t skipped_labels = 0;   // (label, step) pairs whose whole gradient column was zero
   int64_t label_steps = 0;
 };
-
-// What the last rewiring did (tests, logs).
-struct RewireStats {
-  int64_t step = 0;
-  int64_t pruned = 0;  // slots pruned and regrown
-  double seconds = 0.0;
-};
-
-// The regrow half of a rewiring, shared by fixed_fanin (one index set per label) and
-// group_shared (one per group): for each slot j in `slots` of the index set idx [f],
-// whose pruned inputs were `old` (same order), draw a new input uniformly in [0, m) that
-// the set does not use — neither a kept input nor one regrown before it — and, when at
-// least slots.size() inputs remain outside the set, none of the ones just pruned (so
-// every regrown slot really changes). Needs f < m.
-void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
-                   const std::vector<uint32_t>& old, int64_t m, Rng& rng);
 
 class FixedFaninCuda;
 

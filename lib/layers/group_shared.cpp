@@ -737,9 +737,7 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
 }
 
 bool GroupSharedLayer::rewire_due(int64_t step, int64_t total_steps) const {
-  const RewireConfig& r = rewire_cfg_;
-  if (r.interval <= 0 || r.fraction <= 0.0 || step <= 0 || step % r.interval != 0) return false;
-  return static_cast<double>(step) <= r.until * static_cast<double>(total_steps);
+  return xmc::rewire_due(rewire_cfg_, step, total_steps);
 }
 
 void GroupSharedLayer::on_step_impl(const TrainerView& t) {
@@ -788,7 +786,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
   const int64_t t = tail_labels(), f = fan_in_, slots = groups_ * f;
   RewireStats out;
   out.step = step;
-  const auto k = std::llround(rewire_cfg_.fraction * static_cast<double>(slots));
+  const int64_t k = rewire_count(rewire_cfg_, slots);
   if (t == 0 || k <= 0 || f >= m_) {  // nothing to prune, or every input already used
     last_rewire_ = out;
     return out;
@@ -825,46 +823,19 @@ int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, 
       score[static_cast<size_t>(q * f + j)] = s / static_cast<float>(gn);
     }
   }
-  // The k smallest (score, slot) pairs: ties go to the lower slot.
-  std::vector<int64_t> rank(static_cast<size_t>(slots));
-  std::iota(rank.begin(), rank.end(), int64_t{0});
-  std::nth_element(rank.begin(), rank.begin() + (k - 1), rank.end(), [&](int64_t a, int64_t b) {
-    return std::make_pair(score[static_cast<size_t>(a)], a) < std::make_pair(score[static_cast<size_t>(b)], b);
-  });
-  std::vector<char> prune(static_cast<size_t>(slots), 0);
-  for (int64_t i = 0; i < k; ++i) prune[static_cast<size_t>(rank[static_cast<size_t>(i)])] = 1;
-
+  // The k lowest scores (ties to the lower slot); each group regrows its own slots, whose
+  // weights and moments restart at zero for every label of the group.
+  const std::vector<char> prune = lowest_slots(score.data(), slots, k);
   const uint64_t base = Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next();
-  int64_t pruned = 0;
-#pragma omp parallel reduction(+ : pruned)
-  {
-    std::vector<int64_t> slots_k;
-    std::vector<uint32_t> old;
-#pragma omp for schedule(static)
-    for (int64_t q = 0; q < groups_; ++q) {
-      slots_k.clear();
-      for (int64_t j = 0; j < f; ++j)
-        if (prune[static_cast<size_t>(q * f + j)]) slots_k.push_back(j);
-      if (slots_k.empty()) continue;
-      uint32_t* iq = idx + q * f;
-      old.clear();
-      for (int64_t j : slots_k) old.push_back(iq[j]);
-      Rng rng = Rng::stream(base, static_cast<uint64_t>(q));
-      regrow_inputs(iq, f, slots_k, old, m_, rng);
-      // The slot's weights and moments restart at zero for every label of the group.
-      const int64_t r0 = q * g, gn = std::min(g, t - r0);
-      for (int64_t j : slots_k) {
-        for (int64_t r = r0; r < r0 + gn; ++r) {
-          const int64_t e = r * f + j;
-          w[e] = 0.0f;
-          if (s1) s1[e] = 0.0f;
-          if (s2) s2[e] = 0.0f;
-        }
-      }
-      pruned += static_cast<int64_t>(slots_k.size());
+  return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
+    const int64_t r0 = q * g, gn = std::min(g, t - r0);
+    for (int64_t r = r0; r < r0 + gn; ++r) {
+      const int64_t e = r * f + j;
+      w[e] = 0.0f;
+      if (s1) s1[e] = 0.0f;
+      if (s2) s2[e] = 0.0f;
     }
-  }
-  return pruned;
+  });
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {

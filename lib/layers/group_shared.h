@@ -42,11 +42,11 @@
 #include "core/memory_ledger.h"
 #include "grouping/label_grouping.h"
 #include "layers/dense_any.h"
-#include "layers/fixed_fanin.h"  // RewireConfig, RewireStats
 #include "layers/group_shared_cuda.h"
 #include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/rewire.h"
 #include "model/loss.h"
 
 namespace xmc {

@@ -1,0 +1,114 @@
+#include "layers/rewire.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+
+namespace xmc {
+
+namespace {
+
+// A non-negative float (or |x|) as an order-preserving uint32 key.
+uint32_t key_of(float x, bool abs) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  return abs ? bits & 0x7fffffffu : bits;
+}
+
+// The k-th smallest key (k >= 1) of the n scores by a two-pass radix select over 16-bit
+// digits: {key, number of entries with a smaller key}. O(n) time, O(2^16) memory.
+std::pair<uint32_t, int64_t> select_key(const float* s, int64_t n, int64_t k, bool abs) {
+  std::vector<int64_t> hist(1 << 16);
+  for (int64_t i = 0; i < n; ++i) ++hist[key_of(s[i], abs) >> 16];
+  int64_t below = 0;
+  uint32_t hi = 0;
+  for (; hi < (1u << 16); ++hi) {
+    if (below + hist[hi] >= k) break;
+    below += hist[hi];
+  }
+  std::fill(hist.begin(), hist.end(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = key_of(s[i], abs);
+    if ((key >> 16) == hi) ++hist[key & 0xffffu];
+  }
+  uint32_t lo = 0;
+  for (; lo < (1u << 16); ++lo) {
+    if (below + hist[lo] >= k) break;
+    below += hist[lo];
+  }
+  return {(hi << 16) | lo, below};
+}
+
+}  // namespace
+
+bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps) {
+  if (cfg.interval <= 0 || cfg.fraction <= 0.0 || step <= 0 || step % cfg.interval != 0)
+    return false;
+  return static_cast<double>(step) <= cfg.until * static_cast<double>(total_steps);
+}
+
+int64_t rewire_count(const RewireConfig& cfg, int64_t slots) {
+  return std::llround(cfg.fraction * static_cast<double>(slots));
+}
+
+std::vector<char> lowest_slots(const float* score, int64_t n, int64_t k, bool abs) {
+  XMC_CHECK(k >= 1 && k <= n, "lowest_slots: k = {} of {}", k, n);
+  // Every slot with key < tkey, then the first (k - below) with key == tkey in slot order.
+  const auto [tkey, below] = select_key(score, n, k, abs);
+  std::vector<char> mask(static_cast<size_t>(n), 0);
+  int64_t ties = k - below;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) mask[static_cast<size_t>(i)] = key_of(score[i], abs) < tkey;
+  for (int64_t i = 0; i < n && ties > 0; ++i)
+    if (key_of(score[i], abs) == tkey) {
+      mask[static_cast<size_t>(i)] = 1;
+      --ties;
+    }
+  return mask;
+}
+
+int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
+                    const std::vector<char>& prune, uint64_t base,
+                    const std::function<void(int64_t, int64_t)>& reset) {
+  int64_t regrown = 0;
+#pragma omp parallel reduction(+ : regrown)
+  {
+    std::vector<int64_t> slots;
+    std::vector<uint32_t> old;
+#pragma omp for schedule(static)
+    for (int64_t q = 0; q < sets; ++q) {
+      uint32_t* iq = idx + q * f;
+      slots.clear();
+      old.clear();
+      for (int64_t j = 0; j < f; ++j)
+        if (prune[static_cast<size_t>(q * f + j)]) {
+          slots.push_back(j);
+          old.push_back(iq[j]);
+        }
+      if (slots.empty()) continue;
+      Rng rng = Rng::stream(base, static_cast<uint64_t>(q));
+      regrow_inputs(iq, f, slots, old, m, rng);
+      for (int64_t j : slots) reset(q, j);
+      regrown += static_cast<int64_t>(slots.size());
+    }
+  }
+  return regrown;
+}
+
+void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
+                   const std::vector<uint32_t>& old, int64_t m, Rng& rng) {
+  XMC_CHECK(f < m, "regrow_inputs: fan-in {} leaves no free input among {}", f, m);
+  const bool avoid_old = m - f >= static_cast<int64_t>(slots.size());
+  for (int64_t j : slots) {
+    uint32_t c;
+    do {
+      c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
+    } while (std::find(idx, idx + f, c) != idx + f ||
+             (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
+    idx[j] = c;
+  }
+}
+
+}  // namespace xmc
