@@ -18,4 +18,11 @@ struct OptimizerConfig {
   double eps = 1e-8;
 };
 
+// How many state arrays (each as long as the parameters) the optimizer needs:
+// sgd 0 (momentum 0) or 1; adam/adamw 2.
+inline int optimizer_state_arrays(const OptimizerConfig& cfg) {
+  if (cfg.type == OptimizerType::sgd) return cfg.momentum != 0.0 ? 1 : 0;
+  return 2;
+}
+
 }  // namespace xmc

@@ -16,9 +16,6 @@ class Context;
 OptimizerType parse_optimizer(std::string_view name);
 std::string_view to_string(OptimizerType t);
 
-// How many state arrays (each as long as the parameters) the optimizer needs:
-// sgd 0 (momentum 0) or 1; adam/adamw 2.
-int optimizer_state_arrays(const OptimizerConfig& cfg);
 
 // One update of params[i] -= ... for i in [0, n), with gradient grad[i].
 // state1/state2: the state arrays for the same slots (nullptr when not needed).
