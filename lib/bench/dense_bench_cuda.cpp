@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "kernels/dense_block_cuda.h"
+#include "layers/dense_block_cuda.h"
 #include "kernels/dense_ops_cuda.h"
 
 namespace xmc::bench {

@@ -11,6 +11,9 @@ struct CUstream_st;  // cudaStream_t = CUstream_st*
 namespace xmc::gpu {
 
 bool built_with_cuda();
+// In a build without CUDA: throws InputError "xmctrain was built without CUDA support"
+// (every stub of core/gpu_stubs.cpp and kernels/gpu_stubs.cpp calls it).
+[[noreturn]] void no_cuda();
 
 struct DeviceInfo {
   int index = 0;

@@ -1,16 +1,16 @@
 #pragma once
 // The dense op family on the GPU: the same operations as kernels/dense_ops.h,
-// model/loss.h and model/optimizer.h, on device memory and the context's stream. All
-// matrices are row-major views whose data pointers are DEVICE pointers; shapes are
-// checked and a mismatch throws xmc::Error with the values. Nothing synchronises unless
-// it says so. Implementation in cuda/ (dense_gemm.cpp, dense_loss.cu, optimizer.cu);
-// stubs that throw in a build without CUDA (core/gpu_stubs.cpp).
+// model/loss.h and model/optimizer.h (their settings: kernels/op_settings.h), on device
+// memory and the context's stream. All matrices are row-major views whose data pointers
+// are DEVICE pointers; shapes are checked and a mismatch throws xmc::Error with the
+// values. Nothing synchronises unless it says so. Implementation in cuda/ (dense_gemm.cpp,
+// dense_loss.cu, optimizer.cu); stubs that throw in a build without CUDA
+// (kernels/gpu_stubs.cpp).
 #include <cstdint>
 
 #include "core/cuda_context.h"
 #include "core/matrix.h"
-#include "model/loss.h"
-#include "model/optimizer.h"
+#include "kernels/op_settings.h"
 
 namespace xmc::gpu {
 

@@ -6,7 +6,7 @@
 // queued on the context's stream, every launch is checked, nothing synchronises. Shapes
 // are checked on the host and a mismatch throws xmc::Error with the value.
 // Implementation: cuda/fixed_fanin.cu, cuda/group_shared.cu, cuda/sampled.cu; stubs that
-// throw in a build without CUDA (core/gpu_stubs.cpp). Kernel design: docs/gpu.md.
+// throw in a build without CUDA (kernels/gpu_stubs.cpp). Kernel design: docs/gpu.md.
 #include <cstdint>
 
 #include "core/cuda_context.h"

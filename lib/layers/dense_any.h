@@ -11,7 +11,7 @@
 
 #include "core/context.h"
 #include "core/tensor_ref.h"
-#include "kernels/dense_block_cuda.h"
+#include "layers/dense_block_cuda.h"
 #include "layers/dense_block.h"
 #include "layers/host_staging.h"
 #include "layers/output_layer.h"

@@ -9,7 +9,7 @@
 // moves arrays in and out through upload / download, so both devices use the same draws.
 //
 // Compiled in every build: without CUDA the gpu:: entry points are the throwing stubs of
-// core/gpu_stubs.cpp, and nothing here is reached (a CUDA Context cannot be created).
+// kernels/gpu_stubs.cpp, and nothing here is reached (a CUDA Context cannot be created).
 #include <cstdint>
 #include <memory>
 #include <vector>

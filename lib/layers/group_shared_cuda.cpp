@@ -1,7 +1,7 @@
 // GroupSharedTailCuda: host-side orchestration of the group-shared tail on the GPU (the
 // kernels: cuda/group_shared.cu, cuda/fixed_fanin.cu's transpose, cuda/dense_loss.cu,
 // cuda/optimizer.cu). Compiled in every build; without CUDA the gpu:: entry points are
-// the throwing stubs of core/gpu_stubs.cpp, and nothing constructs this class (the layer
+// the throwing stubs of kernels/gpu_stubs.cpp, and nothing constructs this class (the layer
 // only does on a CUDA Context).
 #include "layers/group_shared_cuda.h"
 

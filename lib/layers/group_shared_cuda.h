@@ -24,7 +24,7 @@
 
 #include "core/cuda_context.h"
 #include "core/matrix.h"
-#include "kernels/dense_block_cuda.h"  // DenseCudaOptions, WeightPrecision
+#include "layers/dense_block_cuda.h"  // DenseCudaOptions, WeightPrecision
 #include "kernels/dense_ops_cuda.h"
 #include "layers/output_layer.h"
 #include "model/loss.h"

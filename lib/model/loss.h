@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "core/matrix.h"
+#include "kernels/op_settings.h"  // LossType
 
 namespace xmc {
 
-enum class LossType { bce, squared_hinge, softmax };
 LossType parse_loss(std::string_view name);  // throws InputError naming the known ones
 std::string_view to_string(LossType t);
 

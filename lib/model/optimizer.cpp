@@ -20,10 +20,6 @@ OptimizerType parse_optimizer(std::string_view name) {
 }
 std::string_view to_string(OptimizerType t) { return enum_name(kOptimizerNames, t); }
 
-int optimizer_state_arrays(const OptimizerConfig& cfg) {
-  if (cfg.type == OptimizerType::sgd) return cfg.momentum != 0.0 ? 1 : 0;
-  return 2;
-}
 
 namespace {
 

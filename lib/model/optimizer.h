@@ -7,27 +7,15 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/op_settings.h"  // OptimizerType, OptimizerConfig
+
 namespace xmc {
 
 class Context;
 
-enum class OptimizerType { sgd, adam, adamw };
 OptimizerType parse_optimizer(std::string_view name);
 std::string_view to_string(OptimizerType t);
 
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::adam;
-  double lr = 1e-3;
-  double momentum = 0.0;       // sgd
-  double weight_decay = 0.0;   // sgd: L2 added to the gradient; adamw: decoupled
-  double beta1 = 0.9;          // adam, adamw
-  double beta2 = 0.999;
-  double eps = 1e-8;
-};
-
-// How many state arrays (each as long as the parameters) the optimizer needs:
-// sgd 0 (momentum 0) or 1; adam/adamw 2.
-int optimizer_state_arrays(const OptimizerConfig& cfg);
 
 // One update of params[i] -= ... for i in [0, n), with gradient grad[i].
 // state1/state2: the state arrays for the same slots (nullptr when not needed).

@@ -26,7 +26,7 @@
 #include "core/rng.h"
 #include "eval/topk.h"
 #include "io/load.h"
-#include "kernels/dense_block_cuda.h"
+#include "layers/dense_block_cuda.h"
 #include "kernels/dense_ops.h"
 #include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"

@@ -1,7 +1,7 @@
 // DenseBlockCuda: host-side orchestration of the dense op family on the GPU (the kernels
 // live in dense_loss.cu, optimizer.cu, topk.cu; GEMMs in dense_gemm.cpp). Mirrors
 // layers/dense_block.cpp step by step.
-#include "kernels/dense_block_cuda.h"
+#include "layers/dense_block_cuda.h"
 
 #include <algorithm>
 #include <cmath>
