@@ -8,6 +8,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/error.h"
+#include "layers/device_topk.h"
 #include "core/gpu.h"
 #include "kernels/encoder_ops_cuda.h"
 #include "kernels/sparse_ops_cuda.h"
@@ -271,39 +272,15 @@ void FixedFaninCuda::scores(ConstMatrix h, int64_t lo, Matrix out) {
 }
 
 TopK FixedFaninCuda::topk(ConstMatrix h, int k) {
-  gpu::check_topk_k(k);
-  const auto st = ctx_->stream();
   const int64_t f = s_.fan_in;
-  const auto rk = static_cast<size_t>(h.rows * k);
-  TopK out;
-  out.rows = h.rows;
-  out.k = k;
-  out.labels.resize(rk);
-  out.scores.resize(rk);
-  if (rk == 0) return out;
-  auto& ledger = ctx_->ledger();
-  DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk), tmp_s(ledger, MemTag::workspace, rk);
-  DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk), tmp_l(ledger, MemTag::workspace, rk);
-  for (int64_t r0 = 0; r0 < h.rows; r0 += s_.max_batch) {
-    const int64_t rows = std::min(s_.max_batch, h.rows - r0);
-    const auto off = static_cast<size_t>(r0 * k);
-    gpu::topk_reset(run_s.data() + off, run_l.data() + off, rows, k, st);
-    const ConstMatrix ut = eval_input_t(h.rows_range(r0, rows));
-    for (int64_t c0 = 0; c0 < s_.n; c0 += s_.chunk) {
-      const int64_t c = std::min(s_.chunk, s_.n - c0);
-      const Matrix z(z_.data(), rows, c);
-      gpu::fixed_fanin_forward(*ctx_, idx_.data() + c0 * f, w_.data() + c0 * f, b_.data() + c0, c,
-                               f, ut, z);
-      gpu::topk_merge_chunk(z.data, rows, c, c, k, c0, tmp_s.data() + off, tmp_l.data() + off,
-                            run_s.data() + off, run_l.data() + off, st);
-    }
-  }
-  run_s.download(out.scores.data(), rk, st);
-  run_l.download(out.labels.data(), rk, st);
-  ctx_->synchronize();
-  for (size_t i = 0; i < rk; ++i)
-    if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
-  return out;
+  ConstMatrix ut;
+  return device_stream_topk(
+      *ctx_, h.rows, k, s_.max_batch, s_.n, s_.chunk, 0, z_.data(),
+      [&](int64_t r0, int64_t rows) { ut = eval_input_t(h.rows_range(r0, rows)); },
+      [&](int64_t c0, Matrix z) {
+        gpu::fixed_fanin_forward(*ctx_, idx_.data() + c0 * f, w_.data() + c0 * f, b_.data() + c0,
+                                 z.cols, f, ut, z);
+      });
 }
 
 int64_t FixedFaninCuda::analytic_bytes() const {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "layers/device_topk.h"
 #include "core/gpu.h"
 #include "core/resources.h"
 #include "core/rng.h"
@@ -635,44 +636,17 @@ TopK GroupSharedLayer::topk_gpu(ConstMatrix h, int k) const {
   // The device top-k runs over internal positions (label offset = the chunk's first
   // position, ties to the lower position, as the CPU's stream_topk); only the k kept
   // entries per row are mapped to original ids, on the host, as on the CPU.
-  gpu::check_topk_k(k);
   XMC_CHECK(h.cols == input_dim(), "group_shared top-k: h has {} columns, d = {}", h.cols,
             input_dim());
-  const int64_t n = num_labels();
   const int64_t chunk = chunk_ > 0 ? chunk_ : head_block_->chunk();
-  const auto s = gpu_->stream();
-  const auto rk = static_cast<size_t>(std::max<int64_t>(1, h.rows * k));
-  gpu::DeviceBuffer<float> run_s(*ledger_, MemTag::workspace, rk),
-      tmp_s(*ledger_, MemTag::workspace, rk);
-  gpu::DeviceBuffer<uint32_t> run_l(*ledger_, MemTag::workspace, rk),
-      tmp_l(*ledger_, MemTag::workspace, rk);
   gpu::DeviceBuffer<float> z(
       *ledger_, MemTag::workspace,
       static_cast<size_t>(std::min(max_batch_, std::max<int64_t>(h.rows, 1)) * chunk));
-  TopK out;
-  out.rows = h.rows;
-  out.k = k;
-  out.labels.resize(static_cast<size_t>(h.rows * k));
-  out.scores.resize(static_cast<size_t>(h.rows * k));
-  for (int64_t r0 = 0; r0 < h.rows; r0 += max_batch_) {
-    const int64_t rows = std::min(max_batch_, h.rows - r0);
-    const auto off = static_cast<size_t>(r0 * k);
-    const EvalInputs in = eval_inputs(h.rows_range(r0, rows));
-    gpu::topk_reset(run_s.data() + off, run_l.data() + off, rows, k, s);
-    for (int64_t lo = 0; lo < n; lo += chunk) {
-      const int64_t c = std::min(chunk, n - lo);
-      const Matrix zc(z.data(), rows, c);
-      internal_scores(in, lo, zc);
-      gpu::topk_merge_chunk(zc.data, rows, c, c, k, lo, tmp_s.data() + off, tmp_l.data() + off,
-                            run_s.data() + off, run_l.data() + off, s);
-    }
-    gpu_->synchronize();  // the row block's temporaries are freed at the end of the iteration
-  }
-  run_s.download(out.scores.data(), out.scores.size(), s);
-  run_l.download(out.labels.data(), out.labels.size(), s);
-  gpu_->synchronize();
-  for (size_t i = 0; i < out.labels.size(); ++i)
-    if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
+  std::optional<EvalInputs> in;
+  TopK out = device_stream_topk(
+      *gpu_, h.rows, k, max_batch_, num_labels(), chunk, 0, z.data(),
+      [&](int64_t r0, int64_t rows) { in.emplace(eval_inputs(h.rows_range(r0, rows))); },
+      [&](int64_t lo, Matrix zc) { internal_scores(*in, lo, zc); });
   to_original_ids(out);
   return out;
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "layers/device_topk.h"
 #include "core/gpu.h"
 #include "kernels/dense_ops_cuda.h"
 #include "kernels/encoder_ops_cuda.h"
@@ -204,39 +205,12 @@ void SampledCudaBlock::scores(ConstMatrix h, int64_t lo, Matrix out) {
 }
 
 TopK SampledCudaBlock::topk(ConstMatrix h, int k) {
-  gpu::check_topk_k(k);
   XMC_CHECK(h.cols == d_, "cuda top-k: h has {} columns, d = {}", h.cols, d_);
-  const auto s = ctx_->stream();
-  const auto rk = static_cast<size_t>(h.rows * k);
-  auto& ledger = ctx_->ledger();
-  gpu::DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk),
-      tmp_s(ledger, MemTag::workspace, rk);
-  gpu::DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk),
-      tmp_l(ledger, MemTag::workspace, rk);
-  TopK out;
-  out.rows = h.rows;
-  out.k = k;
-  out.labels.resize(rk);
-  out.scores.resize(rk);
-  for (int64_t r0 = 0; r0 < h.rows; r0 += max_batch_) {
-    const int64_t rows = std::min(max_batch_, h.rows - r0);
-    const ConstMatrix hb = h.rows_range(r0, rows);
-    const auto off = static_cast<size_t>(r0 * k);
-    gpu::topk_reset(run_s.data() + off, run_l.data() + off, rows, k, s);
-    for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
-      const int64_t c = std::min(chunk_, n_ - c0);
-      Matrix z(z_.data(), rows, c);
-      scores(hb, c0, z);
-      gpu::topk_merge_chunk(z.data, rows, c, c, k, c0, tmp_s.data() + off, tmp_l.data() + off,
-                            run_s.data() + off, run_l.data() + off, s);
-    }
-  }
-  run_s.download(out.scores.data(), rk, s);
-  run_l.download(out.labels.data(), rk, s);
-  ctx_->synchronize();
-  for (size_t i = 0; i < rk; ++i)
-    if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
-  return out;
+  ConstMatrix hb;
+  return device_stream_topk(
+      *ctx_, h.rows, k, max_batch_, n_, chunk_, 0, z_.data(),
+      [&](int64_t r0, int64_t rows) { hb = h.rows_range(r0, rows); },
+      [&](int64_t c0, Matrix z) { scores(hb, c0, z); });
 }
 
 std::vector<float> SampledCudaBlock::to_host(ConstMatrix m) const {

@@ -1,0 +1,53 @@
+#include "layers/device_topk.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "core/gpu.h"
+
+namespace xmc {
+
+TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t block_rows, int64_t n,
+                        int64_t chunk, int64_t label_offset, float* workspace,
+                        const std::function<void(int64_t, int64_t)>& begin_block,
+                        const std::function<void(int64_t, Matrix)>& score) {
+  gpu::check_topk_k(k);
+  XMC_CHECK(rows >= 0 && block_rows > 0 && n > 0 && chunk > 0,
+            "device top-k: {} rows in blocks of {}, {} labels in chunks of {}", rows, block_rows,
+            n, chunk);
+  const auto s = ctx.stream();
+  const auto rk = static_cast<size_t>(rows * k);
+  TopK out;
+  out.rows = rows;
+  out.k = k;
+  out.labels.resize(rk);
+  out.scores.resize(rk);
+  if (rk == 0) return out;
+  auto& ledger = ctx.ledger();
+  gpu::DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk), tmp_s(ledger, MemTag::workspace, rk);
+  gpu::DeviceBuffer<uint32_t> run_l(ledger, MemTag::workspace, rk),
+      tmp_l(ledger, MemTag::workspace, rk);
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const int64_t br = std::min(block_rows, rows - r0);
+    const auto off = static_cast<size_t>(r0 * k);
+    gpu::topk_reset(run_s.data() + off, run_l.data() + off, br, k, s);
+    if (begin_block) begin_block(r0, br);
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t c = std::min(chunk, n - c0);
+      const Matrix z(workspace, br, c);
+      score(c0, z);
+      gpu::topk_merge_chunk(z.data, br, c, c, k, label_offset + c0, tmp_s.data() + off,
+                            tmp_l.data() + off, run_s.data() + off, run_l.data() + off, s);
+    }
+    ctx.synchronize();  // temporaries of begin_block may be freed after the block
+  }
+  run_s.download(out.scores.data(), rk, s);
+  run_l.download(out.labels.data(), rk, s);
+  ctx.synchronize();
+  for (size_t i = 0; i < rk; ++i)
+    if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
+  return out;
+}
+
+}  // namespace xmc
