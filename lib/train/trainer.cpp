@@ -398,6 +398,7 @@ class TrainLoop {
   double train_seconds_ = 0.0;
   double last_epoch_seconds_ = 0.0;
   nlohmann::json last_metrics_;
+  bool evaluated_ = false;  // the final model was evaluated (every rank of a sharded run)
   // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
   HostBuffer<float> dh_host_;
   gpu::DeviceBuffer<float> dh_dev_;
@@ -646,6 +647,7 @@ void TrainLoop::evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line) {
     return;
   }
   EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
+  evaluated_ = last;
   // Label-sharded: rank 0 scored the merged top-k; every rank's schedule sees its P@1.
   double p1 = ev.metrics.p.empty() ? 0.0 : ev.metrics.p[0];
   if (comm_ != nullptr) comm_->broadcast(std::as_writable_bytes(std::span<double>(&p1, 1)), 0);
@@ -690,13 +692,16 @@ bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
 
 void TrainLoop::write_results(const Stopwatch& total_time) {
   // Resumed after the last epoch's checkpoint (killed before results.json): evaluate the
-  // final model again.
-  if (run_ == nullptr) return;  // rank > 0 of a label-sharded run: rank 0 reports
-  if (last_metrics_.is_null()) {
+  // final model again (a collective in a label-sharded run: every rank takes part).
+  if (!evaluated_) {
     EvalResult ev = evaluate_dataset(model_, data_.test, data_.es);
-    last_metrics_ = ev.metrics.to_json();
-    summary_.metrics_table = ev.metrics.table();
+    evaluated_ = true;
+    if (!ev.metrics.p.empty()) {
+      last_metrics_ = ev.metrics.to_json();
+      summary_.metrics_table = ev.metrics.table();
+    }
   }
+  if (run_ == nullptr) return;  // rank > 0 of a label-sharded run: rank 0 reports
   const Dataset& train = data_.train;
   nlohmann::json& res = summary_.results;
   res["name"] = cfg_.name;

@@ -95,6 +95,13 @@ TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank,
   CHECK(p1("killed") == p1("full"));
   CHECK(epoch_losses(tmp / "killed") == epoch_losses(tmp / "full"));
 
+  // Killed after the last epoch's checkpoint, before results.json: the resumed run only
+  // evaluates, and every rank takes part in that evaluation (no rank waits alone).
+  CHECK(train("last", {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "0"}})
+            .exit_code != 0);
+  REQUIRE(train("last", {"--resume"}, {}).exit_code == 0);
+  CHECK(p1("last") == p1("full"));
+
   // SIGTERM seen by rank 1 alone: both ranks stop after the same step with one checkpoint
   // set (exit 143), and the resumed run ends where the uninterrupted one did.
   const CliResult sig =
