@@ -111,7 +111,7 @@ __global__ void elementwise_kernel(float* __restrict__ z, int64_t rows, int64_t 
     const uint32_t* pos_first = indices + p0;
     float* row = z + r * ld;
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-      const float x = row[j] + bias[j];
+      const float x = bias ? row[j] + bias[j] : row[j];  // no bias: the forward added it
       const bool pos = is_positive(pos_first, np, static_cast<uint32_t>(lo + j));
       float g;
       if constexpr (T == LossType::bce) {

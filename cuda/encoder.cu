@@ -45,9 +45,10 @@ __global__ void enc_bias_act_kernel(float* __restrict__ h, int64_t cols, int64_t
   }
 }
 
+// dz may be dh (in place: each thread reads its entry before writing it).
 __global__ void enc_act_grad_kernel(bool relu, const float* __restrict__ h, int64_t ldh,
-                                    const float* __restrict__ dh, int64_t lddh,
-                                    float* __restrict__ dz, int64_t lddz, int64_t cols) {
+                                    const float* dh, int64_t lddh, float* dz, int64_t lddz,
+                                    int64_t cols) {
   const int64_t r = blockIdx.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
        j += static_cast<int64_t>(gridDim.y) * blockDim.x) {

@@ -2,8 +2,11 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/dense_ops_cuda.h"
+#include "kernels/encoder_ops_cuda.h"
 
 namespace xmc::kernels {
 namespace {
@@ -66,6 +69,83 @@ void column_sums(const Context& ctx, ConstMatrix a, float* out) {
 }
 void add_row_vector(const Context& ctx, Matrix m, const float* bias) {
   ctx.on_gpu() ? gpu::add_row_vector(ctx.cuda(), m, bias) : add_row_vector(m, bias);
+}
+
+void set_zero(const Context& ctx, Matrix m) {
+  if (m.empty()) return;
+  if (ctx.on_gpu()) {
+    const auto st = ctx.cuda().stream();
+    if (m.ld == m.cols) {
+      gpu::memset_device(m.data, 0, static_cast<size_t>(m.rows * m.cols) * sizeof(float), st);
+      return;
+    }
+    for (int64_t r = 0; r < m.rows; ++r)
+      gpu::memset_device(m.row(r), 0, static_cast<size_t>(m.cols) * sizeof(float), st);
+    return;
+  }
+  for (int64_t r = 0; r < m.rows; ++r) std::fill(m.row(r), m.row(r) + m.cols, 0.0f);
+}
+
+void copy_from_host(const Context& ctx, const float* src, Matrix dst) {
+  for (int64_t r = 0; r < dst.rows; ++r) {
+    const float* row = src + r * dst.cols;
+    if (ctx.on_gpu())
+      gpu::copy_to_device(dst.row(r), row, static_cast<size_t>(dst.cols) * sizeof(float),
+                          ctx.cuda().stream());
+    else
+      std::copy(row, row + dst.cols, dst.row(r));
+  }
+  if (ctx.on_gpu()) ctx.cuda().synchronize();
+}
+
+void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst) {
+  XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "multiply_mask: [{}×{}] into [{}×{}]",
+            src.rows, src.cols, dst.rows, dst.cols);
+  if (ctx.on_gpu()) {
+    gpu::multiply_mask(ctx.cuda(), src, mask, dst);
+    return;
+  }
+  for (int64_t r = 0; r < src.rows; ++r) {
+    const float* s = src.row(r);
+    const float* mk = mask + r * src.cols;
+    float* d = dst.row(r);
+    for (int64_t j = 0; j < src.cols; ++j) d[j] = s[j] * mk[j];
+  }
+}
+
+void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  const ConstMatrix wm(w, out.cols, x.cols);
+  if (ctx.on_gpu()) {
+    gpu::gemm_nt(ctx.cuda(), x, wm, out);
+    gpu::bias_activation(ctx.cuda(), out, bias, relu);
+    return;
+  }
+  for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
+  gemm_nt(x, wm, out, 1.0f, 1.0f);
+  if (relu)
+    for (int64_t r = 0; r < out.rows; ++r)
+      for (int64_t j = 0; j < out.cols; ++j) out(r, j) = std::max(out(r, j), 0.0f);
+}
+
+void relu_grad(const Context& ctx, ConstMatrix u, Matrix du) {
+  XMC_CHECK(u.rows == du.rows && u.cols == du.cols, "relu_grad: u [{}×{}], du [{}×{}]", u.rows,
+            u.cols, du.rows, du.cols);
+  if (ctx.on_gpu()) {
+    gpu::activation_grad(ctx.cuda(), true, u, du, du);
+    return;
+  }
+  for (int64_t r = 0; r < u.rows; ++r) {
+    const float* ur = u.row(r);
+    float* dr = du.row(r);
+    for (int64_t j = 0; j < u.cols; ++j)
+      if (ur[j] <= 0.0f) dr[j] = 0.0f;
+  }
+}
+
+void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst) {
+  XMC_CHECK(ctx.on_gpu(), "bf16 weights exist only on device cuda");
+  gpu::to_bf16(ctx.cuda(), src, dst);
 }
 
 }  // namespace xmc::kernels

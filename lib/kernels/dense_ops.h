@@ -7,6 +7,7 @@
 // kernels/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
 #include "core/context.h"
 #include "core/matrix.h"
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
 
 namespace xmc::kernels {
 
@@ -29,5 +30,24 @@ void gemm_tn(const Context& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float a
              float beta = 0.0f);
 void column_sums(const Context& ctx, ConstMatrix a, float* out);
 void add_row_vector(const Context& ctx, Matrix m, const float* bias);
+
+// Element-wise ops of the layers, with the Context first (CPU: host loops; CUDA: the
+// gpu:: ops of kernels/dense_ops_cuda.h and kernels/encoder_ops_cuda.h).
+// m = 0.
+void set_zero(const Context& ctx, Matrix m);
+// dst = src, src a HOST array [dst.rows×dst.cols] (ld = cols); complete on return.
+void copy_from_host(const Context& ctx, const float* src, Matrix dst);
+// dst = src ⊙ mask (mask [rows×cols], ld = cols); dst may be src.
+void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst);
+// out [B×n] = act(x [B×k] · w [n×k]ᵀ + bias [n]), act = relu or identity. CPU: the bias
+// rows are copied into out and sgemm adds x·wᵀ (beta 1); CUDA: the GEMM, then the bias
+// and the activation in one kernel — the last bits of the two may differ.
+void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out);
+// du = 0 where u <= 0 (the ReLU's gradient through its output u), in place.
+void relu_grad(const Context& ctx, ConstMatrix u, Matrix du);
+// dst = src rounded to nearest-even bf16 (GPU only: there are no bf16 weights on the CPU;
+// a CPU Context throws xmc::Error).
+void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 
 }  // namespace xmc::kernels

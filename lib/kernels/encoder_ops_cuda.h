@@ -40,7 +40,7 @@ void csr_dense_forward(const CudaContext& ctx, const DeviceCsrValues& x, const f
 // h += bias (each row), then relu in place when `relu`.
 void bias_activation(const CudaContext& ctx, Matrix h, const float* bias, bool relu);
 
-// dz = dh ⊙ (h > 0) when relu, else dz = dh (h: the activation's output).
+// dz = dh ⊙ (h > 0) when relu, else dz = dh (h: the activation's output). dz may be dh.
 void activation_grad(const CudaContext& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz);
 
 // dst = src ⊙ mask (mask [rows×cols] dense, ld = cols; nullptr: plain copy). dst may be src.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
 
@@ -180,6 +181,15 @@ void transpose(ConstMatrix u, Matrix ut) {
         for (int64_t r = r0; r < r1; ++r) ut(c, r) = u(r, c);
     }
   }
+}
+
+void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
+  ctx.on_gpu() ? gpu::transpose(ctx.cuda(), u, ut) : transpose(u, ut);
+}
+
+void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {
+  XMC_CHECK(ctx.on_gpu(), "bf16 transpose: bf16 exists only on device cuda");
+  gpu::transpose(ctx.cuda(), u, ut);
 }
 
 }  // namespace xmc::kernels

@@ -8,7 +8,9 @@
 // zero (squared hinge with the margin met) are skipped by both backward ops.
 #include <cstdint>
 
+#include "core/context.h"
 #include "core/matrix.h"
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16Matrix
 
 namespace xmc::kernels {
 
@@ -31,5 +33,9 @@ void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int6
 
 // ut [m×B] = transpose of u [B×m].
 void transpose(ConstMatrix u, Matrix ut);
+// The same on the Context's device (DEVICE views on a CUDA Context); the bf16 form rounds
+// to nearest even and exists on the GPU only (a CPU Context throws xmc::Error).
+void transpose(const Context& ctx, ConstMatrix u, Matrix ut);
+void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut);
 
 }  // namespace xmc::kernels

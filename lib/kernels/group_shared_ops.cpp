@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
 
@@ -185,6 +186,51 @@ void group_shared_input_grad(const uint32_t* idx, const float* w, int64_t n, int
       }
     }
   }
+}
+
+namespace {
+const gpu::CudaContext& bf16_gpu(const Context& ctx, const char* op) {
+  XMC_CHECK(ctx.on_gpu(), "group-shared {}: bf16 exists only on device cuda", op);
+  return ctx.cuda();
+}
+}  // namespace
+
+void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
+                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                          ConstMatrix ut, Matrix z) {
+  if (ctx.on_gpu())
+    gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z);
+  else
+    group_shared_forward(idx, w, bias, n, group, fan_in, ut, z);
+}
+void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
+                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                          gpu::ConstBf16Matrix ut, Matrix z) {
+  gpu::group_shared_forward(bf16_gpu(ctx, "forward"), idx, w, bias, n, group, fan_in, ut, z);
+}
+void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
+                              int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
+  if (ctx.on_gpu())
+    gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db);
+  else
+    group_shared_weight_grad(idx, n, group, fan_in, g, ut, dw, db);
+}
+void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
+                              int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
+                              float* db) {
+  gpu::group_shared_weight_grad(bf16_gpu(ctx, "weight gradient"), idx, n, group, fan_in, g, ut,
+                                dw, db);
+}
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+  if (ctx.on_gpu())
+    gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du);
+  else
+    group_shared_input_grad(idx, w, n, group, fan_in, g, du);
+}
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
+                             int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+  gpu::group_shared_input_grad(bf16_gpu(ctx, "input gradient"), idx, w, n, group, fan_in, g, du);
 }
 
 }  // namespace xmc::kernels

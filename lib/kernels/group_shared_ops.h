@@ -13,7 +13,9 @@
 // product against that tile — F·B floats read per group instead of per label.
 #include <cstdint>
 
+#include "core/context.h"
 #include "core/matrix.h"
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
 
 namespace xmc::kernels {
 
@@ -35,5 +37,25 @@ void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int
 // races and the result does not depend on the thread count.
 void group_shared_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t group,
                              int64_t fan_in, ConstMatrix g, Matrix du);
+
+// The same three ops on the Context's device (every pointer and view a DEVICE one on a
+// CUDA Context: gpu::group_shared_* of kernels/sparse_ops_cuda.h). The bf16 forms (bf16
+// weights and input, fp32 accumulation) exist on the GPU only: a CPU Context throws
+// xmc::Error.
+void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
+                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                          ConstMatrix ut, Matrix z);
+void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
+                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                          gpu::ConstBf16Matrix ut, Matrix z);
+void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
+                              int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db);
+void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
+                              int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
+                              float* db);
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
+                             int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
 
 }  // namespace xmc::kernels

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/buffer.h"
 #include "core/gpu.h"
 
 namespace xmc {
@@ -47,6 +48,40 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
   ctx.synchronize();
   for (size_t i = 0; i < rk; ++i)
     if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
+  return out;
+}
+
+TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
+                 int64_t label_offset, const std::function<void(int64_t, int64_t)>& begin_block,
+                 const std::function<void(int64_t, Matrix)>& score) {
+  XMC_CHECK(rows >= 0 && block_rows > 0 && n > 0 && chunk > 0,
+            "top-k: {} rows in blocks of {}, {} labels in chunks of {}", rows, block_rows, n,
+            chunk);
+  chunk = std::min(chunk, n);
+  const int64_t br = std::min(block_rows, std::max<int64_t>(rows, 1));
+  Buffer<float> z(ctx, MemTag::workspace, static_cast<size_t>(br * chunk));
+  if (ctx.on_gpu())
+    return device_stream_topk(ctx.cuda(), rows, k, block_rows, n, chunk, label_offset, z.data(),
+                              begin_block, score);
+  TopK out;
+  out.rows = rows;
+  out.k = k;
+  out.labels.resize(static_cast<size_t>(rows * k));
+  out.scores.resize(out.labels.size());
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const int64_t nr = std::min(block_rows, rows - r0);
+    TopKAccumulator acc(nr, k);
+    if (begin_block) begin_block(r0, nr);
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t c = std::min(chunk, n - c0);
+      const Matrix zc(z.data(), nr, c);
+      score(c0, zc);
+      acc.add_chunk(zc, label_offset + c0);
+    }
+    const TopK part = acc.result();
+    std::copy(part.labels.begin(), part.labels.end(), out.labels.begin() + r0 * k);
+    std::copy(part.scores.begin(), part.scores.end(), out.scores.begin() + r0 * k);
+  }
   return out;
 }
 

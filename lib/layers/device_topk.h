@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "core/context.h"
 #include "core/cuda_context.h"
 #include "core/matrix.h"
 #include "eval/topk.h"
@@ -21,5 +22,14 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
                         int64_t chunk, int64_t label_offset, float* workspace,
                         const std::function<void(int64_t r0, int64_t rows)>& begin_block,
                         const std::function<void(int64_t c0, Matrix z)>& score);
+
+// The same on the Context's device: CUDA — device_stream_topk with a device workspace of
+// min(block_rows, rows)·chunk floats (in the ledger); CPU — the same blocks and chunks on
+// host memory, merged by TopKAccumulator (eval/topk.h) in OutputLayer::stream_topk's order
+// (equal scores to the lower id). score() writes DEVICE views on a CUDA Context.
+TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
+                 int64_t label_offset,
+                 const std::function<void(int64_t r0, int64_t rows)>& begin_block,
+                 const std::function<void(int64_t c0, Matrix z)>& score);
 
 }  // namespace xmc

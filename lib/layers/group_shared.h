@@ -21,15 +21,17 @@
 // K·F slots is pruned and each regrown with a random input the group does not use yet
 // (nor just pruned), its weights zeroed for the whole group and their moments reset.
 //
-// Devices: on a CUDA Context (device_views(): h, dh and the scores' out are DEVICE views,
-// output_layer.h) the head is an AnyDenseBlock on the GPU, the projections keep their
-// parameters on the device, and the tail is a GroupSharedTailCuda
-// (layers/group_shared_cuda.h); the same initial values as on the CPU (drawn on the host,
-// uploaded). Labels, TopK, the label order and the dropout masks (drawn on the host from
-// the CPU's stream) stay on the host. Rare work — rewiring, semantic grouping, checkpoints
-// — runs the CPU code on host copies of the tail (download, change, upload).
-// precision: fp32 | bf16 (GPU only) for the head block and the tail weights; the
-// projections stay fp32.
+// Devices: the same code on both. Parameters, optimizer state and workspaces are Buffers
+// (core/buffer.h) on the Context's device and every op takes the Context (kernels/): on a
+// CUDA Context (device_views(): h, dh and the scores' out are DEVICE views,
+// output_layer.h) the arrays live on the GPU, with the same initial values (drawn on the
+// host). Labels, TopK, the label order and the dropout masks (drawn on the host) stay on
+// the host. Rare work — rewiring, semantic grouping, checkpoints — runs on host copies
+// (Buffer::stage / commit: no copy on the CPU). The logits include the bias from the
+// forward op on both devices; the loss op adds none.
+// precision: fp32 | bf16 (GPU only) for the head block and the tail weights (bf16 only,
+// no fp32 master copy; the tail's input is rounded to bf16 for the tensor-core kernels);
+// the projections, biases, gradients and optimizer state stay fp32.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -38,15 +40,15 @@
 
 #include "config/field_constraints.h"
 
-#include "core/cuda_context.h"
+#include "core/buffer.h"
 #include "core/memory_ledger.h"
 #include "grouping/label_grouping.h"
 #include "layers/dense_any.h"
-#include "layers/group_shared_cuda.h"
-#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/rewire.h"
+#include "layers/weight_array.h"
+#include "model/dropout.h"
 #include "model/loss.h"
 
 namespace xmc {
@@ -100,7 +102,9 @@ struct GroupSharedConfig {
   }
 };
 
-// Per-op wall time of train_step, accumulated (logged per epoch).
+// Per-op wall time of train_step, accumulated (logged per epoch). On the GPU the ops are
+// queued, so a phase's time is the host's time until the next synchronisation: the
+// tail's loss read-back at the end of its chunk loop lands in `update`.
 struct GroupSharedTimings {
   double head = 0.0;             // projection, dense head step, projection backward
   double forward = 0.0;          // dropout, tail projection, transpose, tail forward
@@ -110,17 +114,14 @@ struct GroupSharedTimings {
   double update = 0.0;
   double projection_backward = 0.0;
   double rewire = 0.0;
-  double tail_gpu = 0.0;  // GPU: the whole tail step (its kernels are not timed one by one)
   int64_t zero_grads = 0;
   int64_t grads = 0;
 };
 
 // A projection u = act(x·Pᵀ + c) of the layer input, P [out×in] and c [out] in one array
 // [out×in + out] (zero bias at start, P ~ uniform(±1/sqrt(in))), with its optimizer state,
-// gradient and batch workspaces u, du [B×out] in the ledger. Empty (out = 0) = identity.
-// On a CUDA Context all of it lives on the device (the same initial P, drawn on the host;
-// plus a [B×out] workspace for the ReLU's gradient) and every matrix argument below is a
-// DEVICE view.
+// gradient and batch workspaces u, du [B×out], Buffers on the Context's device (every
+// matrix argument below is a DEVICE view on a CUDA Context). Empty (out = 0) = identity.
 class GroupSharedProjection {
  public:
   GroupSharedProjection() = default;
@@ -134,25 +135,22 @@ class GroupSharedProjection {
   // Training forward into the workspace u [B×out].
   Matrix forward(ConstMatrix x);
   // The workspace du [B×out] for the caller to fill.
-  Matrix grad_workspace(int64_t rows) { return {cuda_ ? du_dev_.data() : du_.data(), rows, out_}; }
+  Matrix grad_workspace(int64_t rows) { return {du_.data(), rows, out_}; }
   // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
   // then one optimizer step of P and c.
   void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
-  // On the GPU: host copies (sync_state(to_host) first).
+  // Host copies (sync_state(to_host) first on the GPU).
   void append_state(std::vector<TensorRef>& out, const std::string& prefix);
-  void sync_state(StateSync s);  // no-op on the CPU (OutputLayer::sync_state)
+  void sync_state(StateSync s);
   int64_t bytes() const;  // analytic size of every buffer above
 
  private:
+  Context* ctx_ = nullptr;
   int64_t in_ = 0, out_ = 0, max_batch_ = 0;
   bool relu_ = false;
   OptimizerConfig optim_;
-  gpu::CudaContext* cuda_ = nullptr;    // set on a CUDA Context
-  HostBuffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
-  HostBuffer<float> u_, du_;            // [B×out]
-  gpu::DeviceBuffer<float> p_dev_, s1_dev_, s2_dev_, dp_dev_;  // GPU twins of the above
-  gpu::DeviceBuffer<float> u_dev_, du_dev_, dz_dev_;           // dz: ReLU gradient (relu only)
-  HostStaging<BufferCopies> staging_;  // GPU: checkpoint host copies (parameters, states)
+  Buffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
+  Buffer<float> u_, du_;            // [B×out]
 };
 
 class GroupSharedLayer final : public OutputLayer {
@@ -193,19 +191,18 @@ class GroupSharedLayer final : public OutputLayer {
   int64_t analytic_bytes_impl() const override;
 
   // Inputs of the evaluation path for h [rows×d]: the head's (projected) input and the
-  // tail's transposed input ut [m×rows] (on the GPU: set into the device tail, rows <=
-  // max_batch; the buffers are device temporaries).
+  // tail's transposed input ut [m×rows] (bf16 in bf16 mode), workspace Buffers.
   struct EvalInputs {
-    std::vector<float> head_buf, tail_buf, ut_buf;
-    gpu::DeviceBuffer<float> head_dev, tail_dev;
-    ConstMatrix head_in, ut;
+    Buffer<float> head_buf, tail_buf, ut;
+    Buffer<gpu::Bf16> ut16;
+    ConstMatrix head_in;
   };
   EvalInputs eval_inputs(ConstMatrix h) const;
   // Scores of internal positions [lo, lo+out.cols) (lo and the head/tail boundary on
   // group boundaries of the tail).
   void internal_scores(const EvalInputs& in, int64_t lo, Matrix out) const;
-  TopK topk_gpu(ConstMatrix h, int k) const;
-  void scores_gpu(ConstMatrix h, Matrix out) const;
+  // Tail forward (bias included) of tail labels [r0, r0+z.cols) on ut / ut16 [m×rows].
+  void tail_forward(int64_t r0, const float* ut, const gpu::Bf16* ut16, Matrix z) const;
   // Positions -> original ids in place; equal scores then rank by original id.
   void to_original_ids(TopK& top) const;
   void build_targets(const Batch& batch, int64_t rows);
@@ -216,11 +213,12 @@ class GroupSharedLayer final : public OutputLayer {
   // Alg. 3's prune and regrow of k slots on host arrays; returns the slots pruned.
   int64_t rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
                         float* s2) const;
-  void update_tail(int64_t r0, int64_t n, const LrState& lr);
+  // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.
+  void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
-  MemoryLedger* ledger_;
-  gpu::CudaContext* gpu_ = nullptr;  // set on a CUDA Context
+  Context* ctx_;
   int64_t group_, fan_in_, head_, groups_, m_, max_batch_, chunk_;
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
   double dropout_;
   LossType loss_;
   GroupingType grouping_;
@@ -228,23 +226,25 @@ class GroupSharedLayer final : public OutputLayer {
   int kmeans_iters_;
   RewireConfig rewire_cfg_;
   OptimizerConfig optim_;
+  bool stochastic_rounding_ = false;
   uint64_t seed_;
   int64_t total_steps_;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
   std::optional<AnyDenseBlock> head_block_;
   GroupSharedProjection head_proj_;             // d→head_dim (linear), or none
-  HostBuffer<uint32_t> idx_;                    // [K×F] (CPU)
-  HostBuffer<float> w_, b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T×F], [T] and optimizer state (CPU)
-  std::unique_ptr<GroupSharedTailCuda> tail_gpu_;        // the same on the GPU
-  HostStaging<GroupSharedTailCuda::HostState> tail_stage_;  // GPU: checkpoint host copies
+  Buffer<uint32_t> idx_;                        // [K×F]
+  WeightArray w_;                               // [T×F] (fp32, or bf16 on the GPU)
+  Buffer<float> b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T], and the optimizer state
   GroupSharedProjection tail_proj_;             // d→m (ReLU), or none
-  HostBuffer<float> xd_, mask_;                 // workspace [B×d] (dropout only; GPU: mask_ only)
-  gpu::DeviceBuffer<float> xd_dev_, mask_dev_;  // GPU: [B×d] each (dropout only)
-  HostBuffer<float> ut_;                        // workspace [m×B] (CPU)
-  HostBuffer<float> z_;                         // workspace [B×chunk] (CPU)
-  HostBuffer<float> dw_, db_;                   // workspace [chunk×F], [chunk] (CPU)
-  CsrMatrix targets_;                           // the batch's positives at internal positions
+  Buffer<float> xd_;                            // workspace [B×d] (dropout only)
+  DropoutMask mask_;                            // [B×d] (dropout only)
+  Buffer<float> ut_;                            // workspace [m×B] (fp32 mode)
+  Buffer<gpu::Bf16> ut16_;                      // workspace [m×B] (bf16 mode)
+  Buffer<float> z_;                             // workspace [B×chunk]
+  Buffer<float> dw_, db_;                       // workspace [chunk×F], [chunk]
+  LossTargets targets_;                         // the batch's positives at internal positions
+  LossAccumulator acc_;                         // the step's loss
   RewireStats last_rewire_;
   GroupSharedTimings timings_;
 };

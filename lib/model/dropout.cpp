@@ -50,4 +50,21 @@ void dropout_sparse(CsrMatrix& x, double p, Rng& rng) {
   x.values.resize(static_cast<size_t>(out));
 }
 
+DropoutMask::DropoutMask(Context& ctx, int64_t max_rows, int64_t n)
+    : max_rows_(max_rows), n_(n), mask_(ctx, MemTag::workspace, static_cast<size_t>(max_rows * n)) {
+  if (ctx.on_gpu()) host_ = HostBuffer<float>(ctx.ledger(), MemTag::workspace, mask_.size());
+}
+
+const float* DropoutMask::draw(int64_t rows, double p, Rng& rng) {
+  XMC_CHECK(rows <= max_rows_, "dropout mask of {} rows, at most {}", rows, max_rows_);
+  const int64_t count = rows * n_;
+  if (host_.size() == 0) {
+    dropout_mask(mask_.data(), count, p, rng);
+  } else {
+    dropout_mask(host_.data(), count, p, rng);
+    mask_.copy_from_host(host_.data(), static_cast<size_t>(count));
+  }
+  return mask_.data();
+}
+
 }  // namespace xmc

@@ -6,6 +6,7 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "kernels/dense_ops.h"
 #include "model/fast_math.h"
 
 namespace xmc {
@@ -218,6 +219,43 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
     for (const uint32_t* p = tg.first; p != tg.last; ++p) z[*p - lo] -= t_b;
   }
   return total;
+}
+
+LossTargets::LossTargets(Context& ctx, int64_t max_batch) : ctx_(&ctx) {
+  if (ctx.on_gpu()) indptr_ = Buffer<int64_t>(ctx, MemTag::workspace, static_cast<size_t>(max_batch + 1));
+}
+
+void LossTargets::upload() {
+  if (!ctx_ || !ctx_->on_gpu()) return;
+  XMC_CHECK(csr_.rows + 1 <= static_cast<int64_t>(indptr_.size()),
+            "loss targets: {} rows for a workspace of {}", csr_.rows, indptr_.size() - 1);
+  const auto nnz = static_cast<size_t>(csr_.nnz());
+  if (indices_.size() < std::max<size_t>(nnz, 1))
+    indices_ = Buffer<uint32_t>(*ctx_, MemTag::workspace,
+                                std::max<size_t>({nnz, 2 * indices_.size(), 1024}));
+  indptr_.copy_from_host(csr_.indptr.data(), static_cast<size_t>(csr_.rows + 1));
+  indices_.copy_from_host(csr_.indices.data(), nnz);
+}
+
+gpu::DeviceCsr LossTargets::device() const {
+  XMC_CHECK(!indptr_.empty(), "loss targets: no device copy on a CPU Context");
+  return {indptr_.data(), indices_.data(), csr_.rows, csr_.cols};
+}
+
+void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
+                           const LossTargets& targets, int64_t lo, int64_t batch_size,
+                           LossAccumulator& acc) {
+  if (ctx.on_gpu()) {
+    gpu::elementwise_loss_grad(ctx.cuda(), type, logits, bias, targets.device(), lo, batch_size,
+                               acc.data());
+    return;
+  }
+  if (bias) kernels::add_row_vector(logits, bias);
+  int64_t zeros = 0;
+  const double loss = elementwise_loss_grad(type, logits, targets.host(), lo, batch_size, &zeros);
+  gpu::LossAccum* a = acc.data();
+  a->loss += loss;
+  a->zero_grads += static_cast<unsigned long long>(zeros);
 }
 
 }  // namespace xmc

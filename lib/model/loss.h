@@ -6,8 +6,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/buffer.h"
+#include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/op_settings.h"  // LossType
+#include "kernels/dense_ops_cuda.h"  // gpu::DeviceCsr, gpu::LossAccum
+#include "kernels/op_settings.h"     // LossType
 
 namespace xmc {
 
@@ -39,5 +42,67 @@ struct SoftmaxStats {
 void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats);
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
                          int64_t lo, int64_t batch_size);
+
+// --- the same on the Context's device ------------------------------------------------
+
+// A batch's positives for the losses on the Context's device: the host CSR (global ids,
+// sorted within a row), filled by the caller, and on a CUDA Context its device copy,
+// made by upload() (the index array grows geometrically with the batch's nnz, in the
+// ledger as workspace).
+class LossTargets {
+ public:
+  LossTargets() = default;
+  LossTargets(Context& ctx, int64_t max_batch);
+  CsrMatrix& host() { return csr_; }
+  const CsrMatrix& host() const { return csr_; }
+  // CUDA: copies host() to the device (queued on the stream); CPU: nothing.
+  void upload();
+  // The device copy (CUDA Context only).
+  gpu::DeviceCsr device() const;
+  // The long-lived device bytes (indptr [max_batch+1]; the grown indices excluded); 0 on
+  // the CPU, where the CSR is the host one.
+  int64_t analytic_bytes() const { return indptr_.empty() ? 0 : static_cast<int64_t>(indptr_.bytes()); }
+
+ private:
+  Context* ctx_ = nullptr;
+  CsrMatrix csr_;
+  Buffer<int64_t> indptr_;    // CUDA: [max_batch+1]
+  Buffer<uint32_t> indices_;  // CUDA: grows with nnz
+};
+
+// The running loss and exact-zero gradient count of one step on the Context's device, so
+// that a GPU step reads back one small struct once (a device Buffer in the ledger; on the
+// CPU a plain member).
+class LossAccumulator {
+ public:
+  LossAccumulator() = default;
+  explicit LossAccumulator(Context& ctx) {
+    if (ctx.on_gpu()) dev_ = Buffer<gpu::LossAccum>(ctx, MemTag::workspace, 1);
+  }
+  // loss = start (what the step has summed before), zero_grads = 0.
+  void reset(double start = 0.0) {
+    host_ = gpu::LossAccum{start, 0};
+    if (!dev_.empty()) dev_.copy_from_host(&host_, 1);
+  }
+  gpu::LossAccum* data() { return dev_.empty() ? &host_ : dev_.data(); }
+  // Synchronises on the GPU.
+  gpu::LossAccum read() {
+    if (!dev_.empty()) dev_.copy_to_host(&host_, 1);
+    return host_;
+  }
+  int64_t bytes() const { return static_cast<int64_t>(dev_.bytes()); }
+
+ private:
+  gpu::LossAccum host_{};
+  Buffer<gpu::LossAccum> dev_;
+};
+
+// elementwise_loss_grad on the Context's device: logits [B×c] (a DEVICE view on a CUDA
+// Context) for labels [lo, lo+c), plus bias [c] first when bias is not nullptr; adds the
+// chunk's loss sum and exact-zero count to acc. CPU: the function above (bias added by
+// add_row_vector first); CUDA: gpu::elementwise_loss_grad.
+void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
+                           const LossTargets& targets, int64_t lo, int64_t batch_size,
+                           LossAccumulator& acc);
 
 }  // namespace xmc

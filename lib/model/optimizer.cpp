@@ -112,4 +112,12 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
     optimizer_update(cfg, lr, step, params, grad, state1, state2, n);
 }
 
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      gpu::Bf16* params, const float* grad, float* state1, float* state2,
+                      int64_t n, uint64_t stochastic_seed) {
+  XMC_CHECK(ctx.on_gpu(), "bf16 weights exist only on device cuda");
+  gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
+                        stochastic_seed);
+}
+
 }  // namespace xmc

@@ -7,7 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/op_settings.h"  // OptimizerType, OptimizerConfig
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
+#include "kernels/op_settings.h"     // OptimizerType, OptimizerConfig
 
 namespace xmc {
 
@@ -28,6 +29,11 @@ void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float
 // and the update is queued on its stream (gpu::optimizer_update, kernels/dense_ops_cuda.h).
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n);
+// bf16 weights (GPU only; a CPU Context throws xmc::Error): rounded to nearest even, or
+// stochastically when stochastic_seed != 0 (gpu::optimizer_update's bf16 form).
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      gpu::Bf16* params, const float* grad, float* state1, float* state2,
+                      int64_t n, uint64_t stochastic_seed = 0);
 
 // One step's update prepared once (Adam's two bias-correction powers, the folded
 // constants) and applied to many small slices — the touched rows of a sparse layer —

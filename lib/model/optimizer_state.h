@@ -2,6 +2,7 @@
 // Ledger-recorded optimizer state arrays.
 #include <cstddef>
 
+#include "core/buffer.h"
 #include "core/memory_ledger.h"
 #include "model/optimizer.h"
 
@@ -13,6 +14,12 @@ inline HostBuffer<float> optimizer_state_buffer(MemoryLedger& ledger, const Opti
                                                 int which, size_t n) {
   if (optimizer_state_arrays(optim) < which) return {};
   return HostBuffer<float>(ledger, MemTag::optimizer, n);
+}
+// The same on the Context's device (zero on both).
+inline Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
+                                            size_t n) {
+  if (optimizer_state_arrays(optim) < which) return {};
+  return Buffer<float>(ctx, MemTag::optimizer, n);
 }
 
 }  // namespace xmc

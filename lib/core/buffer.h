@@ -1,0 +1,136 @@
+#pragma once
+// Buffer<T>: an owning array of n T's on the Context's device — host memory (64-byte
+// aligned) on a CPU Context, device memory on a CUDA Context — recorded in the Context's
+// ledger under a tag (MemSpace host or device), zero on creation on both devices. Layers
+// hold their parameters, optimizer state and workspaces in Buffers and pass data() to the
+// ops, which take the Context and dispatch (kernels/): the layer code is the same on both
+// devices.
+//
+// Host access for rare work (checkpoints, rewiring, regrouping) and for the few arrays the
+// host fills (dropout masks): stage() makes host_data() valid — the buffer itself on the
+// CPU (no copy), a downloaded copy on the GPU —, commit() writes a staged copy back
+// (GPU: upload) and drops it, release() drops it without writing. A CPU buffer is always
+// "staged": host_data() is data().
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/context.h"
+#include "core/cuda_context.h"
+#include "core/error.h"
+#include "core/memory_ledger.h"
+#include "core/tensor_ref.h"
+
+namespace xmc {
+
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  // n = 0 gives an empty buffer (data() nullptr) on either device.
+  Buffer(Context& ctx, MemTag tag, size_t n) {
+    MemoryLedger& ledger = ctx.ledger();
+    if (ctx.on_gpu()) {
+      cuda_ = &ctx.cuda();
+      dev_ = gpu::DeviceBuffer<T>(ledger, tag, n);
+      if (n) dev_.zero(cuda_->stream());
+    } else {
+      host_ = HostBuffer<T>(ledger, tag, n);
+    }
+  }
+
+  T* data() { return cuda_ ? dev_.data() : host_.data(); }
+  const T* data() const { return cuda_ ? dev_.data() : host_.data(); }
+  size_t size() const { return cuda_ ? dev_.size() : host_.size(); }
+  bool empty() const { return size() == 0; }
+  size_t bytes() const { return size() * sizeof(T); }
+  bool on_gpu() const { return cuda_ != nullptr; }
+
+  // Every element = 0, on the buffer's device (GPU: queued on the stream).
+  void zero() {
+    if (cuda_) {
+      if (size()) dev_.zero(cuda_->stream());
+    } else if (size()) {
+      std::memset(static_cast<void*>(host_.data()), 0, bytes());
+    }
+  }
+  // Elements [offset, offset+n) = src[0..n) (host memory). GPU: the copy is complete
+  // when this returns (src may be reused at once).
+  void copy_from_host(const T* src, size_t n, size_t offset = 0) {
+    XMC_CHECK(offset + n <= size(), "buffer copy of [{}, {}) into {} elements", offset,
+              offset + n, size());
+    if (n == 0) return;
+    if (cuda_) {
+      gpu::copy_to_device(dev_.data() + offset, src, n * sizeof(T), cuda_->stream());
+      cuda_->synchronize();
+    } else {
+      std::copy(src, src + n, host_.data() + offset);
+    }
+  }
+  // dst[0..n) = elements [offset, offset+n) (host memory), complete on return.
+  void copy_to_host(T* dst, size_t n, size_t offset = 0) const {
+    XMC_CHECK(offset + n <= size(), "buffer copy of [{}, {}) out of {} elements", offset,
+              offset + n, size());
+    if (n == 0) return;
+    if (cuda_) {
+      gpu::copy_to_host(dst, dev_.data() + offset, n * sizeof(T), cuda_->stream());
+      cuda_->synchronize();
+    } else {
+      std::copy(host_.data() + offset, host_.data() + offset + n, dst);
+    }
+  }
+
+  // Host access (see the header comment).
+  T* stage() {
+    if (cuda_ && !staged_) {
+      copy_.resize(size());
+      copy_to_host(copy_.data(), size());
+      staged_ = true;
+    }
+    return host_data();
+  }
+  T* host_data() {
+    if (!cuda_) return host_.data();
+    XMC_CHECK(staged_ || size() == 0, "host access to a device buffer before stage()");
+    return copy_.data();
+  }
+  void commit() {
+    if (!cuda_) return;
+    XMC_CHECK(staged_ || size() == 0, "commit() of a device buffer that was not staged");
+    copy_from_host(copy_.data(), copy_.size());
+    release();
+  }
+  void release() {
+    if (!cuda_) return;
+    std::vector<T>().swap(copy_);
+    staged_ = false;
+  }
+  // A buffer whose host copy the host fills from scratch (no download first).
+  T* stage_for_write() {
+    if (cuda_ && !staged_) {
+      copy_.resize(size());
+      staged_ = true;
+    }
+    return host_data();
+  }
+  // OutputLayer::sync_state (core/tensor_ref.h): to_host stages, to_device commits,
+  // release drops the copy.
+  void sync(StateSync s) {
+    switch (s) {
+      case StateSync::to_host: stage(); return;
+      case StateSync::to_device: commit(); return;
+      case StateSync::release: release(); return;
+    }
+  }
+
+ private:
+  gpu::CudaContext* cuda_ = nullptr;  // set on a CUDA Context
+  HostBuffer<T> host_;
+  gpu::DeviceBuffer<T> dev_;
+  std::vector<T> copy_;  // GPU: the staged host copy
+  bool staged_ = false;
+};
+
+}  // namespace xmc

@@ -1,0 +1,79 @@
+#include "layers/weight_array.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace xmc {
+
+namespace {
+
+float widen(gpu::Bf16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Round to nearest even, as the device's __float2bfloat16_rn (NaN stays a quiet NaN).
+gpu::Bf16 round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+
+}  // namespace
+
+WeightArray::WeightArray(Context& ctx, bool bf16, size_t n) : bf16_(bf16) {
+  XMC_CHECK(!bf16 || ctx.on_gpu(), "bf16 weights exist only on device cuda");
+  if (bf16)
+    w16_ = Buffer<gpu::Bf16>(ctx, MemTag::weights, n);
+  else
+    w_ = Buffer<float>(ctx, MemTag::weights, n);
+}
+
+float* WeightArray::stage() {
+  if (!bf16_) return w_.stage();
+  if (!staged_) {
+    const gpu::Bf16* h = w16_.stage();
+    wide_.resize(w16_.size());
+    for (size_t i = 0; i < wide_.size(); ++i) wide_[i] = widen(h[i]);
+    w16_.release();
+    staged_ = true;
+  }
+  return wide_.data();
+}
+
+float* WeightArray::host_data() {
+  if (!bf16_) return w_.host_data();
+  XMC_CHECK(staged_ || wide_.empty(), "host access to bf16 weights before stage()");
+  return wide_.data();
+}
+
+void WeightArray::commit() {
+  if (!bf16_) return w_.commit();
+  XMC_CHECK(staged_, "commit() of bf16 weights that were not staged");
+  gpu::Bf16* h = w16_.stage_for_write();
+  for (size_t i = 0; i < wide_.size(); ++i) h[i] = round_bf16(wide_[i]);
+  w16_.commit();
+  release();
+}
+
+void WeightArray::release() {
+  if (!bf16_) return w_.release();
+  std::vector<float>().swap(wide_);
+  staged_ = false;
+}
+
+void WeightArray::sync(StateSync s) {
+  switch (s) {
+    case StateSync::to_host: stage(); return;
+    case StateSync::to_device: commit(); return;
+    case StateSync::release: release(); return;
+  }
+}
+
+}  // namespace xmc

@@ -1,0 +1,44 @@
+#pragma once
+// WeightArray: a layer's weights on the Context's device, fp32 — or, on the GPU with
+// precision bf16, bf16 only (no fp32 master copy; the optimizer rounds each update).
+// Host access as Buffer's (core/buffer.h), always in fp32: stage() gives a host fp32
+// copy (bf16 widened exactly), commit() writes it back (bf16: rounded to nearest even),
+// release() drops it.
+#include <cstddef>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
+
+namespace xmc {
+
+class WeightArray {
+ public:
+  WeightArray() = default;
+  // n weights, zero, recorded under MemTag::weights. bf16 needs a CUDA Context.
+  WeightArray(Context& ctx, bool bf16, size_t n);
+
+  bool bf16() const { return bf16_; }
+  size_t size() const { return bf16_ ? w16_.size() : w_.size(); }
+  int64_t bytes() const { return static_cast<int64_t>(bf16_ ? w16_.bytes() : w_.bytes()); }
+  // The device arrays: f32() in fp32 mode, b16() in bf16 mode.
+  float* f32() { return w_.data(); }
+  const float* f32() const { return w_.data(); }
+  gpu::Bf16* b16() { return w16_.data(); }
+  const gpu::Bf16* b16() const { return w16_.data(); }
+
+  float* stage();
+  float* host_data();
+  void commit();
+  void release();
+  void sync(StateSync s);
+
+ private:
+  bool bf16_ = false;
+  Buffer<float> w_;
+  Buffer<gpu::Bf16> w16_;
+  std::vector<float> wide_;  // bf16: the staged fp32 copy
+  bool staged_ = false;
+};
+
+}  // namespace xmc
