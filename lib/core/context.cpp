@@ -36,6 +36,10 @@ Context::Context(Device device, int threads) : device_(device), threads_(threads
 
 Context::~Context() = default;
 
+void Context::synchronize() const {
+  if (cuda_) cuda_->synchronize();
+}
+
 gpu::CudaContext& Context::cuda() const {
   XMC_CHECK(cuda_ != nullptr, "the CUDA context of a {} Context was requested", to_string(device_));
   return *cuda_;

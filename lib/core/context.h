@@ -32,6 +32,8 @@ class Context {
   bool on_gpu() const { return device_ == Device::cuda; }
   // The GPU context of a CUDA Context; xmc::Error on a CPU one.
   gpu::CudaContext& cuda() const;
+  // Waits for the work queued on the device (CUDA: the stream); nothing on the CPU.
+  void synchronize() const;
   int threads() const { return threads_; }
   MemoryLedger& ledger() { return ledger_; }
   const MemoryLedger& ledger() const { return ledger_; }

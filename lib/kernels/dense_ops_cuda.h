@@ -60,6 +60,7 @@ struct DeviceCsr {
 struct LossAccum {
   double loss = 0.0;                  // summed over entries, not yet divided by B
   unsigned long long zero_grads = 0;  // exactly-zero gradient entries
+  unsigned long long zero_labels = 0; // labels whose whole gradient column was zero
 };
 
 // bce / squared_hinge (model/loss.h semantics): logits [B×c] (without bias) in, on return

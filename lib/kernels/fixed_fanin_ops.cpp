@@ -187,6 +187,33 @@ void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
   ctx.on_gpu() ? gpu::transpose(ctx.cuda(), u, ut) : transpose(u, ut);
 }
 
+void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
+                         const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z) {
+  if (ctx.on_gpu())
+    gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z);
+  else
+    fixed_fanin_forward(idx, w, bias, n, fan_in, ut, z);
+}
+
+void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
+                             ConstMatrix g, ConstMatrix ut, float* dw, float* db,
+                             unsigned long long* zero_labels) {
+  if (ctx.on_gpu()) {
+    gpu::fixed_fanin_weight_grad(ctx.cuda(), idx, n, fan_in, g, ut, dw, db, zero_labels);
+    return;
+  }
+  const int64_t zeros = fixed_fanin_weight_grad(idx, n, fan_in, g, ut, dw, db);
+  if (zero_labels) *zero_labels += static_cast<unsigned long long>(zeros);
+}
+
+void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                            int64_t fan_in, ConstMatrix g, Matrix du) {
+  if (ctx.on_gpu())
+    gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du);
+  else
+    fixed_fanin_input_grad(idx, w, n, fan_in, g, du);
+}
+
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {
   XMC_CHECK(ctx.on_gpu(), "bf16 transpose: bf16 exists only on device cuda");
   gpu::transpose(ctx.cuda(), u, ut);

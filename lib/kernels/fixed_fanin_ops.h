@@ -36,6 +36,18 @@ void transpose(ConstMatrix u, Matrix ut);
 // The same on the Context's device (DEVICE views on a CUDA Context); the bf16 form rounds
 // to nearest even and exists on the GPU only (a CPU Context throws xmc::Error).
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut);
+
+// The three fixed fan-in ops on the Context's device (DEVICE pointers and views on a CUDA
+// Context: gpu::fixed_fanin_* of kernels/sparse_ops_cuda.h). The weight gradient adds the
+// number of labels whose gradient column is all zero to *zero_labels (nullable; a pointer
+// on the Context's device) instead of returning it.
+void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
+                         const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z);
+void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
+                             ConstMatrix g, ConstMatrix ut, float* dw, float* db,
+                             unsigned long long* zero_labels);
+void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                            int64_t fan_in, ConstMatrix g, Matrix du);
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut);
 
 }  // namespace xmc::kernels

@@ -13,18 +13,13 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"
-#include "layers/fixed_fanin_cuda.h"
+#include "layers/device_topk.h"
 #include "layers/param_refs.h"
-#include "model/dropout.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
 namespace {
-
-HostBuffer<float> maybe_buffer(MemoryLedger& ledger, MemTag tag, bool needed, int64_t n) {
-  if (!needed || n == 0) return {};
-  return HostBuffer<float>(ledger, tag, static_cast<size_t>(n));
-}
 
 // Stream ids, so that the layer's random draws do not collide with each other.
 constexpr uint64_t kIndexStream = 0xf1f0'0001ULL;
@@ -37,18 +32,19 @@ constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
 
 FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
     : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+      ctx_(init.ctx),
       fan_in_(cfg.fan_in),
       m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
       max_batch_(init.batch_size),
       chunk_(std::min(cfg.chunk_size, init.num_labels)),
-      inter_(cfg.intermediate > 0),
+      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
       dropout_(cfg.dropout),
       loss_(parse_loss(cfg.loss)),
       rewire_cfg_(cfg.rewire),
       optim_(init.optim),
       seed_(init.seed),
       total_steps_(init.total_steps),
-      ledger_(&init.ctx->ledger()) {
+      time_ops_(!init.ctx->on_gpu() || cfg.gpu_timing) {
   const int64_t d = init.input_dim, n = init.num_labels, f = fan_in_;
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
@@ -56,26 +52,33 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   if (f > m_)
     throw_input("fixed_fanin: fan_in {} exceeds the {} inputs of the sparse layer ({})", f, m_,
                 cfg.intermediate > 0 ? "model.output.intermediate" : "encoder output width");
-  const bool inter = inter_;
-  auto& ledger = init.ctx->ledger();
-  const bool on_gpu = init.ctx->on_gpu();
+  Context& ctx = *init.ctx;
+  if (ctx.on_gpu()) set_device_views(true);
   const int64_t nf = n * f;
-  const int64_t pn = inter ? m_ * d + m_ : 0;
-  // Parameters drawn on the host on both devices (a GPU layer uploads them, then frees
-  // the host copies); host workspaces only on the CPU.
-  alloc_host_params(/*all=*/true);
-  if (!on_gpu) {
-    dp_ = maybe_buffer(ledger, MemTag::workspace, inter, pn);
-    xd_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
-    mask_ = maybe_buffer(ledger, MemTag::workspace, dropout_ > 0.0, max_batch_ * d);
-    u_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
-    du_ = maybe_buffer(ledger, MemTag::workspace, inter, max_batch_ * m_);
-    ut_ = maybe_buffer(ledger, MemTag::workspace, true, m_ * max_batch_);
-    z_ = maybe_buffer(ledger, MemTag::workspace, true, max_batch_ * chunk_);
-    dw_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_ * f);
-    db_ = maybe_buffer(ledger, MemTag::workspace, true, chunk_);
+  const auto nfs = static_cast<size_t>(nf), ns = static_cast<size_t>(n);
+  idx_ = Buffer<uint32_t>(ctx, MemTag::indices, nfs);
+  w_ = Buffer<float>(ctx, MemTag::weights, nfs);
+  b_ = Buffer<float>(ctx, MemTag::weights, ns);
+  w_s1_ = optimizer_state_buffer(ctx, optim_, 1, nfs);
+  w_s2_ = optimizer_state_buffer(ctx, optim_, 2, nfs);
+  b_s1_ = optimizer_state_buffer(ctx, optim_, 1, ns);
+  b_s2_ = optimizer_state_buffer(ctx, optim_, 2, ns);
+  inter_ = Projection(ctx, d, cfg.intermediate, true, optim_, max_batch_,
+                      Rng::stream(seed_, kInterStream).next());
+  if (dropout_ > 0.0) {
+    mask_ = DropoutMask(ctx, max_batch_, d);
+    xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
   }
+  ut_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(m_ * max_batch_));
+  z_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
+  dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * f));
+  db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
+  targets_ = LossTargets(ctx, max_batch_);
+  acc_ = LossAccumulator(ctx);
 
+  // Drawn on the host on both devices (a GPU layer uploads them).
+  uint32_t* idx = idx_.stage_for_write();
+  float* w = w_.stage_for_write();
   // Random fan-in without duplicates, sorted (ascending gathers); each label from its own
   // stream so the result does not depend on the thread count.
   const float wscale = 1.0f / std::sqrt(static_cast<float>(f));
@@ -87,7 +90,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
 #pragma omp for schedule(static)
     for (int64_t l = 0; l < n; ++l) {
       Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(l));
-      uint32_t* il = idx_.data() + l * f;
+      uint32_t* il = idx + l * f;
       if (2 * f > m_) {
         pool.resize(static_cast<size_t>(m_));
         for (int64_t i = 0; i < m_; ++i) pool[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
@@ -107,224 +110,135 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       }
       std::sort(il, il + f);
       Rng wrng = Rng::stream(w_seed, static_cast<uint64_t>(l));
-      float* wl = w_.data() + l * f;
+      float* wl = w + l * f;
       for (int64_t j = 0; j < f; ++j) wl[j] = (2.0f * wrng.uniformf() - 1.0f) * wscale;
     }
   }
-  if (inter) {
-    const float pscale = 1.0f / std::sqrt(static_cast<float>(d));
-    const uint64_t p_seed = Rng::stream(seed_, kInterStream).next();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < m_; ++r) {
-      Rng rng = Rng::stream(p_seed, static_cast<uint64_t>(r));
-      float* row = p_.data() + r * d;
-      for (int64_t j = 0; j < d; ++j) row[j] = (2.0f * rng.uniformf() - 1.0f) * pscale;
-    }
-  }
-  if (on_gpu) {
-    const FixedFaninShape shape{d, n, f, m_, inter, max_batch_, chunk_, dropout_ > 0.0};
-    gpu_ = std::make_unique<FixedFaninCuda>(init.ctx->cuda(), shape, loss_, optim_);
-    transfer_host_params(/*to_device=*/true, /*all=*/true);
-    free_host_params();
-    set_device_views(true);
-    time_ops_ = cfg.gpu_timing;
-  }
+  idx_.commit();
+  w_.commit();
+  const int64_t pn = inter_.active() ? m_ * d + m_ : 0;
   spdlog::info(
       "fixed_fanin: L={} fan-in F={} over {} inputs (sparsity F/{}={:.4f}){}, {} parameters "
-      "({:.1f}% of a dense {}×{} layer){}",
+      "({:.1f}% of a dense {}×{} layer), on the {}",
       n, f, m_, m_, static_cast<double>(f) / static_cast<double>(m_),
-      inter ? fmt::format(", intermediate {}→{} ReLU", d, m_) : std::string(), nf + n + pn,
-      100.0 * static_cast<double>(nf + n + pn) / static_cast<double>(n * d + n), n, d,
-      on_gpu ? ", on the GPU" : "");
+      inter_.active() ? fmt::format(", intermediate {}→{} ReLU", d, m_) : std::string(),
+      nf + n + pn, 100.0 * static_cast<double>(nf + n + pn) / static_cast<double>(n * d + n), n,
+      d, to_string(ctx.device()));
 }
 
-FixedFaninLayer::~FixedFaninLayer() = default;
-
-void FixedFaninLayer::alloc_host_params(bool all) {
-  auto& ledger = *ledger_;
-  const int states = optimizer_state_arrays(optim_);
-  const int64_t n = num_labels(), nf = n * fan_in_;
-  const int64_t pn = inter_ ? m_ * input_dim() + m_ : 0;
-  idx_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(nf));
-  w_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(nf));
-  w_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, nf);
-  w_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, nf);
-  if (!all) return;
-  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  b_s1_ = maybe_buffer(ledger, MemTag::optimizer, states >= 1, n);
-  b_s2_ = maybe_buffer(ledger, MemTag::optimizer, states >= 2, n);
-  p_ = maybe_buffer(ledger, MemTag::weights, inter_, pn);
-  p_s1_ = maybe_buffer(ledger, MemTag::optimizer, inter_ && states >= 1, pn);
-  p_s2_ = maybe_buffer(ledger, MemTag::optimizer, inter_ && states >= 2, pn);
-}
-
-void FixedFaninLayer::free_host_params() {
-  idx_ = {};
-  for (auto* b : {&w_, &w_s1_, &w_s2_, &b_, &b_s1_, &b_s2_, &p_, &p_s1_, &p_s2_}) *b = {};
-}
-
-void FixedFaninLayer::transfer_host_params(bool to_device, bool all) {
-  FixedFaninHostArrays a;
-  a.idx = idx_.data();
-  a.w = w_.data();
-  a.w_s1 = data_or_null(w_s1_);
-  a.w_s2 = data_or_null(w_s2_);
-  if (all) {
-    a.b = b_.data();
-    a.b_s1 = data_or_null(b_s1_);
-    a.b_s2 = data_or_null(b_s2_);
-    a.p = data_or_null(p_);
-    a.p_s1 = data_or_null(p_s1_);
-    a.p_s2 = data_or_null(p_s2_);
-  }
-  if (to_device) {
-    gpu_->upload(a);
-  } else {
-    gpu_->download(a);
-  }
+void FixedFaninLayer::mark(Stopwatch& sw, double FixedFaninTimings::*field) {
+  if (!time_ops_) return;
+  ctx_->synchronize();
+  timings_.*field += sw.seconds();
+  sw.reset();
 }
 
 StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
+  const Context& ctx = *ctx_;
   const int64_t bsz = h.rows, d = input_dim(), n = num_labels(), f = fan_in_;
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
-  if (gpu_) {
-    // The same mask draws as dropout_dense below, into the pinned buffer the step uploads.
-    if (dropout_ > 0.0) {
-      Rng rng = Rng::stream(seed_ ^ kDropoutStream, static_cast<uint64_t>(lr.step));
-      dropout_mask(gpu_->mask_host(), bsz * d, dropout_, rng);
-    }
-    return gpu_->train_step(batch.labels, h, dh, lr, timings_, time_ops_);
-  }
-  const bool inter = inter_;
   StepStats stats;
   Stopwatch sw;
-  auto mark = [&](double FixedFaninTimings::*field) {
-    timings_.*field += sw.seconds();
-    sw.reset();
-  };
 
-  // x = dropout(h) [B×d]; u = relu(x·Pᵀ + c) [B×m] or x; ut = uᵀ [m×B].
+  // x = dropout(h) [B×d] (the mask drawn on the host on both devices); u = relu(x·Pᵀ + c)
+  // [B×m] or x; ut = uᵀ [m×B].
   ConstMatrix x = h;
+  const float* mask = nullptr;
   if (dropout_ > 0.0) {
-    Matrix xd(xd_.data(), bsz, d);
-    for (int64_t r = 0; r < bsz; ++r) std::copy(h.row(r), h.row(r) + d, xd.row(r));
     Rng rng = Rng::stream(seed_ ^ kDropoutStream, static_cast<uint64_t>(lr.step));
-    dropout_dense(xd, mask_.data(), dropout_, rng);
+    mask = mask_.draw(bsz, dropout_, rng);
+    Matrix xd(xd_.data(), bsz, d);
+    kernels::multiply_mask(ctx, h, mask, xd);
     x = xd;
   }
-  ConstMatrix u = x;
-  ConstMatrix p(p_.data(), m_, d);
-  if (inter) {
-    Matrix um(u_.data(), bsz, m_);
-    const float* c = p_.data() + m_ * d;
-    for (int64_t r = 0; r < bsz; ++r) std::copy(c, c + m_, um.row(r));
-    kernels::gemm_nt(x, p, um, 1.0f, 1.0f);
-    for (int64_t i = 0; i < bsz * m_; ++i) um.data[i] = std::max(um.data[i], 0.0f);
-    u = um;
-  }
+  const ConstMatrix u = inter_.active() ? ConstMatrix(inter_.forward(x)) : x;
   Matrix ut(ut_.data(), m_, bsz);
-  kernels::transpose(u, ut);
+  kernels::transpose(ctx, u, ut);
   // du = dL/du [B×m]: the intermediate's workspace, or dh itself.
-  Matrix du = inter ? Matrix(du_.data(), bsz, m_) : dh;
-  for (int64_t r = 0; r < bsz; ++r) std::fill(du.row(r), du.row(r) + du.cols, 0.0f);
-  mark(&FixedFaninTimings::forward);
+  const Matrix du = inter_.active() ? inter_.grad_workspace(bsz) : dh;
+  kernels::set_zero(ctx, du);
+  targets_.assign(batch.labels);
+  acc_.reset();
+  mark(sw, &FixedFaninTimings::forward);
 
+  OptimizerConfig bias_cfg = optim_;
+  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t c = std::min(chunk_, n - c0);
     Matrix z(z_.data(), bsz, c);
     const uint32_t* idx = idx_.data() + c0 * f;
-    const float* w = w_.data() + c0 * f;
-    kernels::fixed_fanin_forward(idx, w, b_.data() + c0, c, f, ut, z);
-    mark(&FixedFaninTimings::forward);
+    float* w = w_.data() + c0 * f;
+    forward(c0, ut.data, z);
+    mark(sw, &FixedFaninTimings::forward);
     // z becomes G = dL/dz (already divided by B).
-    stats.loss += elementwise_loss_grad(loss_, z, batch.labels, c0, bsz, &stats.zero_grads);
-    stats.grads += bsz * c;
-    mark(&FixedFaninTimings::loss);
+    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, c0, bsz, acc_);
+    mark(sw, &FixedFaninTimings::loss);
     // With the weights before this step's update.
-    kernels::fixed_fanin_input_grad(idx, w, c, f, z, du);
-    mark(&FixedFaninTimings::backward_input);
-    timings_.skipped_labels +=
-        kernels::fixed_fanin_weight_grad(idx, c, f, z, ut, dw_.data(), db_.data());
-    timings_.label_steps += c;
-    mark(&FixedFaninTimings::backward_weight);
-    update_labels(c0, c, lr);
-    mark(&FixedFaninTimings::update);
+    kernels::fixed_fanin_input_grad(ctx, idx, w, c, f, z, du);
+    mark(sw, &FixedFaninTimings::backward_input);
+    kernels::fixed_fanin_weight_grad(ctx, idx, c, f, z, ut, dw_.data(), db_.data(),
+                                     acc_.zero_labels());
+    mark(sw, &FixedFaninTimings::backward_weight);
+    const int64_t off = c0 * f;
+    optimizer_update(ctx, optim_, lr.lr, lr.step, w, dw_.data(), data_or_null(w_s1_, off),
+                     data_or_null(w_s2_, off), c * f);
+    optimizer_update(ctx, bias_cfg, lr.lr, lr.step, b_.data() + c0, db_.data(),
+                     data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
+    mark(sw, &FixedFaninTimings::update);
   }
+  const gpu::LossAccum acc = acc_.read();
+  stats.loss = acc.loss;
+  stats.zero_grads = static_cast<int64_t>(acc.zero_grads);
+  stats.grads = bsz * n;
+  timings_.skipped_labels += static_cast<int64_t>(acc.zero_labels);
+  timings_.label_steps += n;
 
-  if (inter) {
-    // Through the ReLU (u > 0), then dP = duᵀ·x, dc = Σ_rows du, dx = du·P (old P).
-    ConstMatrix um(u_.data(), bsz, m_);
-    for (int64_t i = 0; i < bsz * m_; ++i)
-      if (um.data[i] <= 0.0f) du.data[i] = 0.0f;
-    kernels::gemm_tn(du, x, Matrix(dp_.data(), m_, d));
-    kernels::column_sums(du, dp_.data() + m_ * d);
-    kernels::gemm_nn(du, p, dh);
-    optimizer_update(optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
-                     data_or_null(p_s2_), static_cast<int64_t>(p_.size()));
-  }
-  if (dropout_ > 0.0) {
-    const float* mk = mask_.data();
-    for (int64_t r = 0; r < bsz; ++r) {
-      float* row = dh.row(r);
-      for (int64_t j = 0; j < d; ++j) row[j] *= mk[r * d + j];
-    }
-  }
-  mark(&FixedFaninTimings::intermediate_backward);
+  // Through the ReLU (u > 0), then dh = du·P (old P), dP = duᵀ·x, dc = Σ_rows du, update.
+  if (inter_.active()) inter_.backward_update(x, dh, 0.0f, lr);
+  if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
+  mark(sw, &FixedFaninTimings::intermediate_backward);
   timings_.zero_grads += stats.zero_grads;
   timings_.grads += stats.grads;
   stats.loss /= static_cast<double>(bsz);
   return stats;
 }
 
-void FixedFaninLayer::update_labels(int64_t l0, int64_t n, const LrState& lr) {
-  const int64_t off = l0 * fan_in_;
-  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), data_or_null(w_s1_, off),
-                   data_or_null(w_s2_, off), n * fan_in_);
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
-  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + l0, db_.data(), data_or_null(b_s1_, l0),
-                   data_or_null(b_s2_, l0), n);
+void FixedFaninLayer::forward(int64_t l0, const float* ut, Matrix z) const {
+  kernels::fixed_fanin_forward(*ctx_, idx_.data() + l0 * fan_in_, w_.data() + l0 * fan_in_,
+                               b_.data() + l0, z.cols, fan_in_, ConstMatrix(ut, m_, z.rows), z);
 }
 
-ConstMatrix FixedFaninLayer::eval_input_t(ConstMatrix h, std::vector<float>& buf) const {
-  const int64_t rows = h.rows, d = input_dim();
-  std::vector<float> u_buf;
+Buffer<float> FixedFaninLayer::eval_input_t(ConstMatrix h) const {
+  Context& ctx = *ctx_;
+  const int64_t rows = h.rows;
+  Buffer<float> u_buf;
   ConstMatrix u = h;
-  if (inter_) {
-    u_buf.resize(static_cast<size_t>(rows * m_));
-    Matrix um(u_buf.data(), rows, m_);
-    const float* c = p_.data() + m_ * d;
-    for (int64_t r = 0; r < rows; ++r) std::copy(c, c + m_, um.row(r));
-    kernels::gemm_nt(h, ConstMatrix(p_.data(), m_, d), um, 1.0f, 1.0f);
-    for (auto& v : u_buf) v = std::max(v, 0.0f);
+  if (inter_.active()) {
+    u_buf = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(rows * m_));
+    const Matrix um(u_buf.data(), rows, m_);
+    inter_.apply(h, um);
     u = um;
   }
-  buf.resize(static_cast<size_t>(m_ * rows));
-  Matrix ut(buf.data(), m_, rows);
-  kernels::transpose(u, ut);
+  Buffer<float> ut(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
+  kernels::transpose(ctx, u, Matrix(ut.data(), m_, rows));
   return ut;
 }
 
 void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  if (gpu_) {
-    gpu_->scores(h, lo, out);
-    return;
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
+    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+    const Buffer<float> ut = eval_input_t(h.rows_range(r0, rows));
+    forward(lo, ut.data(), out.rows_range(r0, rows));
   }
-  std::vector<float> buf;
-  ConstMatrix ut = eval_input_t(h, buf);
-  kernels::fixed_fanin_forward(idx_.data() + lo * fan_in_, w_.data() + lo * fan_in_,
-                               b_.data() + lo, out.cols, fan_in_, ut, out);
 }
 
 TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
-  if (gpu_) return gpu_->topk(h, k);
-  std::vector<float> buf;
-  ConstMatrix ut = eval_input_t(h, buf);
-  return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) {
-    kernels::fixed_fanin_forward(idx_.data() + lo * fan_in_, w_.data() + lo * fan_in_,
-                                 b_.data() + lo, out.cols, fan_in_, ut, out);
-  });
+  Buffer<float> ut;
+  return xmc::stream_topk(
+      *ctx_, h.rows, k, eval_rows_, num_labels(), chunk_, 0,
+      [&](int64_t r0, int64_t rows) { ut = eval_input_t(h.rows_range(r0, rows)); },
+      [&](int64_t lo, Matrix z) { forward(lo, ut.data(), z); });
 }
 
 bool FixedFaninLayer::rewire_due(int64_t step, int64_t total_steps) const {
@@ -335,15 +249,10 @@ void FixedFaninLayer::on_step_impl(const TrainerView& t) {
   const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
   if (!rewire_due(t.step, total)) return;
   const RewireStats s = rewire(t.step);
-  // GPU: idx, w and the moments go to the host and back.
   const int64_t nf = num_labels() * fan_in_;
-  const double moved_mib =
-      gpu_ ? 2.0 * static_cast<double>(nf * 4 * (2 + optimizer_state_arrays(optim_))) / 1048576.0
-           : 0.0;
-  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s{}",
+  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s",
                s.pruned, nf, 100.0 * static_cast<double>(s.pruned) / static_cast<double>(nf),
-               s.step, s.seconds,
-               gpu_ ? fmt::format(" (host round trip, {:.1f} MiB moved)", moved_mib) : "");
+               s.step, s.seconds);
 }
 
 void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
@@ -378,28 +287,22 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
     last_rewire_ = out;
     return out;
   }
-  // GPU: a host round trip of idx, w and their moments (4·(2 + states)·L·F bytes each
-  // way) every `interval` steps, so that both devices rewire with this very code.
-  if (gpu_) {
-    XMC_CHECK(!staged_, "fixed_fanin: rewiring while the state is staged for a checkpoint");
-    alloc_host_params(/*all=*/false);
-    transfer_host_params(/*to_device=*/false, /*all=*/false);
-  }
+  // On host copies of idx, w and their moments (on the GPU a round trip of
+  // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
+  // rewire with this very code.
+  float* w = w_.stage();
+  float* s1 = w_s1_.empty() ? nullptr : w_s1_.stage();
+  float* s2 = w_s2_.empty() ? nullptr : w_s2_.stage();
   // The k smallest |w| over all L·F slots; each label regrows its own.
-  const std::vector<char> prune = lowest_slots(w_.data(), nf, k, /*abs=*/true);
+  const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
   const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-  float* w = w_.data();
-  float* s1 = data_or_null(w_s1_);
-  float* s2 = data_or_null(w_s2_);
-  out.pruned = regrow_sets(idx_.data(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
+  out.pruned = regrow_sets(idx_.stage(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
     w[l * f + j] = 0.0f;
     if (s1) s1[l * f + j] = 0.0f;
     if (s2) s2[l * f + j] = 0.0f;
   });
-  if (gpu_) {
-    transfer_host_params(/*to_device=*/true, /*all=*/false);
-    free_host_params();
-  }
+  for (Buffer<float>* b : {&w_, &w_s1_, &w_s2_}) b->commit();
+  idx_.commit();
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
   last_rewire_ = out;
@@ -407,52 +310,30 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
-  XMC_CHECK(!gpu_ || staged_, "state() of a device fixed_fanin layer before sync_state(to_host)");
-  const int64_t n = num_labels(), f = fan_in_, d = input_dim();
-  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.data()}};
-  append_weight_bias_refs(out, n, f, w_.data(), b_.data(), data_or_null(w_s1_),
-                          data_or_null(b_s1_), data_or_null(w_s2_), data_or_null(b_s2_));
-  if (inter_) {
-    out.push_back({"output/intermediate/weight", {m_, d}, p_.data()});
-    out.push_back({"output/intermediate/bias", {m_}, p_.data() + m_ * d});
-    if (p_s1_.size())
-      out.push_back({"output/intermediate/opt1", {static_cast<int64_t>(p_s1_.size())}, p_s1_.data()});
-    if (p_s2_.size())
-      out.push_back({"output/intermediate/opt2", {static_cast<int64_t>(p_s2_.size())}, p_s2_.data()});
-  }
+  const int64_t n = num_labels(), f = fan_in_;
+  const auto host = [](Buffer<float>& b) { return b.empty() ? nullptr : b.host_data(); };
+  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.host_data()}};
+  append_weight_bias_refs(out, n, f, w_.host_data(), b_.host_data(), host(w_s1_), host(b_s1_),
+                          host(w_s2_), host(b_s2_));
+  inter_.append_state(out, "output/intermediate");
   return out;
 }
 
 void FixedFaninLayer::sync_state_impl(StateSync s) {
-  if (!gpu_) return;
-  switch (s) {
-    case StateSync::to_host:
-      if (!staged_) alloc_host_params(/*all=*/true);
-      transfer_host_params(/*to_device=*/false, /*all=*/true);
-      staged_ = true;
-      return;
-    case StateSync::to_device:
-      XMC_CHECK(staged_, "sync_state(to_device) without host copies");
-      transfer_host_params(/*to_device=*/true, /*all=*/true);
-      break;
-    case StateSync::release:
-      break;
-  }
-  free_host_params();
-  staged_ = false;
+  idx_.sync(s);
+  for (Buffer<float>* b : {&w_, &b_, &w_s1_, &w_s2_, &b_s1_, &b_s2_}) b->sync(s);
+  inter_.sync_state(s);
 }
 
 int64_t FixedFaninLayer::analytic_bytes_impl() const {
-  if (gpu_) return gpu_->analytic_bytes();
-  const int64_t n = num_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
+  const int64_t n = num_labels(), f = fan_in_, bsz = max_batch_;
   const int64_t states = optimizer_state_arrays(optim_);
-  const bool inter = inter_;
-  const int64_t pn = inter ? m_ * d + m_ : 0;
-  int64_t floats = (n * f + n) * (1 + states) + pn * (2 + states);  // params, state, dP
-  if (dropout_ > 0.0) floats += 2 * bsz * d;
-  if (inter) floats += 2 * bsz * m_;
-  floats += m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_;
-  return 4 * (floats + n * f);  // + indices (uint32)
+  int64_t bytes = 4 * ((n * f + n) * (1 + states) + n * f);  // parameters, state, indices
+  bytes += inter_.bytes();
+  if (dropout_ > 0.0) bytes += mask_.bytes() + 4 * bsz * input_dim();  // mask (GPU: + host), x
+  bytes += 4 * (m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_);  // ut, z, dw, db
+  bytes += acc_.bytes() + targets_.analytic_bytes();            // GPU: loss, target rows
+  return bytes;
 }
 
 }  // namespace xmc

@@ -8,10 +8,11 @@
 // not use yet (weights 0, optimizer moments reset), so the fan-in stays F.
 // Squared hinge (the default) makes most output gradients exactly zero; the backward
 // kernels skip them (StepStats::zero_grads counts them).
-// On a CUDA Context the parameters, optimizer state and workspaces live on the GPU
-// (layers/fixed_fanin_cuda.h) and h, dh, scores are device views; initialisation, the
-// dropout masks and rewiring run on the host with the CPU code (rewiring by a host round
-// trip of indices, weights and their moments), so both devices make the same draws.
+// Devices: the same code on both (issue 21): parameters, optimizer state and workspaces
+// are Buffers on the Context's device and every op takes the Context; on a CUDA Context
+// h, dh and the scores are device views. Initialisation, the dropout masks and rewiring
+// run on the host (rewiring on staged host copies of the indices, weights and moments:
+// a round trip on the GPU), so both devices make the same draws.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,11 +20,14 @@
 
 #include "config/field_constraints.h"
 
-#include "core/memory_ledger.h"
+#include "core/buffer.h"
+#include "core/resources.h"  // Stopwatch
 #include "core/rng.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/projection.h"
 #include "layers/rewire.h"
+#include "model/dropout.h"
 #include "model/loss.h"
 
 namespace xmc {
@@ -35,7 +39,7 @@ struct FixedFaninConfig {
   std::string loss = "squared_hinge";
   RewireConfig rewire;
   int64_t chunk_size = 8192;  // labels per block (bounds the B×chunk logit workspace)
-  bool gpu_timing = false;    // per-op CUDA event timing on the GPU (the CPU always times)
+  bool gpu_timing = false;    // GPU: synchronise after each op to time it (the CPU always times)
 
   template <class V>
   void visit(V& v) {
@@ -50,13 +54,13 @@ struct FixedFaninConfig {
     v.field("rewire", rewire, "Prune-and-regrow schedule (dynamic sparse training)");
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
     v.field("gpu_timing", gpu_timing,
-            "Device cuda: time each op of a step with CUDA events for the epoch log (the CPU "
-            "always times them)");
+            "Device cuda: synchronise after each op of a step to time it for the epoch log "
+            "(slower; the CPU always times them)");
   }
 };
 
 // Per-op wall time of train_step, accumulated (reported per epoch in the log). On the GPU
-// the times are CUDA event intervals, filled only with gpu_timing; the counts always.
+// filled only with gpu_timing (a synchronisation after each op); the counts always.
 struct FixedFaninTimings {
   double forward = 0.0;         // input dropout, intermediate layer, transpose, sparse forward
   double loss = 0.0;            // loss gradient in place
@@ -71,12 +75,9 @@ struct FixedFaninTimings {
   int64_t label_steps = 0;
 };
 
-class FixedFaninCuda;
-
 class FixedFaninLayer final : public OutputLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
-  ~FixedFaninLayer() override;
 
   int64_t fan_in() const { return fan_in_; }
   // Width of the sparse layer's input: the intermediate size, or d without one.
@@ -100,41 +101,34 @@ class FixedFaninLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
-  // GPU: host copies of the parameters (all) or of the sparse layer's idx, w and moments
-  // (rewiring), allocated in the ledger only while staged; transfer both ways.
-  void alloc_host_params(bool all);
-  void free_host_params();
-  void transfer_host_params(bool to_device, bool all);
+  // Evaluation path: ut [m×rows] (transposed sparse-layer input) of h [rows×d].
+  Buffer<float> eval_input_t(ConstMatrix h) const;
+  // The chunk's forward, labels [l0, l0+z.cols) on ut [m×rows], bias included.
+  void forward(int64_t l0, const float* ut, Matrix z) const;
+  // Per-op timing: with time_ops_, synchronise (GPU) and charge the interval to `field`.
+  void mark(Stopwatch& sw, double FixedFaninTimings::*field);
 
-  // Evaluation path: ut [m×rows] (transposed sparse-layer input) of h [rows×d] into buf.
-  ConstMatrix eval_input_t(ConstMatrix h, std::vector<float>& buf) const;
-  void update_labels(int64_t l0, int64_t n, const LrState& lr);
-
+  Context* ctx_;
   int64_t fan_in_, m_, max_batch_, chunk_;
-  bool inter_;
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
   double dropout_;
   LossType loss_;
   RewireConfig rewire_cfg_;
   OptimizerConfig optim_;
   uint64_t seed_;
   int64_t total_steps_;
-  MemoryLedger* ledger_;
-  // On a CUDA Context: the device half; the parameter HostBuffers below are then empty
-  // except while staged (checkpoint, rewiring) and the workspaces are never allocated.
-  std::unique_ptr<FixedFaninCuda> gpu_;
-  bool staged_ = false;
   bool time_ops_ = true;
-  HostBuffer<uint32_t> idx_;          // [L×F]
-  HostBuffer<float> w_, b_;           // [L×F], [L]
-  HostBuffer<float> w_s1_, w_s2_, b_s1_, b_s2_;  // optimizer state (empty when unused)
-  // Intermediate layer u = relu(x·Pᵀ + c): params [m×d] then [m] in one array.
-  HostBuffer<float> p_, p_s1_, p_s2_;
-  HostBuffer<float> dp_;              // workspace [m×d + m]
-  HostBuffer<float> xd_, mask_;       // workspace [B×d] (dropout only)
-  HostBuffer<float> u_, du_;          // workspace [B×m] (intermediate only)
-  HostBuffer<float> ut_;              // workspace [m×B]
-  HostBuffer<float> z_;               // workspace [B×chunk]
-  HostBuffer<float> dw_, db_;         // workspace [chunk×F], [chunk]
+  Buffer<uint32_t> idx_;                       // [L×F]
+  Buffer<float> w_, b_;                        // [L×F], [L]
+  Buffer<float> w_s1_, w_s2_, b_s1_, b_s2_;    // optimizer state (empty when unused)
+  Projection inter_;                           // u = relu(x·Pᵀ + c) [B×m], or none
+  DropoutMask mask_;                           // [B×d] (dropout only)
+  Buffer<float> xd_;                           // workspace [B×d] (dropout only)
+  Buffer<float> ut_;                           // workspace [m×B]
+  Buffer<float> z_;                            // workspace [B×chunk]
+  Buffer<float> dw_, db_;                      // workspace [chunk×F], [chunk]
+  LossTargets targets_;                        // the batch's positives (GPU: uploaded)
+  LossAccumulator acc_;                        // the step's loss and zero counts
   RewireStats last_rewire_;
   FixedFaninTimings timings_;
 };

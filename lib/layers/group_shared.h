@@ -46,6 +46,7 @@
 #include "layers/dense_any.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/projection.h"
 #include "layers/rewire.h"
 #include "layers/weight_array.h"
 #include "model/dropout.h"
@@ -116,41 +117,6 @@ struct GroupSharedTimings {
   double rewire = 0.0;
   int64_t zero_grads = 0;
   int64_t grads = 0;
-};
-
-// A projection u = act(x·Pᵀ + c) of the layer input, P [out×in] and c [out] in one array
-// [out×in + out] (zero bias at start, P ~ uniform(±1/sqrt(in))), with its optimizer state,
-// gradient and batch workspaces u, du [B×out], Buffers on the Context's device (every
-// matrix argument below is a DEVICE view on a CUDA Context). Empty (out = 0) = identity.
-class GroupSharedProjection {
- public:
-  GroupSharedProjection() = default;
-  GroupSharedProjection(Context& ctx, int64_t in, int64_t out, bool relu,
-                        const OptimizerConfig& optim, int64_t max_batch, uint64_t seed);
-
-  bool active() const { return out_ > 0; }
-  int64_t out_dim() const { return out_; }
-  // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
-  void apply(ConstMatrix x, Matrix u) const;
-  // Training forward into the workspace u [B×out].
-  Matrix forward(ConstMatrix x);
-  // The workspace du [B×out] for the caller to fill.
-  Matrix grad_workspace(int64_t rows) { return {du_.data(), rows, out_}; }
-  // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
-  // then one optimizer step of P and c.
-  void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
-  // Host copies (sync_state(to_host) first on the GPU).
-  void append_state(std::vector<TensorRef>& out, const std::string& prefix);
-  void sync_state(StateSync s);
-  int64_t bytes() const;  // analytic size of every buffer above
-
- private:
-  Context* ctx_ = nullptr;
-  int64_t in_ = 0, out_ = 0, max_batch_ = 0;
-  bool relu_ = false;
-  OptimizerConfig optim_;
-  Buffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
-  Buffer<float> u_, du_;            // [B×out]
 };
 
 class GroupSharedLayer final : public OutputLayer {
@@ -232,11 +198,11 @@ class GroupSharedLayer final : public OutputLayer {
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
   std::optional<AnyDenseBlock> head_block_;
-  GroupSharedProjection head_proj_;             // d→head_dim (linear), or none
+  Projection head_proj_;             // d→head_dim (linear), or none
   Buffer<uint32_t> idx_;                        // [K×F]
   WeightArray w_;                               // [T×F] (fp32, or bf16 on the GPU)
   Buffer<float> b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T], and the optimizer state
-  GroupSharedProjection tail_proj_;             // d→m (ReLU), or none
+  Projection tail_proj_;             // d→m (ReLU), or none
   Buffer<float> xd_;                            // workspace [B×d] (dropout only)
   DropoutMask mask_;                            // [B×d] (dropout only)
   Buffer<float> ut_;                            // workspace [m×B] (fp32 mode)

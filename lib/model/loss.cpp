@@ -227,19 +227,20 @@ LossTargets::LossTargets(Context& ctx, int64_t max_batch) : ctx_(&ctx) {
 
 void LossTargets::upload() {
   if (!ctx_ || !ctx_->on_gpu()) return;
-  XMC_CHECK(csr_.rows + 1 <= static_cast<int64_t>(indptr_.size()),
-            "loss targets: {} rows for a workspace of {}", csr_.rows, indptr_.size() - 1);
-  const auto nnz = static_cast<size_t>(csr_.nnz());
+  const CsrMatrix& t = host();
+  XMC_CHECK(t.rows + 1 <= static_cast<int64_t>(indptr_.size()),
+            "loss targets: {} rows for a workspace of {}", t.rows, indptr_.size() - 1);
+  const auto nnz = static_cast<size_t>(t.nnz());
   if (indices_.size() < std::max<size_t>(nnz, 1))
     indices_ = Buffer<uint32_t>(*ctx_, MemTag::workspace,
                                 std::max<size_t>({nnz, 2 * indices_.size(), 1024}));
-  indptr_.copy_from_host(csr_.indptr.data(), static_cast<size_t>(csr_.rows + 1));
-  indices_.copy_from_host(csr_.indices.data(), nnz);
+  indptr_.copy_from_host(t.indptr.data(), static_cast<size_t>(t.rows + 1));
+  indices_.copy_from_host(t.indices.data(), nnz);
 }
 
 gpu::DeviceCsr LossTargets::device() const {
   XMC_CHECK(!indptr_.empty(), "loss targets: no device copy on a CPU Context");
-  return {indptr_.data(), indices_.data(), csr_.rows, csr_.cols};
+  return {indptr_.data(), indices_.data(), host().rows, host().cols};
 }
 
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,

@@ -2,6 +2,7 @@
 // Losses over label chunks. Reduction: sum over labels, mean over the batch. Targets are
 // the batch's positive labels (CSR, global ids, sorted within a row). Backends call these
 // per label chunk [lo, lo+c) so a B×L logit matrix never exists.
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -54,7 +55,13 @@ class LossTargets {
   LossTargets() = default;
   LossTargets(Context& ctx, int64_t max_batch);
   CsrMatrix& host() { return csr_; }
-  const CsrMatrix& host() const { return csr_; }
+  const CsrMatrix& host() const { return ext_ ? *ext_ : csr_; }
+  // Targets held by the caller (alive until the step ends) instead of host(); uploaded on
+  // a CUDA Context.
+  void assign(const CsrMatrix& t) {
+    ext_ = &t;
+    upload();
+  }
   // CUDA: copies host() to the device (queued on the stream); CPU: nothing.
   void upload();
   // The device copy (CUDA Context only).
@@ -66,6 +73,7 @@ class LossTargets {
  private:
   Context* ctx_ = nullptr;
   CsrMatrix csr_;
+  const CsrMatrix* ext_ = nullptr;
   Buffer<int64_t> indptr_;    // CUDA: [max_batch+1]
   Buffer<uint32_t> indices_;  // CUDA: grows with nnz
 };
@@ -79,12 +87,17 @@ class LossAccumulator {
   explicit LossAccumulator(Context& ctx) {
     if (ctx.on_gpu()) dev_ = Buffer<gpu::LossAccum>(ctx, MemTag::workspace, 1);
   }
-  // loss = start (what the step has summed before), zero_grads = 0.
+  // loss = start (what the step has summed before), the counts 0.
   void reset(double start = 0.0) {
-    host_ = gpu::LossAccum{start, 0};
+    host_ = gpu::LossAccum{start, 0, 0};
     if (!dev_.empty()) dev_.copy_from_host(&host_, 1);
   }
   gpu::LossAccum* data() { return dev_.empty() ? &host_ : dev_.data(); }
+  // The zero-label counter inside data() (for kernels::fixed_fanin_weight_grad).
+  unsigned long long* zero_labels() {
+    return reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(data()) +
+                                                 offsetof(gpu::LossAccum, zero_labels));
+  }
   // Synchronises on the GPU.
   gpu::LossAccum read() {
     if (!dev_.empty()) dev_.copy_to_host(&host_, 1);

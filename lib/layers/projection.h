@@ -1,0 +1,52 @@
+#pragma once
+// Projection: a dense layer u = act(x·Pᵀ + c) in front of an output layer's sparse part
+// (group_shared's head projection and tail ReLU projection, fixed_fanin's intermediate
+// layer). P [out×in] and c [out] in one array [out×in + out] (c = 0 at start, P uniform
+// (±1/sqrt(in)) by init_uniform_rows from `seed`), its optimizer state, gradient and the
+// batch workspaces u, du [B×out]: Buffers on the Context's device, every matrix argument a
+// DEVICE view on a CUDA Context. Empty (out = 0) = identity. Checkpoint names:
+// <prefix>/weight [out×in], <prefix>/bias [out], <prefix>/opt1, <prefix>/opt2 [out×in+out].
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/matrix.h"
+#include "core/tensor_ref.h"
+#include "layers/output_layer.h"  // LrState
+#include "model/optimizer.h"
+
+namespace xmc {
+
+class Projection {
+ public:
+  Projection() = default;
+  Projection(Context& ctx, int64_t in, int64_t out, bool relu, const OptimizerConfig& optim,
+             int64_t max_batch, uint64_t seed);
+
+  bool active() const { return out_ > 0; }
+  int64_t out_dim() const { return out_; }
+  // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
+  void apply(ConstMatrix x, Matrix u) const;
+  // Training forward into the workspace u [B×out].
+  Matrix forward(ConstMatrix x);
+  // The workspace du [B×out] for the caller to fill.
+  Matrix grad_workspace(int64_t rows) { return {du_.data(), rows, out_}; }
+  // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
+  // then one optimizer step of P and c.
+  void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
+  // Host copies (sync_state(to_host) first on the GPU).
+  void append_state(std::vector<TensorRef>& out, const std::string& prefix);
+  void sync_state(StateSync s);
+  int64_t bytes() const;  // analytic size of every buffer above
+
+ private:
+  Context* ctx_ = nullptr;
+  int64_t in_ = 0, out_ = 0, max_batch_ = 0;
+  bool relu_ = false;
+  OptimizerConfig optim_;
+  Buffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
+  Buffer<float> u_, du_;            // [B×out]
+};
+
+}  // namespace xmc
