@@ -2,16 +2,15 @@
 // Backend `bottleneck`: projection P [b×d] (u = h·Pᵀ), then a dense layer over b.
 // The memory-matched baseline: (d + L)·b parameters instead of L·d. On a CUDA Context the
 // projection (fp32) and the dense block (fp32 or bf16) live on the GPU and every matrix
-// argument is a device view (output_layer.h).
+// argument is a device view (output_layer.h); the layer's code is the same on both devices
+// (Buffers and Context ops, issue 21).
 #include <string>
 #include <vector>
 
 #include "config/field_constraints.h"
 
-#include "core/cuda_context.h"
-#include "core/memory_ledger.h"
+#include "core/buffer.h"
 #include "layers/dense_any.h"
-#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -51,20 +50,15 @@ class BottleneckLayer final : public OutputLayer {
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
-  // u [B×b] = h·Pᵀ into buf (host).
-  Matrix project(ConstMatrix h, std::vector<float>& buf) const;
-  // u [B×b] = h·Pᵀ into buf (device; resized to h.rows rows).
-  Matrix project_gpu(ConstMatrix h, gpu::DeviceBuffer<float>& buf) const;
-  float* p_data() { return gpu_ ? p_dev_.data() : p_.data(); }
+  // u [rows×b] = h·Pᵀ into a workspace Buffer on the Context's device.
+  Buffer<float> project(ConstMatrix h) const;
 
+  Context* ctx_;
   int64_t dim_;
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   OptimizerConfig optim_;
-  gpu::CudaContext* gpu_ = nullptr;    // set on a CUDA Context
-  HostBuffer<float> p_, p_s1_, p_s2_;  // CPU: [b×d] and its optimizer state
-  HostBuffer<float> u_, du_, dp_;      // CPU workspace: [B×b], [B×b], [b×d]
-  gpu::DeviceBuffer<float> p_dev_, p_s1_dev_, p_s2_dev_;  // GPU twins of the above
-  gpu::DeviceBuffer<float> u_dev_, du_dev_, dp_dev_;
-  HostStaging<BufferCopies> staging_;  // GPU: checkpoint host copies of the projection
+  Buffer<float> p_, p_s1_, p_s2_;  // [b×d] and its optimizer state
+  Buffer<float> u_, du_, dp_;      // workspace: [B×b], [B×b], [b×d]
   AnyDenseBlock block_;
 };
 
