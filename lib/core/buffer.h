@@ -13,7 +13,6 @@
 // "staged": host_data() is data().
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -46,25 +45,16 @@ class Buffer {
   size_t size() const { return cuda_ ? dev_.size() : host_.size(); }
   bool empty() const { return size() == 0; }
   size_t bytes() const { return size() * sizeof(T); }
-  bool on_gpu() const { return cuda_ != nullptr; }
 
-  // Every element = 0, on the buffer's device (GPU: queued on the stream).
-  void zero() {
-    if (cuda_) {
-      if (size()) dev_.zero(cuda_->stream());
-    } else if (size()) {
-      std::memset(static_cast<void*>(host_.data()), 0, bytes());
-    }
-  }
-  // Elements [offset, offset+n) = src[0..n) (host memory). GPU: the copy is complete
-  // when this returns (src may be reused at once).
+  // Elements [offset, offset+n) = src[0..n), src in pageable host memory (never a
+  // PinnedBuffer): src may be reused as soon as this returns. GPU: queued on the stream
+  // without waiting — CUDA stages a pageable source before cudaMemcpyAsync returns.
   void copy_from_host(const T* src, size_t n, size_t offset = 0) {
     XMC_CHECK(offset + n <= size(), "buffer copy of [{}, {}) into {} elements", offset,
               offset + n, size());
     if (n == 0) return;
     if (cuda_) {
       gpu::copy_to_device(dev_.data() + offset, src, n * sizeof(T), cuda_->stream());
-      cuda_->synchronize();
     } else {
       std::copy(src, src + n, host_.data() + offset);
     }

@@ -143,9 +143,4 @@ void relu_grad(const Context& ctx, ConstMatrix u, Matrix du) {
   }
 }
 
-void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst) {
-  XMC_CHECK(ctx.on_gpu(), "bf16 weights exist only on device cuda");
-  gpu::to_bf16(ctx.cuda(), src, dst);
-}
-
 }  // namespace xmc::kernels

@@ -7,7 +7,6 @@
 // kernels/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
 
 namespace xmc::kernels {
 
@@ -46,8 +45,5 @@ void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* b
                Matrix out);
 // du = 0 where u <= 0 (the ReLU's gradient through its output u), in place.
 void relu_grad(const Context& ctx, ConstMatrix u, Matrix du);
-// dst = src rounded to nearest-even bf16 (GPU only: there are no bf16 weights on the CPU;
-// a CPU Context throws xmc::Error).
-void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 
 }  // namespace xmc::kernels

@@ -65,8 +65,8 @@ struct LossAccum {
 
 // bce / squared_hinge (model/loss.h semantics): logits [B×c] (without bias) in, on return
 // G = dLoss/d(logit + bias) / batch_size; adds the chunk's loss and zero count to *acc
-// (device). bias: c entries (device), or nullptr when the logits include it already. g_bf16 (optional, [B×c]): a bf16 copy of G for
-// the bf16 GEMMs.
+// (device). bias: c entries (device), or nullptr when the logits include it already.
+// g_bf16 (optional, [B×c]): a bf16 copy of G for the bf16 GEMMs.
 void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
                            const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
                            Bf16Matrix g_bf16 = {});

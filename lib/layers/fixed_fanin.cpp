@@ -230,6 +230,7 @@ void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
     const int64_t rows = std::min(eval_rows_, h.rows - r0);
     const Buffer<float> ut = eval_input_t(h.rows_range(r0, rows));
     forward(lo, ut.data(), out.rows_range(r0, rows));
+    ctx_->synchronize();  // ut is freed at the end of the iteration
   }
 }
 

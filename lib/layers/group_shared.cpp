@@ -155,7 +155,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     // The initial index sets and weights, drawn on the host (the moments start at zero).
     draw_tail_indices(idx_.stage_for_write());
     idx_.commit();
-    init_tail_weights(w_.stage(), nullptr, nullptr);
+    init_tail_weights(w_.stage_for_write(), nullptr, nullptr);
     w_.commit();
   }
   if (dropout_ > 0.0) {
@@ -200,7 +200,7 @@ void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
 
 void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
   // The batch's positives at internal positions (sorted within a row, as the losses want).
-  CsrMatrix& tg = targets_.host();
+  CsrMatrix& tg = targets_.fill();
   tg.rows = rows;
   tg.cols = num_labels();
   tg.indptr.assign(1, 0);
@@ -505,7 +505,7 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
     for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
     bb->commit();
   }
-  init_tail_weights(w_.stage(), w_s1_.empty() ? nullptr : w_s1_.stage_for_write(),
+  init_tail_weights(w_.stage_for_write(), w_s1_.empty() ? nullptr : w_s1_.stage_for_write(),
                     w_s2_.empty() ? nullptr : w_s2_.stage_for_write());
   w_.commit();
   w_s1_.commit();

@@ -47,6 +47,15 @@ float* WeightArray::stage() {
   return wide_.data();
 }
 
+float* WeightArray::stage_for_write() {
+  if (!bf16_) return w_.stage_for_write();
+  if (!staged_) {
+    wide_.assign(w16_.size(), 0.0f);
+    staged_ = true;
+  }
+  return wide_.data();
+}
+
 float* WeightArray::host_data() {
   if (!bf16_) return w_.host_data();
   XMC_CHECK(staged_ || wide_.empty(), "host access to bf16 weights before stage()");

@@ -28,6 +28,8 @@ class WeightArray {
   const gpu::Bf16* b16() const { return w16_.data(); }
 
   float* stage();
+  // A host fp32 copy the host fills from scratch (no download first).
+  float* stage_for_write();
   float* host_data();
   void commit();
   void release();

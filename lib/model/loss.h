@@ -54,14 +54,18 @@ class LossTargets {
  public:
   LossTargets() = default;
   LossTargets(Context& ctx, int64_t max_batch);
-  CsrMatrix& host() { return csr_; }
-  const CsrMatrix& host() const { return ext_ ? *ext_ : csr_; }
-  // Targets held by the caller (alive until the step ends) instead of host(); uploaded on
-  // a CUDA Context.
+  // The targets' own CSR, for the caller to fill (then upload()).
+  CsrMatrix& fill() {
+    ext_ = nullptr;
+    return csr_;
+  }
+  // Targets held by the caller (alive until the step ends) instead of fill()'s; uploaded
+  // on a CUDA Context.
   void assign(const CsrMatrix& t) {
     ext_ = &t;
     upload();
   }
+  const CsrMatrix& host() const { return ext_ ? *ext_ : csr_; }
   // CUDA: copies host() to the device (queued on the stream); CPU: nothing.
   void upload();
   // The device copy (CUDA Context only).
