@@ -1,7 +1,7 @@
 // `xmctrain bench dense --device cuda`: one dense training step on the GPU (B×d input, L
 // labels in chunks): per-op time (forward GEMM, loss kernel, dh GEMM, dW GEMM + bias sums,
 // optimizer update), each timed alone over all chunks with CUDA events, then the full
-// DenseBlockCuda::train_step; achieved TFLOP/s and GB/s beside the measured ceilings
+// DenseBlock::train_step on a CUDA Context; achieved TFLOP/s and GB/s beside the measured ceilings
 // (large cuBLAS GEMM in the same precision, device-to-device copy), and peak device memory
 // of the layer: ledger vs analytic vs driver. Host code only: in a build without CUDA the
 // first GPU call throws "built without CUDA support".
@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "layers/dense_block_cuda.h"
+#include "layers/dense_block.h"
 #include "kernels/dense_ops_cuda.h"
 
 namespace xmc::bench {
@@ -95,8 +95,9 @@ CsrMatrix dcb_targets(int64_t batch, int64_t labels, uint64_t seed) {
   return t;
 }
 
-json dcb_bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, int64_t chunk, bool bf16,
-               int iters, const DcbCeilings& ceil) {
+json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk,
+                   bool bf16, int iters, const DcbCeilings& ceil) {
+  CudaContext& ctx = run.cuda();
   OptimizerConfig cfg;  // adam, the most memory-hungry update
   const int64_t c = std::min(chunk, labels);
   const double gemm_flops = 2.0 * batch * labels * d;
@@ -195,14 +196,13 @@ json dcb_bench_one(CudaContext& ctx, int64_t batch, int64_t d, int64_t labels, i
     add_op("update", ms * nchunks, 0, static_cast<double>(labels) * d * (2 * wb + 4 + 16));
   }
 
-  // The full step through DenseBlockCuda.
+  // The full step through DenseBlock on the CUDA Context.
   MemoryLedger ledger;
   const int64_t baseline = gpu::device_mem_info().used_bytes();
   json step;
   {
-    gpu::DenseBlockCuda block(
-        ctx, d, 0, labels, batch, chunk, LossType::bce, cfg, 1,
-        {bf16 ? gpu::WeightPrecision::bf16 : gpu::WeightPrecision::fp32, false});
+    DenseBlock block(run, d, 0, labels, batch, chunk, LossType::bce, cfg, 1,
+                     DensePrecision{bf16, false});
     DeviceBuffer<float> h(ledger, MemTag::activations, batch * d),
         dh(ledger, MemTag::activations, batch * d);
     dcb_fill_random(ctx, h, 11, 1.0f);
@@ -256,8 +256,7 @@ nlohmann::json bench_dense_cuda(const DenseCudaBenchParams& p) {
               {"runs", json::array()}};
   for (int64_t labels : p.labels)
     for (const auto& pr : p.precisions) {
-      MemoryLedger run_ledger;
-      CudaContext run_ctx(run_ledger, 0);
+      Context run_ctx(Device::cuda);
       out["runs"].push_back(
           dcb_bench_one(run_ctx, p.batch, p.dim, labels, p.chunk, pr == "bf16", p.iters, ceil));
     }

@@ -7,6 +7,7 @@
 // kernels/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
 #include "core/context.h"
 #include "core/matrix.h"
+#include "kernels/dense_ops_cuda.h"  // gpu::Bf16Matrix
 
 namespace xmc::kernels {
 
@@ -29,6 +30,15 @@ void gemm_tn(const Context& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float a
              float beta = 0.0f);
 void column_sums(const Context& ctx, ConstMatrix a, float* out);
 void add_row_vector(const Context& ctx, Matrix m, const float* bias);
+// bf16 operands with fp32 accumulation, and the rounding into bf16: CUDA only (a CPU
+// Context throws xmc::Error; bf16 weights exist only on the GPU).
+void gemm_nt(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+void gemm_nn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+void gemm_tn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
+             float alpha = 1.0f, float beta = 0.0f);
+void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 
 // Element-wise ops of the layers, with the Context first (CPU: host loops; CUDA: the
 // gpu:: ops of kernels/dense_ops_cuda.h and kernels/encoder_ops_cuda.h).

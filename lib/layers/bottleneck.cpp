@@ -21,7 +21,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
       optim_(init.optim),
       block_(*init.ctx, cfg.dim, 0, init.num_labels, init.batch_size, cfg.chunk_size,
              parse_loss(cfg.loss), init.optim, init.seed,
-             dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
+             dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   Context& ctx = *init.ctx;
   if (ctx.on_gpu()) set_device_views(true);
   const int64_t d = init.input_dim;

@@ -10,7 +10,7 @@
 #include "config/field_constraints.h"
 
 #include "core/buffer.h"
-#include "layers/dense_any.h"
+#include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -59,7 +59,7 @@ class BottleneckLayer final : public OutputLayer {
   OptimizerConfig optim_;
   Buffer<float> p_, p_s1_, p_s2_;  // [b×d] and its optimizer state
   Buffer<float> u_, du_, dp_;      // workspace: [B×b], [B×b], [b×d]
-  AnyDenseBlock block_;
+  DenseBlock block_;
 };
 
 }  // namespace xmc

@@ -6,11 +6,11 @@ namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
     : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
-             init.batch_size, cfg.chunk_size,
-             parse_loss(cfg.loss), init.optim, init.seed,
-             dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
-  set_device_views(block_.on_gpu());
+             init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
+             dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
+  set_device_views(init.ctx->on_gpu());
   // Softmax normalises over every label: a shard alone would need the other ranks' sums.
   if (cfg.loss == "softmax" && (label_lo() != 0 || label_hi() != num_labels()))
     throw_input("dense: loss softmax cannot train a label shard yet (mpirun): use bce or "
@@ -23,13 +23,12 @@ StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix 
 }
 
 void DenseLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  block_.scores(h, lo, out);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
+    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+    block_.scores(h.rows_range(r0, rows), lo, out.rows_range(r0, rows));
+  }
 }
 
-TopK DenseLayer::topk_impl(ConstMatrix h, int k) const {
-  if (block_.on_gpu()) return block_.topk_gpu(h, k);
-  return stream_topk(h.rows, k, block_.chunk(),
-                     [&](int64_t lo, Matrix out) { block_.scores(h, lo, out); });
-}
+TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows_); }
 
 }  // namespace xmc

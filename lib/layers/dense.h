@@ -1,12 +1,12 @@
 #pragma once
 // Backend `dense`: the one-vs-all baseline, W [L×d] + bias, trained in label chunks, on
 // the CPU (fp32) or the GPU (fp32 or bf16 weights; device views, see output_layer.h).
-#include <memory>
+#include <limits>
 #include <string>
 
 #include "config/field_constraints.h"
 
-#include "layers/dense_any.h"
+#include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 
@@ -46,7 +46,8 @@ class DenseLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override { block_.sync_state(s); }
   int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
 
-  AnyDenseBlock block_;
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
+  DenseBlock block_;
 };
 
 }  // namespace xmc

@@ -7,50 +7,104 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
+#include "layers/device_topk.h"
 #include "layers/param_refs.h"
 #include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
 
+DensePrecision dense_precision(const Context& ctx, const std::string& precision,
+                               bool stochastic_rounding) {
+  DensePrecision p;
+  if (precision == "bf16") {
+    if (!ctx.on_gpu())
+      throw_input("model.output.precision: bf16 weights need device cuda (the CPU path is fp32)");
+    p.bf16 = true;
+  } else if (precision != "fp32") {
+    throw_input("model.output.precision: unknown '{}': expected fp32 or bf16", precision);
+  }
+  if (stochastic_rounding && !p.bf16)
+    throw_input("model.output.stochastic_rounding needs precision bf16 (precision is {})",
+                precision);
+  p.stochastic_rounding = stochastic_rounding;
+  return p;
+}
+
 DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t max_batch,
-                       int64_t chunk, LossType loss, const OptimizerConfig& optim, uint64_t seed)
-    : d_(d),
+                       int64_t chunk, LossType loss, const OptimizerConfig& optim, uint64_t seed,
+                       DensePrecision precision)
+    : ctx_(&ctx),
+      d_(d),
       lo_(lo),
       n_(n),
       max_batch_(max_batch),
       chunk_(std::min(chunk, n)),
       loss_(loss),
-      optim_(optim) {
+      optim_(optim),
+      precision_(precision),
+      seed_(seed) {
   XMC_CHECK(d > 0 && n > 0 && max_batch > 0 && chunk > 0, "dense block d={} n={} B={} chunk={}",
             d, n, max_batch, chunk);
-  check_memory_plan(planned_bytes(d, n, max_batch, chunk, optim),
-                    fmt::format("a dense output block of {} labels × d = {} (weights, {} "
-                                "optimizer state arrays, workspace)",
-                                n, d, optimizer_state_arrays(optim)),
-                    "fewer labels, a narrower encoder output (the last model.encoder layer's "
-                    "out) or an optimizer with less state (optim.output.type)");
-  auto& ledger = ctx.ledger();
+  XMC_CHECK(!precision.stochastic_rounding || precision.bf16,
+            "stochastic rounding needs bf16 weights (precision fp32 given)");
+  // The host memory budget (a device block's weights live in GPU memory).
+  if (!ctx.on_gpu())
+    check_memory_plan(planned_bytes(d, n, max_batch, chunk, optim),
+                      fmt::format("a dense output block of {} labels × d = {} (weights, {} "
+                                  "optimizer state arrays, workspace)",
+                                  n, d, optimizer_state_arrays(optim)),
+                      "fewer labels, a narrower encoder output (the last model.encoder layer's "
+                      "out) or an optimizer with less state (optim.output.type)");
   const auto wn = static_cast<size_t>(n * d);
-  w_ = HostBuffer<float>(ledger, MemTag::weights, wn);
-  b_ = HostBuffer<float>(ledger, MemTag::weights, static_cast<size_t>(n));
-  w_s1_ = optimizer_state_buffer(ledger, optim, 1, wn);
-  b_s1_ = optimizer_state_buffer(ledger, optim, 1, static_cast<size_t>(n));
-  w_s2_ = optimizer_state_buffer(ledger, optim, 2, wn);
-  b_s2_ = optimizer_state_buffer(ledger, optim, 2, static_cast<size_t>(n));
-  z_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(max_batch * chunk_));
-  dw_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_ * d));
-  db_ = HostBuffer<float>(ledger, MemTag::workspace, static_cast<size_t>(chunk_));
+  const auto nn = static_cast<size_t>(n);
+  w_ = WeightArray(ctx, precision.bf16, wn);
+  b_ = Buffer<float>(ctx, MemTag::weights, nn);
+  w_s1_ = optimizer_state_buffer(ctx, optim, 1, wn);
+  b_s1_ = optimizer_state_buffer(ctx, optim, 1, nn);
+  w_s2_ = optimizer_state_buffer(ctx, optim, 2, wn);
+  b_s2_ = optimizer_state_buffer(ctx, optim, 2, nn);
+  const auto zn = static_cast<size_t>(max_batch * chunk_);
+  z_ = Buffer<float>(ctx, MemTag::workspace, zn);
+  dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * d));
+  db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
+  if (bf16()) {
+    g16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, zn);
+    h16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(max_batch * d));
+  }
+  if (loss == LossType::softmax) smax_ = SoftmaxState(ctx, max_batch);
+  targets_ = LossTargets(ctx, max_batch);
+  acc_ = LossAccumulator(ctx);
 
-  init_uniform_rows(w_.data(), n, d, seed, lo);
+  // Row by row from Rng::stream(seed, global row), drawn on the host (uploaded on the GPU).
+  init_uniform_rows(w_.stage_for_write(), n, d, seed, lo);
+  w_.commit();
+}
+
+void DenseBlock::round_h(ConstMatrix h) const {
+  if (bf16()) kernels::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
+}
+
+void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
+  if (bf16()) {
+    kernels::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
+                     gpu::ConstBf16Matrix(w_.b16() + row0 * d_, z.cols, d_), z);
+  } else {
+    kernels::gemm_nt(*ctx_, h, ConstMatrix(w_.f32() + row0 * d_, z.cols, d_), z);
+  }
 }
 
 StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh,
                                  const LrState& lr) {
+  const Context& ctx = *ctx_;
   const int64_t batch = h.rows;
-  XMC_CHECK(batch <= max_batch_, "batch of {} rows exceeds the workspace for {}", batch,
-            max_batch_);
-  StepStats stats;
+  XMC_CHECK(batch >= 1 && batch <= max_batch_, "batch of {} rows outside the workspace for 1..{}",
+            batch, max_batch_);
+  XMC_CHECK(h.cols == d_ && dh.rows == batch && dh.cols == d_,
+            "dense step shapes h[{}×{}] dh[{}×{}], d={}", h.rows, h.cols, dh.rows, dh.cols, d_);
+  XMC_CHECK(targets.rows == batch && lo_ + n_ <= targets.cols,
+            "targets [{}×{}] for a batch of {} and labels [{}, {})", targets.rows, targets.cols,
+            batch, lo_, lo_ + n_);
   Stopwatch sw;
   // Adds the time since the last mark to one of the timings.
   auto mark = [&](double DenseTimings::*field) {
@@ -59,59 +113,83 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       sw.reset();
     }
   };
-  SoftmaxStats smax(loss_ == LossType::softmax ? batch : 0);
+  targets_.assign(targets);
+  acc_.reset();
+  round_h(h);
   if (loss_ == LossType::softmax) {
     // Pass 1: logsumexp over all labels of the block.
+    smax_.reset(batch);
     for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
       const int64_t c = std::min(chunk_, n_ - c0);
       Matrix z(z_.data(), batch, c);
-      kernels::gemm_nt(h, weights(c0, c), z);
-      kernels::add_row_vector(z, b_.data() + c0);
+      logits(h, c0, z);
       mark(&DenseTimings::forward);
-      softmax_accumulate(z, smax);
+      softmax_accumulate(ctx, z, b_.data() + c0, smax_);
       mark(&DenseTimings::loss);
     }
   }
-  for (int64_t i = 0; i < dh.rows; ++i) std::fill(dh.row(i), dh.row(i) + dh.cols, 0.0f);
+  kernels::set_zero(ctx, dh);
   mark(&DenseTimings::backward_input);
 
   for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
     const int64_t c = std::min(chunk_, n_ - c0);
     Matrix z(z_.data(), batch, c);
-    kernels::gemm_nt(h, weights(c0, c), z);
-    kernels::add_row_vector(z, b_.data() + c0);
+    logits(h, c0, z);
     mark(&DenseTimings::forward);
-    // z becomes G = dL/dZ (already divided by the batch size).
+    // z becomes G = dL/dZ (already divided by the batch size), and its bf16 copy.
+    const gpu::Bf16Matrix g16 = bf16() ? gpu::Bf16Matrix(g16_.data(), batch, c) : gpu::Bf16Matrix();
     if (loss_ == LossType::softmax) {
-      stats.loss += softmax_loss_grad(z, smax, targets, lo_ + c0, batch);
+      softmax_loss_grad(ctx, z, b_.data() + c0, smax_, targets_, lo_ + c0, batch, acc_, g16);
     } else {
-      stats.loss += elementwise_loss_grad(loss_, z, targets, lo_ + c0, batch, &stats.zero_grads);
+      elementwise_loss_grad(ctx, loss_, z, b_.data() + c0, targets_, lo_ + c0, batch, acc_, g16);
     }
-    stats.grads += batch * c;
     mark(&DenseTimings::loss);
-    // dh += G·W_c with the weights before this step's update.
-    kernels::gemm_nn(z, weights(c0, c), dh, 1.0f, 1.0f);
-    mark(&DenseTimings::backward_input);
-    // dW_c = Gᵀ·h, db_c = column sums of G; then update the chunk.
-    Matrix dw(dw_.data(), c, d_);
-    kernels::gemm_tn(z, h, dw);
-    kernels::column_sums(z, db_.data());
+    // dh += G·W_c with the weights before this step's update; dW_c = Gᵀ·h, db_c = column
+    // sums of G; then update the chunk.
+    const Matrix dw(dw_.data(), c, d_);
+    if (bf16()) {
+      const gpu::ConstBf16Matrix g(g16.data, batch, c);
+      kernels::gemm_nn(ctx, g, gpu::ConstBf16Matrix(w_.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      mark(&DenseTimings::backward_input);
+      kernels::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
+    } else {
+      kernels::gemm_nn(ctx, z, ConstMatrix(w_.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      mark(&DenseTimings::backward_input);
+      kernels::gemm_tn(ctx, z, h, dw);
+    }
+    kernels::column_sums(ctx, z, db_.data());
     mark(&DenseTimings::backward_weight);
     update_chunk(c0, c, lr);
     mark(&DenseTimings::update);
   }
-  stats.loss /= static_cast<double>(batch);
+  const gpu::LossAccum acc = acc_.read();
+  StepStats stats;
+  stats.loss = acc.loss / static_cast<double>(batch);
+  stats.zero_grads = static_cast<int64_t>(acc.zero_grads);
+  stats.grads = batch * n_;
   return stats;
 }
 
 void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
+  const Context& ctx = *ctx_;
   const int64_t off = row0 * d_;
-  optimizer_update(optim_, lr.lr, lr.step, w_.data() + off, dw_.data(), data_or_null(w_s1_, off),
-                   data_or_null(w_s2_, off), rows * d_);
+  if (bf16()) {
+    // Rounding bits differ per (seed, chunk); the kernel mixes in the step and index.
+    const uint64_t sr_seed = precision_.stochastic_rounding
+                                 ? ((seed_ * 0x9E3779B97F4A7C15ULL) ^
+                                    (static_cast<uint64_t>(row0) * 0xD1B54A32D192ED03ULL)) |
+                                       1ULL
+                                 : 0;
+    optimizer_update(ctx, optim_, lr.lr, lr.step, w_.b16() + off, dw_.data(),
+                     data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_, sr_seed);
+  } else {
+    optimizer_update(ctx, optim_, lr.lr, lr.step, w_.f32() + off, dw_.data(),
+                     data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_);
+  }
   // No weight decay on the bias.
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;
-  optimizer_update(bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(),
+  optimizer_update(ctx, bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(),
                    data_or_null(b_s1_, row0), data_or_null(b_s2_, row0), rows);
 }
 
@@ -119,22 +197,48 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
   const int64_t r0 = lo - lo_;
   XMC_CHECK(r0 >= 0 && r0 + out.cols <= n_, "scores of labels [{}, {}) outside [{}, {})", lo,
             lo + out.cols, lo_, lo_ + n_);
-  kernels::gemm_nt(h, weights(r0, out.cols), out);
-  kernels::add_row_vector(out, b_.data() + r0);
+  XMC_CHECK(h.cols == d_ && out.rows == h.rows, "scores shapes h[{}×{}] out[{}×{}], d={}", h.rows,
+            h.cols, out.rows, out.cols, d_);
+  XMC_CHECK(!bf16() || h.rows <= max_batch_, "bf16 scores of {} rows, workspace for {}", h.rows,
+            max_batch_);
+  round_h(h);
+  logits(h, r0, out);
+  kernels::add_row_vector(*ctx_, out, b_.data() + r0);
+}
+
+TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
+  XMC_CHECK(h.cols == d_, "top-k: h has {} columns, d = {}", h.cols, d_);
+  if (bf16()) block_rows = std::min(block_rows, max_batch_);
+  ConstMatrix hb;
+  return stream_topk(
+      *ctx_, h.rows, k, block_rows, n_, chunk_, lo_,
+      [&](int64_t r0, int64_t rows) {
+        hb = h.rows_range(r0, rows);
+        round_h(hb);
+      },
+      [&](int64_t c0, Matrix z) {
+        logits(hb, c0, z);
+        kernels::add_row_vector(*ctx_, z, b_.data() + c0);
+      });
 }
 
 std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
-  std::vector<TensorRef> out = {{prefix + "weight", {n_, d_}, w_.data()},
-                                {prefix + "bias", {n_}, b_.data()}};
-  if (w_s1_.size()) {
-    out.push_back({prefix + "weight_opt1", {n_, d_}, w_s1_.data()});
-    out.push_back({prefix + "bias_opt1", {n_}, b_s1_.data()});
+  std::vector<TensorRef> out = {{prefix + "weight", {n_, d_}, w_.host_data()},
+                                {prefix + "bias", {n_}, b_.host_data()}};
+  if (!w_s1_.empty()) {
+    out.push_back({prefix + "weight_opt1", {n_, d_}, w_s1_.host_data()});
+    out.push_back({prefix + "bias_opt1", {n_}, b_s1_.host_data()});
   }
-  if (w_s2_.size()) {
-    out.push_back({prefix + "weight_opt2", {n_, d_}, w_s2_.data()});
-    out.push_back({prefix + "bias_opt2", {n_}, b_s2_.data()});
+  if (!w_s2_.empty()) {
+    out.push_back({prefix + "weight_opt2", {n_, d_}, w_s2_.host_data()});
+    out.push_back({prefix + "bias_opt2", {n_}, b_s2_.host_data()});
   }
   return out;
+}
+
+void DenseBlock::sync_state(StateSync s) {
+  w_.sync(s);
+  for (Buffer<float>* b : {&b_, &w_s1_, &b_s1_, &w_s2_, &b_s2_}) b->sync(s);
 }
 
 double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
@@ -148,7 +252,12 @@ double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_
 }
 
 int64_t DenseBlock::analytic_bytes() const {
-  return static_cast<int64_t>(planned_bytes(d_, n_, max_batch_, chunk_, optim_));
+  const int64_t states = optimizer_state_arrays(optim_);
+  int64_t bytes = w_.bytes() + 4 * n_;                                // weights, bias
+  bytes += states * 4 * (n_ * d_ + n_);                               // optimizer state
+  bytes += 4 * (max_batch_ * chunk_ + chunk_ * d_ + chunk_);          // z, dW_c, db_c
+  bytes += static_cast<int64_t>(g16_.bytes() + h16_.bytes());         // bf16: G, h
+  return bytes + smax_.bytes() + acc_.bytes() + targets_.analytic_bytes();
 }
 
 }  // namespace xmc

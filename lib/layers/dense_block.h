@@ -1,23 +1,33 @@
 #pragma once
-// DenseBlock: W [n×d] + bias [n] over n labels, trained in label chunks so that neither a
-// B×n logit matrix nor a full dW ever exists: per chunk c, logits Z = h·W_cᵀ + b_c,
-// loss gradient in place, dh += G·W_c, dW_c = Gᵀ·h, update W_c. Shared by the dense and
-// bottleneck backends. Buffers go through the ledger: weights, optimizer, workspace.
+// DenseBlock: W [n×d] + bias [n] over labels [lo, lo+n), trained in label chunks so that
+// neither a B×n logit matrix nor a full dW ever exists: per chunk c, logits Z = h·W_cᵀ,
+// bias + loss gradient in place, dh += G·W_c, dW_c = Gᵀ·h, db_c = column sums of G,
+// update W_c and b_c. Shared by the dense and bottleneck backends and group_shared's head.
+//
+// One path on the Context's device (ops of kernels/dense_ops.h, model/loss.h,
+// model/optimizer.h): a CPU Context keeps host arrays and every matrix is a host view; a
+// CUDA Context keeps device arrays and h, dh and the scores' out are DEVICE views. Weights
+// fp32, or on the GPU bf16 (stored only in bf16: half the memory; GEMMs in bf16 with fp32
+// accumulation, h and G rounded to bf16 for them; optimizer state and bias fp32; updates
+// rounded to nearest or stochastically). The same initial weights on both devices for the
+// same seed. Every buffer goes through the ledger: weights, optimizer, workspace.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/context.h"
 #include "core/matrix.h"
-#include "core/memory_ledger.h"
 #include "core/tensor_ref.h"
 #include "layers/output_layer.h"
+#include "layers/weight_array.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 
 namespace xmc {
 
-// Per-op wall time of train_step, summed over chunks (benchmarks; off by default).
+// Per-op wall time of train_step, summed over chunks (CPU benchmarks; off by default; on
+// a CUDA Context the marks time the launches, not the kernels).
 struct DenseTimings {
   double forward = 0.0;          // logits GEMM + bias (both passes for softmax)
   double loss = 0.0;             // loss gradient in place
@@ -26,42 +36,75 @@ struct DenseTimings {
   double update = 0.0;           // optimizer step of W_c, b_c
 };
 
+// Weight storage of a dense block.
+struct DensePrecision {
+  bool bf16 = false;                 // CUDA only
+  bool stochastic_rounding = false;  // bf16 only
+};
+// precision: "fp32" | "bf16" (bf16: CUDA only, InputError on the CPU);
+// stochastic_rounding: bf16 only (InputError otherwise).
+DensePrecision dense_precision(const Context& ctx, const std::string& precision,
+                               bool stochastic_rounding);
+
 class DenseBlock {
  public:
   // Labels [lo, lo+n) of the model; inputs of width d; workspace for batches up to
   // max_batch rows and chunks of up to chunk labels. W ~ uniform(±1/sqrt(d)) from seed.
   DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t max_batch, int64_t chunk,
-             LossType loss, const OptimizerConfig& optim, uint64_t seed);
+             LossType loss, const OptimizerConfig& optim, uint64_t seed,
+             DensePrecision precision = {});
 
-  // targets: batch positives (global ids). Overwrites dh [B×d] with dL/dh.
+  // targets: batch positives (host CSR, global ids). Overwrites dh [B×d] with dL/dh.
   StepStats train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh, const LrState& lr);
-  // out [B×c] = scores of labels [lo, lo+c) (global lo within this block's range).
+  // out [B×c] = scores of labels [lo, lo+c) (global lo within this block's range). bf16:
+  // at most max_batch rows.
   void scores(ConstMatrix h, int64_t lo, Matrix out) const;
+  // Exact top-k over the block's labels of every row of h, streamed (layers/device_topk.h)
+  // in blocks of `block_rows` rows.
+  TopK topk(ConstMatrix h, int k, int64_t block_rows) const;
 
+  // Names "<prefix>weight" [n×d], "<prefix>bias" [n], then the optimizer state that exists
+  // (weight_opt1, bias_opt1, weight_opt2, bias_opt2). Host arrays: on a CUDA Context after
+  // sync_state(to_host) (bf16 weights as fp32).
   std::vector<TensorRef> state(const std::string& prefix);
+  void sync_state(StateSync s);
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;
-  // analytic_bytes() of a block with these sizes, before it is built (a double: hostile
-  // sizes must not overflow). The constructor checks it against the memory budget.
+  // analytic_bytes() of an fp32 CPU block with these sizes, before it is built (a double:
+  // hostile sizes must not overflow). The CPU constructor checks it against the memory
+  // budget.
   static double planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
                               const OptimizerConfig& optim);
   int64_t chunk() const { return chunk_; }
+  int64_t dim() const { return d_; }
+  int64_t labels() const { return n_; }
 
  private:
-  ConstMatrix weights(int64_t row0, int64_t rows) const {
-    return {w_.data() + row0 * d_, rows, d_};
-  }
+  bool bf16() const { return w_.bf16(); }
+  // z [B×c] = h·W_cᵀ (no bias) for labels [row0, row0+c) of the block; bf16: h16_ must
+  // hold h rounded (round_h).
+  void logits(ConstMatrix h, int64_t row0, Matrix z) const;
+  void round_h(ConstMatrix h) const;
   void update_chunk(int64_t row0, int64_t rows, const LrState& lr);
 
+  Context* ctx_;
   int64_t d_, lo_, n_, max_batch_, chunk_;
   LossType loss_;
   OptimizerConfig optim_;
-  HostBuffer<float> w_, b_;            // [n×d], [n]
-  HostBuffer<float> w_s1_, w_s2_;      // optimizer state of W (empty when not needed)
-  HostBuffer<float> b_s1_, b_s2_;      // optimizer state of b
-  HostBuffer<float> z_;                // [max_batch×chunk] logits / gradients
-  HostBuffer<float> dw_, db_;          // [chunk×d], [chunk]
+  DensePrecision precision_;
+  uint64_t seed_;
+  WeightArray w_;                      // [n×d]
+  Buffer<float> b_;                    // [n]
+  Buffer<float> w_s1_, w_s2_;          // optimizer state of W (empty when not needed)
+  Buffer<float> b_s1_, b_s2_;          // optimizer state of b
+  Buffer<float> z_;                    // [max_batch×chunk] logits / gradients
+  Buffer<float> dw_, db_;              // [chunk×d], [chunk]
+  Buffer<gpu::Bf16> g16_;              // bf16: [max_batch×chunk] G rounded
+  mutable Buffer<gpu::Bf16> h16_;      // bf16: [max_batch×d] h rounded
+  SoftmaxState smax_;
+  LossTargets targets_;
+  LossAccumulator acc_;
   DenseTimings* timings_ = nullptr;
 };
 

@@ -113,9 +113,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   }
 
   // Head: a dense block over positions [0, H) on its (projected) input.
-  const gpu::DenseCudaOptions opts =
-      dense_precision_options(*init.ctx, cfg.precision, cfg.stochastic_rounding);
-  if (opts.precision == gpu::WeightPrecision::bf16 && t > 0 && f > 256)
+  const DensePrecision precision = dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding);
+  if (precision.bf16 && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
         "[F×64] tile and take F <= 256 (use precision fp32)",
@@ -126,14 +125,14 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   if (head_ > 0)
     head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, 0, head_, max_batch_,
                         cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next(),
-                        opts);
+                        precision);
 
   // Tail: shared index sets, per-label weights and biases, optional ReLU projection.
   const int64_t tf = t * f;
   tail_proj_ = Projection(ctx, d, t > 0 ? cfg.tail_projection : 0, true, optim_,
                                      max_batch_, Rng::stream(seed_, kGsProjStream + 1).next());
   if (t > 0) {
-    const bool bf16 = opts.precision == gpu::WeightPrecision::bf16;
+    const bool bf16 = precision.bf16;
     const auto ts = static_cast<size_t>(t), tfs = static_cast<size_t>(tf);
     idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(groups_ * f));
     w_ = WeightArray(ctx, bf16, tfs);

@@ -43,7 +43,7 @@
 #include "core/buffer.h"
 #include "core/memory_ledger.h"
 #include "grouping/label_grouping.h"
-#include "layers/dense_any.h"
+#include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/projection.h"
@@ -197,7 +197,7 @@ class GroupSharedLayer final : public OutputLayer {
   int64_t total_steps_;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
-  std::optional<AnyDenseBlock> head_block_;
+  std::optional<DenseBlock> head_block_;
   Projection head_proj_;             // d→head_dim (linear), or none
   Buffer<uint32_t> idx_;                        // [K×F]
   WeightArray w_;                               // [T×F] (fp32, or bf16 on the GPU)

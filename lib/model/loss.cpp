@@ -243,20 +243,70 @@ gpu::DeviceCsr LossTargets::device() const {
   return {indptr_.data(), indices_.data(), host().rows, host().cols};
 }
 
+namespace {
+void check_no_bf16_copy(gpu::Bf16Matrix g) {
+  XMC_CHECK(g.data == nullptr, "a bf16 gradient copy on a CPU Context");
+}
+}  // namespace
+
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
-                           LossAccumulator& acc) {
+                           LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
   if (ctx.on_gpu()) {
     gpu::elementwise_loss_grad(ctx.cuda(), type, logits, bias, targets.device(), lo, batch_size,
-                               acc.data());
+                               acc.data(), g_bf16);
     return;
   }
+  check_no_bf16_copy(g_bf16);
   if (bias) kernels::add_row_vector(logits, bias);
   int64_t zeros = 0;
   const double loss = elementwise_loss_grad(type, logits, targets.host(), lo, batch_size, &zeros);
   gpu::LossAccum* a = acc.data();
   a->loss += loss;
   a->zero_grads += static_cast<unsigned long long>(zeros);
+}
+
+SoftmaxState::SoftmaxState(Context& ctx, int64_t max_batch) : ctx_(&ctx) {
+  if (!ctx.on_gpu()) return;
+  max_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch));
+  sum_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch));
+}
+
+void SoftmaxState::reset(int64_t rows) {
+  XMC_CHECK(ctx_ != nullptr, "softmax state without a Context");
+  if (ctx_->on_gpu()) {
+    XMC_CHECK(rows <= static_cast<int64_t>(max_.size()), "softmax stats of {} rows, room for {}",
+              rows, max_.size());
+    gpu::softmax_reset(ctx_->cuda(), device(), rows);
+  } else {
+    host_ = SoftmaxStats(rows);
+  }
+}
+
+gpu::DeviceSoftmaxStats SoftmaxState::device() const {
+  return {const_cast<float*>(max_.data()), const_cast<float*>(sum_.data())};
+}
+
+void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, SoftmaxState& st) {
+  if (ctx.on_gpu()) {
+    gpu::softmax_accumulate(ctx.cuda(), logits, bias, st.device());
+    return;
+  }
+  if (bias) kernels::add_row_vector(logits, bias);
+  softmax_accumulate(ConstMatrix(logits), st.host_);
+}
+
+void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias,
+                       const SoftmaxState& st, const LossTargets& targets, int64_t lo,
+                       int64_t batch_size, LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
+  if (ctx.on_gpu()) {
+    gpu::softmax_loss_grad(ctx.cuda(), logits, bias, st.device(), targets.device(), lo,
+                           batch_size, acc.data(), g_bf16);
+    return;
+  }
+  check_no_bf16_copy(g_bf16);
+  if (bias) kernels::add_row_vector(logits, bias);
+  acc.data()->loss += softmax_loss_grad(logits, st.host_, targets.host(), lo, batch_size);
 }
 
 }  // namespace xmc

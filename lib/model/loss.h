@@ -118,8 +118,36 @@ class LossAccumulator {
 // Context) for labels [lo, lo+c), plus bias [c] first when bias is not nullptr; adds the
 // chunk's loss sum and exact-zero count to acc. CPU: the function above (bias added by
 // add_row_vector first); CUDA: gpu::elementwise_loss_grad.
+// g_bf16 (CUDA only, optional [B×c]): also writes a bf16 copy of the gradient there.
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
-                           LossAccumulator& acc);
+                           LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
+
+// Softmax's running per-row statistics on the Context's device: SoftmaxStats (double) on
+// the CPU, device arrays (float) [max_batch] on a CUDA Context, in the ledger.
+class SoftmaxState {
+ public:
+  SoftmaxState() = default;
+  SoftmaxState(Context& ctx, int64_t max_batch);
+  // Starts pass 1 for a batch of `rows` rows.
+  void reset(int64_t rows);
+  int64_t bytes() const { return static_cast<int64_t>(max_.bytes() + sum_.bytes()); }
+
+ private:
+  friend void softmax_accumulate(const Context&, Matrix, const float*, SoftmaxState&);
+  friend void softmax_loss_grad(const Context&, Matrix, const float*, const SoftmaxState&,
+                                const LossTargets&, int64_t, int64_t, LossAccumulator&,
+                                gpu::Bf16Matrix);
+  gpu::DeviceSoftmaxStats device() const;
+  Context* ctx_ = nullptr;
+  SoftmaxStats host_;
+  Buffer<float> max_, sum_;  // CUDA
+};
+// The two passes on the Context's device, logits [B×c] without bias (bias [c] added
+// first; CPU: add_row_vector into logits, then the host functions above).
+void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, SoftmaxState& st);
+void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias,
+                       const SoftmaxState& st, const LossTargets& targets, int64_t lo,
+                       int64_t batch_size, LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
 
 }  // namespace xmc

@@ -26,7 +26,6 @@
 #include "core/rng.h"
 #include "eval/topk.h"
 #include "io/load.h"
-#include "layers/dense_block_cuda.h"
 #include "kernels/dense_ops.h"
 #include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"
@@ -391,19 +390,43 @@ void test_optimizers(CudaContext& ctx, Rng& rng) {
 }
 
 // --- DenseBlock step ---------------------------------------------------------------------
-void test_dense_block(CudaContext& ctx, Rng& rng) {
+// One array of a block's state() (a CUDA block's through host copies).
+std::vector<float> block_array(DenseBlock& block, const std::string& key) {
+  block.sync_state(StateSync::to_host);
+  std::vector<float> out;
+  for (const TensorRef& tr : block.state(""))
+    if (tr.name == key) {
+      const float* p = std::get<float*>(tr.data);
+      out.assign(p, p + tr.numel());
+    }
+  block.sync_state(StateSync::release);
+  return out;
+}
+
+// The block's step on device views: h uploaded, dh downloaded.
+StepStats device_step(Context& dev, DenseBlock& block, const CsrMatrix& t,
+                      const std::vector<float>& h, std::vector<float>& dh, int64_t d,
+                      const LrState& lr) {
+  CudaContext& c = dev.cuda();
+  const int64_t batch = static_cast<int64_t>(h.size()) / d;
+  auto dev_h = upload(c, h);
+  auto dev_dh = upload(c, dh);
+  const StepStats st = block.train_step(t, ConstMatrix(dev_h.data(), batch, d),
+                                        Matrix(dev_dh.data(), batch, d), lr);
+  dh = download(c, dev_dh, dh.size());
+  return st;
+}
+
+void test_dense_block(CudaContext&, Rng& rng) {
   const int64_t d = 64, lo = 50, n = 1000, batch = 32, chunk = 300, labels = lo + n + 20;
   for (LossType loss : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
     for (const OptimizerConfig& cfg : optimizers()) {
       const std::string name = "dense block " + std::string(to_string(loss)) + " " + describe(cfg);
-      Context cpu(Device::cpu);
+      Context cpu(Device::cpu), dev(Device::cuda);
       DenseBlock ref(cpu, d, lo, n, batch, chunk, loss, cfg, 42);
-      gpu::DenseBlockCuda got(ctx, d, lo, n, batch, chunk, loss, cfg, 42);
-      const auto init = got.download();
-      auto ref_state = ref.state("");
-      const std::vector<float> w0(std::get<float*>(ref_state[0].data),
-                                  std::get<float*>(ref_state[0].data) + n * d);
-      expect_close(name + " initial weights", init.weight, w0, 0.0, 0.0);
+      DenseBlock got(dev, d, lo, n, batch, chunk, loss, cfg, 42);
+      expect_close(name + " initial weights", block_array(got, "weight"), block_array(ref, "weight"),
+                   0.0, 0.0);
       for (int64_t step = 1; step <= 2; ++step) {
         const std::string sn = name + " step " + std::to_string(step);
         const CsrMatrix t = random_targets(rng, batch, labels, 5);
@@ -412,30 +435,20 @@ void test_dense_block(CudaContext& ctx, Rng& rng) {
         const LrState lr{cfg.lr, step};
         const StepStats rs =
             ref.train_step(t, ConstMatrix(h.data(), batch, d), Matrix(dh_ref.data(), batch, d), lr);
-        const StepStats gs = got.train_step_host(t, ConstMatrix(h.data(), batch, d),
-                                                 Matrix(dh_got.data(), batch, d), lr);
+        const StepStats gs = device_step(dev, got, t, h, dh_got, d, lr);
         expect_scalar(sn + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
         expect_scalar(sn + " grads", static_cast<double>(gs.grads), static_cast<double>(rs.grads),
                       0, 0);
         expect_scalar(sn + " zero gradients", static_cast<double>(gs.zero_grads),
                       static_cast<double>(rs.zero_grads), 1e-3 * rs.grads + 2, 0);
         expect_close(sn + " dh", dh_got, dh_ref, 1e-6, 1e-3);
-        const auto st = got.download();
-        auto rstate = ref.state("");
-        auto host = [&](const std::string& key) {
-          for (auto& tr : rstate)
-            if (tr.name == key) {
-              const float* p = std::get<float*>(tr.data);
-              return std::vector<float>(p, p + tr.numel());
-            }
-          return std::vector<float>();
-        };
-        expect_close(sn + " weight", st.weight, host("weight"), 1e-6, 1e-4);
-        expect_close(sn + " bias", st.bias, host("bias"), 1e-6, 1e-4);
-        if (!st.weight_opt1.empty())
-          expect_close(sn + " weight_opt1", st.weight_opt1, host("weight_opt1"), 1e-6, 1e-3);
-        if (!st.weight_opt2.empty())
-          expect_close(sn + " weight_opt2", st.weight_opt2, host("weight_opt2"), 1e-8, 1e-3);
+        expect_close(sn + " weight", block_array(got, "weight"), block_array(ref, "weight"), 1e-6,
+                     1e-4);
+        expect_close(sn + " bias", block_array(got, "bias"), block_array(ref, "bias"), 1e-6, 1e-4);
+        expect_close(sn + " weight_opt1", block_array(got, "weight_opt1"),
+                     block_array(ref, "weight_opt1"), 1e-6, 1e-3);
+        expect_close(sn + " weight_opt2", block_array(got, "weight_opt2"),
+                     block_array(ref, "weight_opt2"), 1e-8, 1e-3);
       }
     }
   }
@@ -445,18 +458,16 @@ void test_dense_block(CudaContext& ctx, Rng& rng) {
   for (LossType loss : {LossType::bce, LossType::softmax}) {
     const OptimizerConfig cfg = optimizers()[2];
     const std::string name = "dense block bf16 " + std::string(to_string(loss));
-    Context cpu(Device::cpu);
+    Context cpu(Device::cpu), dev(Device::cuda);
     DenseBlock ref(cpu, d, lo, n, batch, chunk, loss, cfg, 7);
-    gpu::DenseBlockCuda got(ctx, d, lo, n, batch, chunk, loss, cfg, 7,
-                            {gpu::WeightPrecision::bf16, true});
+    DenseBlock got(dev, d, lo, n, batch, chunk, loss, cfg, 7, DensePrecision{true, true});
     const CsrMatrix t = random_targets(rng, batch, labels, 5);
     auto h = random_vec(rng, static_cast<size_t>(batch * d));
     std::vector<float> dh_ref(h.size()), dh_got(h.size());
     const LrState lr{cfg.lr, 1};
     const StepStats rs =
         ref.train_step(t, ConstMatrix(h.data(), batch, d), Matrix(dh_ref.data(), batch, d), lr);
-    const StepStats gs = got.train_step_host(t, ConstMatrix(h.data(), batch, d),
-                                             Matrix(dh_got.data(), batch, d), lr);
+    const StepStats gs = device_step(dev, got, t, h, dh_got, d, lr);
     expect_scalar(name + " loss", gs.loss, rs.loss, 0.0, 1e-2);
     float scale = 0.0f;
     for (float x : dh_ref) scale = std::max(scale, std::abs(x));
@@ -528,12 +539,13 @@ void test_topk_merge(CudaContext& ctx, Rng& rng) {
 // Model top-k: GPU scores differ from the CPU's by rounding, so near-ties may swap. Each
 // position's score must match the CPU's score at that position, and each returned label's
 // CPU score must match it too (a tie partner is fine, a wrong label is not).
-void test_dense_topk(CudaContext& ctx, Rng& rng) {
+void test_dense_topk(CudaContext&, Rng& rng) {
   const int64_t d = 48, lo = 0, n = 2500, chunk = 600, max_batch = 16, rows = 40;
   OptimizerConfig cfg = optimizers()[0];
-  Context cpu(Device::cpu);
+  Context cpu(Device::cpu), dev(Device::cuda);
+  CudaContext& ctx = dev.cuda();
   DenseBlock ref(cpu, d, lo, n, max_batch, chunk, LossType::bce, cfg, 3);
-  gpu::DenseBlockCuda got(ctx, d, lo, n, max_batch, chunk, LossType::bce, cfg, 3);
+  DenseBlock got(dev, d, lo, n, max_batch, chunk, LossType::bce, cfg, 3);
   auto h = random_vec(rng, static_cast<size_t>(rows * d));
   std::vector<float> all(static_cast<size_t>(rows * n));
   for (int64_t r0 = 0; r0 < rows; r0 += max_batch) {
@@ -545,7 +557,7 @@ void test_dense_topk(CudaContext& ctx, Rng& rng) {
     acc.add_chunk(ConstMatrix(all.data(), rows, n), lo);
     const TopK want = acc.result();
     auto dh = upload(ctx, h);
-    const TopK have = got.topk(ConstMatrix(dh.data(), rows, d), k);
+    const TopK have = got.topk(ConstMatrix(dh.data(), rows, d), k, max_batch);
     const double tol_abs = 1e-5, tol_rel = 1e-4;
     int bad = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -571,16 +583,15 @@ void test_dense_topk(CudaContext& ctx, Rng& rng) {
 }
 
 // --- memory: ledger vs analytic size vs the driver ---------------------------------------
-void test_memory(CudaContext& ctx) {
-  MemoryLedger ledger;
-  const int64_t before = ledger.total_current(MemSpace::device);
+void test_memory(CudaContext&) {
   const int64_t baseline = gpu::device_mem_info().used_bytes();
   OptimizerConfig cfg = optimizers()[2];
+  Context local(Device::cuda);
+  MemoryLedger& ledger = local.ledger();
+  const int64_t ctx_bytes = ledger.total_current(MemSpace::device);
   {
-    CudaContext local(ledger, ctx.device_index());
-    const int64_t ctx_bytes = ledger.total_current(MemSpace::device) - before;
-    gpu::DenseBlockCuda block(local, 256, 0, 100000, 256, 8192, LossType::bce, cfg, 1);
-    const int64_t recorded = ledger.total_current(MemSpace::device) - before - ctx_bytes;
+    DenseBlock block(local, 256, 0, 100000, 256, 8192, LossType::bce, cfg, 1);
+    const int64_t recorded = ledger.total_current(MemSpace::device) - ctx_bytes;
     expect_scalar("ledger bytes of a dense block == analytic size", static_cast<double>(recorded),
                   static_cast<double>(block.analytic_bytes()), 0, 0);
     const gpu::MemCrossCheck mc = gpu::memory_cross_check(ledger, baseline);
@@ -594,8 +605,9 @@ void test_memory(CudaContext& ctx) {
     expect_true("driver memory <= 1.1 × ledger + 256 MiB",
                 static_cast<double>(mc.driver_bytes) <= 1.1 * mc.ledger_bytes + (256 << 20));
   }
-  expect_scalar("ledger device bytes back to zero",
-                static_cast<double>(ledger.total_current(MemSpace::device)), 0, 0, 0);
+  expect_scalar("ledger device bytes back to the context's own",
+                static_cast<double>(ledger.total_current(MemSpace::device)),
+                static_cast<double>(ctx_bytes), 0, 0);
 }
 
 // --- encoder: the GPU encoder against the CPU one (same seed, same dropout draws) -----
