@@ -19,6 +19,7 @@
 #include "core/context.h"
 #include "core/cuda_context.h"
 #include "core/error.h"
+#include "core/matrix.h"
 #include "core/memory_ledger.h"
 #include "core/tensor_ref.h"
 
@@ -72,11 +73,13 @@ class Buffer {
     }
   }
 
-  // Host access (see the header comment).
-  T* stage() {
+  // Host access (see the header comment). stage(n) / commit(n): only the first n
+  // elements travel (the rest of a staged copy is unspecified).
+  T* stage() { return stage(size()); }
+  T* stage(size_t n) {
     if (cuda_ && !staged_) {
       copy_.resize(size());
-      copy_to_host(copy_.data(), size());
+      copy_to_host(copy_.data(), n);
       staged_ = true;
     }
     return host_data();
@@ -86,10 +89,11 @@ class Buffer {
     XMC_CHECK(staged_ || size() == 0, "host access to a device buffer before stage()");
     return copy_.data();
   }
-  void commit() {
+  void commit() { commit(size()); }
+  void commit(size_t n) {
     if (!cuda_) return;
     XMC_CHECK(staged_ || size() == 0, "commit() of a device buffer that was not staged");
-    copy_from_host(copy_.data(), copy_.size());
+    copy_from_host(copy_.data(), std::min(n, copy_.size()));
     release();
   }
   void release() {
@@ -121,6 +125,26 @@ class Buffer {
   gpu::DeviceBuffer<T> dev_;
   std::vector<T> copy_;  // GPU: the staged host copy
   bool staged_ = false;
+};
+
+// A host view of a matrix on the Context's device: the matrix itself on the CPU (no copy),
+// a copy downloaded on construction (complete) on the GPU.
+class HostView {
+ public:
+  HostView(const Context& ctx, ConstMatrix m) : view_(m) {
+    if (!ctx.on_gpu()) return;
+    copy_.resize(static_cast<size_t>(m.rows * m.cols));
+    for (int64_t r = 0; r < m.rows; ++r)
+      gpu::copy_to_host(copy_.data() + r * m.cols, m.row(r),
+                        static_cast<size_t>(m.cols) * sizeof(float), ctx.cuda().stream());
+    ctx.synchronize();
+    view_ = ConstMatrix(copy_.data(), m.rows, m.cols);
+  }
+  ConstMatrix view() const { return view_; }
+
+ private:
+  std::vector<float> copy_;
+  ConstMatrix view_;
 };
 
 }  // namespace xmc

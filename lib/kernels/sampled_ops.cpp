@@ -1,9 +1,14 @@
 #include "kernels/sampled_ops.h"
+#include "kernels/candidate_staging.h"
 
 #include <algorithm>
 #include <numeric>
 
+#include <cstring>
+
 #include "core/error.h"
+#include "kernels/encoder_ops_cuda.h"
+#include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
 
@@ -89,6 +94,109 @@ void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix 
     }
     if (db) db[u] = sb;
   }
+}
+
+void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
+                    const CandidateCsr& cand, ConstMatrix h, float* scores) {
+  if (ctx.on_gpu())
+    gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores);
+  else
+    sampled_scores(w, bias, d, cand, h, scores);
+}
+
+void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
+                        const float* g, Matrix dh) {
+  if (ctx.on_gpu())
+    gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh);
+  else
+    sampled_input_grad(w, d, cand, g, dh);
+}
+
+void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
+                         ConstMatrix h, Matrix dw, float* db) {
+  if (ctx.on_gpu())
+    gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db);
+  else
+    sampled_weight_grad(groups, g, h, dw, db);
+}
+
+void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int64_t count,
+                 int64_t width, float* dst) {
+  if (ctx.on_gpu()) {
+    gpu::gather_rows(ctx.cuda(), src, rows, count, width, dst);
+    return;
+  }
+  for (int64_t u = 0; u < count; ++u)
+    std::copy(src + int64_t{rows[u]} * width, src + (int64_t{rows[u]} + 1) * width, dst + u * width);
+}
+
+namespace {
+// The packed upload, in 8-byte words: indptr [rows+1], group ptr [groups+1], group entry
+// [nnz] (int64), then labels [nnz], group labels [groups], group rows [nnz] (uint32).
+int64_t pack_words(int64_t rows, int64_t nnz, int64_t groups) {
+  return (rows + 1) + (groups + 1) + nnz + (2 * nnz + groups + 1) / 2;
+}
+}  // namespace
+
+CandidateStaging::CandidateStaging(Context& ctx, int64_t rows, int64_t nnz, int64_t groups)
+    : ctx_(&ctx) {
+  if (ctx.on_gpu()) reserve(pack_words(rows, nnz, groups));
+}
+
+void CandidateStaging::reserve(int64_t words) {
+  if (words <= static_cast<int64_t>(pack_.size())) return;
+  // Freeing the old buffer waits for the work that may still read it (cudaFree).
+  pack_ = Buffer<int64_t>(*ctx_, MemTag::workspace,
+                          static_cast<size_t>(std::max<int64_t>(words, 2 * pack_.size())));
+}
+
+CandidateCsr CandidateStaging::stage(const CandidateCsr& cand, const EntryGroupsBuffers* groups,
+                                     EntryGroups* out_groups) {
+  XMC_CHECK(cand.rows >= 0 && cand.nnz >= 0 && cand.indptr[cand.rows] == cand.nnz,
+            "candidate CSR with {} rows ends at {}, nnz {}", cand.rows,
+            cand.rows >= 0 ? cand.indptr[cand.rows] : -1, cand.nnz);
+  XMC_CHECK(ctx_ != nullptr, "candidate staging without a Context");
+  const int64_t ng = groups ? static_cast<int64_t>(groups->labels.size()) : 0;
+  if (groups)
+    XMC_CHECK(static_cast<int64_t>(groups->entry.size()) == cand.nnz &&
+                  static_cast<int64_t>(groups->ptr.size()) == ng + 1,
+              "grouping of {} entries / {} pointers for nnz {}, {} labels", groups->entry.size(),
+              groups->ptr.size(), cand.nnz, ng);
+  if (!ctx_->on_gpu()) {
+    if (out_groups) *out_groups = groups->view();
+    return cand;
+  }
+  const int64_t words = pack_words(cand.rows, cand.nnz, ng);
+  reserve(words);
+  host_.resize(static_cast<size_t>(words));
+  // Filled in pack_words' layout (memcpy: the uint32 part is written through bytes).
+  auto* base = reinterpret_cast<char*>(host_.data());
+  const size_t o_indptr = 0;
+  const size_t o_gptr = o_indptr + 8 * static_cast<size_t>(cand.rows + 1);
+  const size_t o_entry = o_gptr + 8 * static_cast<size_t>(ng + 1);
+  const size_t o_labels = o_entry + 8 * static_cast<size_t>(cand.nnz);
+  const size_t o_glabels = o_labels + 4 * static_cast<size_t>(cand.nnz);
+  const size_t o_grow = o_glabels + 4 * static_cast<size_t>(ng);
+  std::memcpy(base + o_indptr, cand.indptr, 8 * static_cast<size_t>(cand.rows + 1));
+  std::memcpy(base + o_labels, cand.labels, 4 * static_cast<size_t>(cand.nnz));
+  if (groups) {
+    std::memcpy(base + o_gptr, groups->ptr.data(), 8 * static_cast<size_t>(ng + 1));
+    std::memcpy(base + o_entry, groups->entry.data(), 8 * static_cast<size_t>(cand.nnz));
+    std::memcpy(base + o_glabels, groups->labels.data(), 4 * static_cast<size_t>(ng));
+    std::memcpy(base + o_grow, groups->row.data(), 4 * static_cast<size_t>(cand.nnz));
+  }
+  pack_.copy_from_host(host_.data(), static_cast<size_t>(words));
+  const auto* dev = reinterpret_cast<const char*>(pack_.data());
+  if (out_groups) {
+    out_groups->labels = reinterpret_cast<const uint32_t*>(dev + o_glabels);
+    out_groups->ptr = reinterpret_cast<const int64_t*>(dev + o_gptr);
+    out_groups->entry = reinterpret_cast<const int64_t*>(dev + o_entry);
+    out_groups->row = reinterpret_cast<const uint32_t*>(dev + o_grow);
+    out_groups->groups = ng;
+    out_groups->nnz = cand.nnz;
+  }
+  return {reinterpret_cast<const int64_t*>(dev + o_indptr),
+          reinterpret_cast<const uint32_t*>(dev + o_labels), cand.rows, cand.nnz};
 }
 
 }  // namespace xmc::kernels

@@ -1,7 +1,7 @@
 #pragma once
-// Sampled scoring ops on the CPU (the twins of cuda/sampled.cu): the gathered dot
-// products lsh_sampled and anns_sampled train with on the CPU (anns_sampled computes its
-// scores in its own loop, the bias first). Each batch row b has a list of candidate
+// Sampled scoring ops (CPU here, CUDA in cuda/sampled.cu; the overloads taking a Context
+// dispatch): the gathered dot products lsh_sampled and anns_sampled train with on both
+// devices. Each batch row b has a list of candidate
 // labels (global ids, CSR over the batch); w [L×d] holds one weight row per label.
 //   scores  z[e] = h_b·w[label e] + bias[label e]        for the entries e of row b
 //   input   dh_b += sum_e g[e]·w[label e]                 (zero g skipped)
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/context.h"
 #include "core/matrix.h"
 
 namespace xmc::kernels {
@@ -66,5 +67,17 @@ void sampled_input_grad(const float* w, int64_t d, const CandidateCsr& cand, con
 // dw [U×d] (U = groups.groups; overwritten), db [U] (nullable, overwritten).
 void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix h, Matrix dw,
                          float* db);
+
+// --- on the Context's device (CUDA: the gpu:: ops of kernels/sparse_ops_cuda.h; every
+// pointer a DEVICE pointer, e.g. the views of kernels/candidate_staging.h) ---
+void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
+                    const CandidateCsr& cand, ConstMatrix h, float* scores);
+void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
+                        const float* g, Matrix dh);
+void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
+                         ConstMatrix h, Matrix dw, float* db);
+// dst [count×width] = rows rows[0..count) of src [*×width].
+void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int64_t count,
+                 int64_t width, float* dst);
 
 }  // namespace xmc::kernels

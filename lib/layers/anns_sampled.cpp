@@ -13,7 +13,6 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
-#include "layers/weight_init.h"
 #include "model/optimizer.h"
 
 namespace xmc {
@@ -68,7 +67,9 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
       seed_(init.seed),
-      ctx_(init.ctx) {
+      ctx_(init.ctx),
+      eval_rows_(init.ctx && init.ctx->on_gpu() ? std::max<int64_t>(init.batch_size, 1)
+                                                : std::numeric_limits<int64_t>::max()) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
   if (loss_ == LossType::softmax)
     throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");
@@ -76,30 +77,14 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
     throw_input("anns_sampled needs the number of training points (got {})", n_train_);
   const int64_t num_labels = init.num_labels;
   auto& ledger = ctx_->ledger();
-  const auto wn = static_cast<size_t>(num_labels * d_);
-  const bool on_gpu = ctx_->on_gpu();
-  // On the GPU the initial weights are drawn here, on the host, by the CPU code (identical
-  // parameters on both devices) and uploaded; the host copy is freed on return.
-  HostBuffer<float> w_init;
-  if (on_gpu) {
-    w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
-  } else {
-    host_ = SampledHostParams(ledger, optim_, num_labels, d_);
-  }
-  float* w0 = on_gpu ? w_init.data() : host_.w.data();
+  // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
+  const int64_t batch = std::max<int64_t>(init.batch_size, 1);
+  const int64_t per_point = std::min(num_labels, k_h_ + k_r_ + 8);
+  block_ = SampledBlock(*ctx_, optim_, num_labels, d_, seed_, batch, chunk_, batch * per_point);
+  set_device_views(ctx_->on_gpu());
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);
-  }
-  init_uniform_rows(w0, num_labels, d_, seed_);  // same initialisation as `dense`
-  if (on_gpu) {
-    // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
-    const int64_t batch = std::max<int64_t>(init.batch_size, 1);
-    const int64_t per_point = std::min(num_labels, k_h_ + k_r_ + 8);
-    gpu_ = std::make_unique<SampledCudaBlock>(ctx_->cuda(), optim_,
-                                              ConstMatrix(w0, num_labels, d_), batch, chunk_,
-                                              batch * per_point);
-    set_device_views(true);
   }
 }
 
@@ -197,45 +182,6 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                                             const LrState& lr) {
   install_refresh(/*block=*/false);
   log_eval_recall();  // of the evaluation that ran since the last step
-  if (gpu_) return train_step_gpu(batch, h, dh, lr);
-  const int64_t rows = h.rows;
-  const SampledCandidates c = sample_candidates(batch, lr.step);
-  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
-                                  static_cast<int64_t>(c.labels.size())};
-  std::vector<float> grad(c.labels.size());
-  const float inv_batch = 1.0f / static_cast<float>(rows);
-  double loss = 0.0;
-  int64_t zeros = 0;
-  // Scores and the loss gradient. The score starts from the bias (z = b + Σ w·h), where
-  // kernels::sampled_scores adds it last: kept so that CPU results stay what they were
-  // (the two differ in the last bits).
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : loss, zeros)
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* hi = h.row(i);
-    for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
-      const uint32_t l = c.labels[static_cast<size_t>(p)];
-      const float* wl = host_.w.data() + static_cast<int64_t>(l) * d_;
-      float z = host_.b[l];
-      for (int64_t j = 0; j < d_; ++j) z += wl[j] * hi[j];
-      float g = 0.0f;
-      loss += anns_entry_grad(loss_, z, c.positive[static_cast<size_t>(p)] != 0,
-                              c.weight[static_cast<size_t>(p)], inv_batch, &g);
-      if (g == 0.0f) ++zeros;
-      grad[static_cast<size_t>(p)] = g;
-    }
-  }
-  // dh with the weights before the update, then the update of the touched rows.
-  host_.train_step(csr, grad.data(), h, dh, SampledRowStep(optim_, lr.lr, lr.step));
-  ++version_;
-  StepStats s;
-  s.loss = loss / static_cast<double>(rows);
-  s.zero_grads = zeros;
-  s.grads = static_cast<int64_t>(c.labels.size());
-  return s;
-}
-
-StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh,
-                                           const LrState& lr) {
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
   const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
@@ -243,21 +189,23 @@ StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Ma
   const float inv_batch = 1.0f / static_cast<float>(rows);
   double loss = 0.0;
   int64_t zeros = 0;
-  auto loss_grad = [&](std::span<const float> z, std::span<float> g) {
+  // The scores become the weighted loss gradients in place.
+  auto loss_grad = [&](std::span<float> zg) {
     double ls = 0.0;
     int64_t zs = 0;
 #pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
         const auto e = static_cast<size_t>(p);
-        ls += anns_entry_grad(loss_, z[e], c.positive[e] != 0, c.weight[e], inv_batch, &g[e]);
-        if (g[e] == 0.0f) ++zs;
+        ls += anns_entry_grad(loss_, zg[e], c.positive[e] != 0, c.weight[e], inv_batch, &zg[e]);
+        if (zg[e] == 0.0f) ++zs;
       }
     }
     loss = ls;
     zeros = zs;
   };
-  gpu_->train_step(csr, h, dh, lr, loss_grad);
+  // dh with the weights before the update, then the update of the touched rows.
+  block_.train_step(csr, h, dh, lr, loss_grad);
   ++version_;
   StepStats s;
   s.loss = loss / static_cast<double>(rows);
@@ -267,41 +215,26 @@ StepStats AnnsSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Ma
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  if (gpu_) {
-    gpu_->scores(h, lo, out);
-    return;
-  }
-  kernels::gemm_nt(h, ConstMatrix(host_.w.data() + lo * d_, out.cols, d_), out);
-  kernels::add_row_vector(out, host_.b.data() + lo);
+  block_.scores(h, lo, out);
 }
 
 DenseMatrix AnnsSampledLayer::augmented_weights() const {
   const int64_t nl = num_labels();
   DenseMatrix v(nl, d_ + 1);
-  const float* w = host_.w.data();
-  const float* b = host_.b.data();
-  std::vector<float> wd, bd;
-  if (gpu_) {
-    // Host round trip of W and b (L×d + L floats), at each refresh / eval index build.
-    wd.resize(static_cast<size_t>(nl * d_));
-    bd.resize(static_cast<size_t>(nl));
-    gpu_->download_weights(wd.data(), bd.data());
-    w = wd.data();
-    b = bd.data();
-  }
+  // Host W and b: the arrays themselves on the CPU, copies (L×d + L floats) on the GPU.
+  const float* w = block_.host_weights().data;
+  const float* b = block_.host_bias();
 #pragma omp parallel for schedule(static)
   for (int64_t l = 0; l < nl; ++l) {
     std::copy(w + l * d_, w + (l + 1) * d_, v.values.data() + l * (d_ + 1));
     v.values[static_cast<size_t>(l * (d_ + 1) + d_)] = b[l];
   }
+  block_.release_host();
   return v;
 }
 
 TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
-  auto exact_topk = [this](ConstMatrix q, int kk) {
-    if (gpu_) return gpu_->topk(q, kk);
-    return stream_topk(q.rows, kk, chunk_, [&](int64_t lo, Matrix out) { scores_impl(q, lo, out); });
-  };
+  auto exact_topk = [this](ConstMatrix q, int kk) { return block_.topk(q, kk, eval_rows_); };
   if (cfg_.search == "exact") return exact_topk(h, k);
   if (!eval_index_ || index_version_ != version_) {
     log_eval_recall();
@@ -317,12 +250,8 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
                  sw.seconds());
   }
   // The index is on the host: a device layer downloads the query rows (rows×d floats).
-  std::vector<float> h_copy;
-  ConstMatrix hq = h;
-  if (gpu_) {
-    h_copy = gpu_->to_host(h);
-    hq = ConstMatrix(h_copy.data(), h.rows, d_);
-  }
+  const HostView hv(*ctx_, h);
+  const ConstMatrix hq = hv.view();
   DenseMatrix q(h.rows, d_ + 1);
   for (int64_t i = 0; i < h.rows; ++i) {
     std::copy(hq.row(i), hq.row(i) + d_, q.values.data() + i * (d_ + 1));
@@ -502,25 +431,17 @@ void AnnsSampledLayer::install_refresh(bool block) {
 void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
 
 std::vector<TensorRef> AnnsSampledLayer::state_impl() {
-  const int64_t nl = num_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
-  XMC_CHECK(!gpu_ || staging_.staged(), "state() of a device anns_sampled layer before sync_state(to_host)");
-  std::vector<TensorRef> out = gpu_ ? sampled_param_refs(nl, d_, staging_.state())
-                                    : sampled_param_refs(nl, d_, host_);
+  std::vector<TensorRef> out = block_.state();
   if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
   out.push_back({"output/anns_meta", {2}, meta_});
   return out;
 }
 
-void AnnsSampledLayer::sync_state_impl(StateSync s) {
-  if (gpu_) staging_.sync(s, *gpu_);
-}
+void AnnsSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
 
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {
-  const int64_t params = num_labels() * d_ + num_labels();
-  const int64_t states = optimizer_state_arrays(optim_);
-  const int64_t weights = gpu_ ? gpu_->analytic_bytes() : 4 * params * (1 + states);
-  return weights + 2 * 4 * n_train_ * k_h_;
+  return block_.analytic_bytes() + 2 * 4 * n_train_ * k_h_;
 }
 
 }  // namespace xmc

@@ -20,14 +20,13 @@
 // the index from one thread, so the graph is the same every run). A checkpoint
 // holds the set in use; a refresh still in flight when it is written is not saved.
 //
-// CUDA (built on a CUDA Context; device views, output_layer.h): W, b and their optimizer
-// state live on the GPU (layers/sampled_cuda.h). Candidates are drawn on the host as above
-// (they need only the batch's ids and labels); scoring, dh, the weight gradient and the
-// lazy update of the touched rows run on the device, the loss gradient on the host from the
-// downloaded scores by the same code as the CPU path. Each refresh (and each hnsw
-// evaluation index build) downloads [W | b] (L×(d+1) floats); embed_train brings the
-// embeddings down. Exact top-k runs on the device; `search: hnsw` stays on the host index
-// (the query rows are downloaded).
+// Both devices run this one path (W, b and their optimizer state in a SampledBlock,
+// layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
+// drawn on the host as above (they need only the batch's ids and labels); the loss
+// gradient is computed on the host from the scores (downloaded on the GPU). Each refresh
+// (and each hnsw evaluation index build) reads [W | b] on the host (L×(d+1) floats
+// downloaded on the GPU); embed_train brings the embeddings down. `search: hnsw` stays on
+// the host index (the query rows are downloaded on the GPU).
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -40,11 +39,9 @@
 #include "config/field_constraints.h"
 
 #include "core/memory_ledger.h"
-#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
-#include "layers/sampled_cuda.h"
-#include "layers/sampled_params.h"
+#include "layers/sampled_block.h"
 #include "model/loss.h"
 #include "sampling/hnsw_index.h"
 
@@ -161,7 +158,6 @@ class AnnsSampledLayer final : public OutputLayer {
   int64_t analytic_bytes_impl() const override;
 
   bool refresh_due(int epochs_done, int epochs) const;
-  StepStats train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
   // Logs the recall of the last hnsw evaluation once (info).
   void log_eval_recall() const;
   void start_refresh(const TrainerView& t);
@@ -181,9 +177,9 @@ class AnnsSampledLayer final : public OutputLayer {
   OptimizerConfig optim_;
   uint64_t seed_;
   Context* ctx_;
-  SampledHostParams host_;  // W, b and their optimizer state (CPU layer; empty on the GPU)
-  std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
-  HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
+  // mutable: augmented_weights() reads W and b through host copies on the GPU.
+  mutable SampledBlock block_;  // W, b and their optimizer state
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
   int front_ = 0;
   int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed

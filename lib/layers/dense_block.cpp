@@ -223,16 +223,9 @@ TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
 }
 
 std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
-  std::vector<TensorRef> out = {{prefix + "weight", {n_, d_}, w_.host_data()},
-                                {prefix + "bias", {n_}, b_.host_data()}};
-  if (!w_s1_.empty()) {
-    out.push_back({prefix + "weight_opt1", {n_, d_}, w_s1_.host_data()});
-    out.push_back({prefix + "bias_opt1", {n_}, b_s1_.host_data()});
-  }
-  if (!w_s2_.empty()) {
-    out.push_back({prefix + "weight_opt2", {n_, d_}, w_s2_.host_data()});
-    out.push_back({prefix + "bias_opt2", {n_}, b_s2_.host_data()});
-  }
+  std::vector<TensorRef> out;
+  append_weight_bias_refs(out, n_, d_, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
+                          host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_), prefix);
   return out;
 }
 

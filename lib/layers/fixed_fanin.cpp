@@ -312,10 +312,9 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
   const int64_t n = num_labels(), f = fan_in_;
-  const auto host = [](Buffer<float>& b) { return b.empty() ? nullptr : b.host_data(); };
   std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.host_data()}};
-  append_weight_bias_refs(out, n, f, w_.host_data(), b_.host_data(), host(w_s1_), host(b_s1_),
-                          host(w_s2_), host(b_s2_));
+  append_weight_bias_refs(out, n, f, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
+                          host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_));
   inter_.append_state(out, "output/intermediate");
   return out;
 }

@@ -616,10 +616,9 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   }
   if (t > 0) {
     // The same names and shapes on both devices; on the GPU the host copies.
-    const auto host = [](Buffer<float>& b) { return b.empty() ? nullptr : b.host_data(); };
     out.push_back({"output/indices", {groups_, f}, idx_.host_data()});
-    append_weight_bias_refs(out, t, f, w_.host_data(), b_.host_data(), host(w_s1_), host(b_s1_),
-                            host(w_s2_), host(b_s2_));
+    append_weight_bias_refs(out, t, f, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
+                            host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_));
     tail_proj_.append_state(out, "output/tail_projection");
   }
   return out;

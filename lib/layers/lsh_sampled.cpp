@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 
 #include "core/error.h"
@@ -12,7 +13,6 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
-#include "layers/weight_init.h"
 
 namespace xmc {
 
@@ -136,14 +136,14 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
-      chunk_(std::min(cfg.chunk_size, init.num_labels)) {
+      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      eval_rows_(init.ctx->on_gpu() ? std::max<int64_t>(init.batch_size, 1)
+                                    : std::numeric_limits<int64_t>::max()) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
   if (loss_ == LossType::squared_hinge)
     throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);
   const int64_t n = init.num_labels, d = init.input_dim;
   auto& ledger = init.ctx->ledger();
-  const auto wn = static_cast<size_t>(n * d);
-  const bool on_gpu = init.ctx->on_gpu();
   LshParams p;
   p.family = parse_lsh_family(cfg.hash);
   p.k = static_cast<int>(cfg.k);
@@ -154,22 +154,15 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   p.density = cfg.projection_density;
   p.bin = static_cast<int>(cfg.dwta_bin);
   p.seed = init.seed ^ 0x15B7AB1E5ULL;
-  check_memory_plan_lsh(init, cfg, p, on_gpu);
-  // On the GPU the initial weights are drawn here, on the host, by the CPU code (identical
-  // parameters on both devices), hashed into the tables and uploaded; the host copy is
-  // freed at the end of the constructor.
-  HostBuffer<float> w_init;
-  if (on_gpu) {
-    w_init = HostBuffer<float>(ledger, MemTag::workspace, wn);
-  } else {
-    host_ = SampledHostParams(ledger, optim_, n, d);
-  }
-  float* w0 = on_gpu ? w_init.data() : host_.w.data();
+  check_memory_plan_lsh(init, cfg, p, init.ctx->on_gpu());
+  // Per-step entries reserved up front: B points × (the cap, or the padding target).
+  const int64_t batch = std::max<int64_t>(init.batch_size, 1);
+  const int64_t per_point = std::min(n, std::max(cfg.max_candidates, cfg.min_candidates));
+  block_ = SampledBlock(*init.ctx, optim_, n, d, init.seed, batch, chunk_, batch * per_point);
+  set_device_views(init.ctx->on_gpu());
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   sched_[0] = cfg.rebuild_interval;
-
-  init_uniform_rows(w0, n, d, init.seed);  // same initialisation as dense
 
   CandidateParams cp;
   cp.query = parse_lsh_query(cfg.query);
@@ -180,76 +173,43 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
   if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
-    tables_->build(ConstMatrix(w0, n, d));
-  }
-  if (on_gpu) {
-    // Per-step entries reserved up front: B points × (the cap, or the padding target).
-    const int64_t batch = std::max<int64_t>(init.batch_size, 1);
-    const int64_t per_point =
-        std::min(n, std::max(cfg.max_candidates, cfg.min_candidates));
-    gpu_ = std::make_unique<SampledCudaBlock>(init.ctx->cuda(), optim_, ConstMatrix(w0, n, d),
-                                              batch, chunk_, batch * per_point);
-    set_device_views(true);
+    tables_->build(block_.host_weights());
+    block_.release_host();
   }
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
-  XMC_CHECK(!gpu_, "lsh_sampled: candidates() takes host views (CPU layer)");
-  return sampler_->sample(tables_.get(), h, weights(), batch.labels, static_cast<uint64_t>(step));
-}
-
-StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
-                                           const LrState& lr) {
-  if (gpu_) return train_step_gpu(batch, h, dh, lr);
-  const int64_t nb = h.rows, d = input_dim();
-  const CsrMatrix cand = candidates(batch, h, lr.step);
-  const LshEntries entries(cand, nb, cfg_.shared_candidates);
-  const kernels::CandidateCsr csr = entries.csr();
-  // g [nnz]: the logits, then dL/dlogit / B in place.
-  std::vector<float> g(static_cast<size_t>(csr.nnz));
-  kernels::sampled_scores(host_.w.data(), host_.b.data(), d, csr, h, g.data());
-  int64_t zeros = 0;
-  const double loss_sum = lsh_loss_grad(loss_, batch.labels, csr, g.data(), g.data(), zeros);
-  // dh with the weights before the update, then the update of the touched rows.
-  const SampledRowStep step(optim_, lr.lr, lr.step);
-  for (uint32_t l : host_.train_step(csr, g.data(), h, dh, step)) dirty_[l] = 1;
-
-  StepStats stats;
-  stats.loss = loss_sum * (1.0 / static_cast<double>(nb));
-  stats.grads = csr.nnz;
-  stats.zero_grads = zeros;
-  return stats;
-}
-
-StepStats LshSampledLayer::train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh,
-                                          const LrState& lr) {
   const int64_t nb = h.rows, d = input_dim();
   const LshQuery query = sampler_->params().query;
-  // Host inputs of the table queries: h for embedding queries (B×d floats down), the
-  // current vectors of the batch's positives for label queries (|positives|×d floats down).
-  std::vector<float> h_host, w_pos;
+  // Host inputs of the table queries: h for embedding queries, the current vectors of the
+  // batch's positives for label queries (downloads on the GPU: B×d, |positives|×d floats).
+  const HostView hq(*ctx_, query == LshQuery::embedding ? h : ConstMatrix(nullptr, nb, d));
   std::vector<uint32_t> pos_ids;
-  if (query == LshQuery::embedding) h_host = gpu_->to_host(h);
   if (query == LshQuery::label) {
     pos_ids = batch.labels.indices;
     std::sort(pos_ids.begin(), pos_ids.end());
     pos_ids.erase(std::unique(pos_ids.begin(), pos_ids.end()), pos_ids.end());
-    w_pos = gpu_->download_rows(pos_ids);
   }
-  const ConstMatrix hq(h_host.empty() ? nullptr : h_host.data(), nb, d);
+  const std::vector<float> w_pos = block_.rows_to_host(pos_ids);
   const LabelVectors wq{ConstMatrix(w_pos.data(), static_cast<int64_t>(pos_ids.size()), d),
                         pos_ids};
-  const CsrMatrix cand =
-      sampler_->sample(tables_.get(), hq, wq, batch.labels, static_cast<uint64_t>(lr.step));
+  return sampler_->sample(tables_.get(), hq.view(), wq, batch.labels, static_cast<uint64_t>(step));
+}
 
+StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                           const LrState& lr) {
+  const int64_t nb = h.rows;
+  const CsrMatrix cand = candidates(batch, h, lr.step);
   const LshEntries entries(cand, nb, cfg_.shared_candidates);
   const kernels::CandidateCsr csr = entries.csr();
   double loss_sum = 0.0;
   int64_t zeros = 0;
-  auto loss_grad = [&](std::span<const float> z, std::span<float> g) {
-    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, z.data(), g.data(), zeros);
+  // The scores become dL/dlogit / B in place; dh with the weights before the update, then
+  // the update of the touched rows.
+  auto loss_grad = [&](std::span<float> zg) {
+    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, zg.data(), zg.data(), zeros);
   };
-  for (uint32_t l : gpu_->train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
+  for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
 
   StepStats stats;
   stats.loss = loss_sum * (1.0 / static_cast<double>(nb));
@@ -262,25 +222,15 @@ void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
   const int64_t n = num_labels(), d = input_dim();
   if (cfg_.reinsert == "all") {
-    if (gpu_) {
-      // Host round trip of W (L×d floats), every rebuild interval.
-      HostBuffer<float> w(ctx_->ledger(), MemTag::workspace, static_cast<size_t>(n * d));
-      gpu_->download_weights(w.data(), nullptr);
-      tables_->build(ConstMatrix(w.data(), n, d));
-    } else {
-      tables_->build(weights());
-    }
+    // W on the host (a copy of L×d floats on the GPU), every rebuild interval.
+    tables_->build(block_.host_weights());
+    block_.release_host();
   } else {
     std::vector<uint32_t> labels;
     for (int64_t l = 0; l < n; ++l)
       if (dirty_[l]) labels.push_back(static_cast<uint32_t>(l));
-    if (gpu_) {
-      // Only the re-inserted rows come down (|updated|×d floats).
-      const std::vector<float> rows = gpu_->download_rows(labels);
-      tables_->reinsert_rows(labels, ConstMatrix(rows.data(), static_cast<int64_t>(labels.size()), d));
-    } else {
-      tables_->reinsert(labels, weights());
-    }
+    const std::vector<float> rows = block_.rows_to_host(labels);
+    tables_->reinsert_rows(labels, ConstMatrix(rows.data(), static_cast<int64_t>(labels.size()), d));
   }
   std::fill(dirty_.data(), dirty_.data() + dirty_.size(), 0u);
 }
@@ -295,29 +245,18 @@ void LshSampledLayer::on_step_impl(const TrainerView& t) {
 }
 
 void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  if (gpu_) {
-    gpu_->scores(h, lo, out);
-    return;
-  }
-  kernels::gemm_nt(h, ConstMatrix(host_.w.data() + lo * input_dim(), out.cols, input_dim()), out);
-  kernels::add_row_vector(out, host_.b.data() + lo);
+  block_.scores(h, lo, out);
 }
 
 TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
   if (cfg_.eval_search == "lsh") return lsh_topk(h, k);
-  if (gpu_) return gpu_->topk(h, k);
-  return stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+  return block_.topk(h, k, eval_rows_);
 }
 
 TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
-  const int64_t d = input_dim();
   // The tables are queried on the host: a device layer downloads h (rows×d floats).
-  std::vector<float> h_copy;
-  ConstMatrix hq = h;
-  if (gpu_) {
-    h_copy = gpu_->to_host(h);
-    hq = ConstMatrix(h_copy.data(), h.rows, d);
-  }
+  const HostView hv(*ctx_, h);
+  const ConstMatrix hq = hv.view();
   std::vector<std::vector<uint32_t>> retrieved(static_cast<size_t>(h.rows));
 #pragma omp parallel num_threads(sampler_->threads())
   {
@@ -334,17 +273,9 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
     labels.insert(labels.end(), r.begin(), r.end());
     ptr[static_cast<size_t>(i + 1)] = static_cast<int64_t>(labels.size());
   }
-  // Scores of the retrieved labels: gathered dot products on the device, or here.
-  std::vector<float> z;
-  if (gpu_) {
-    z = gpu_->candidate_scores(
-        {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())}, h);
-  } else {
-    z.resize(labels.size());
-    kernels::sampled_scores(host_.w.data(), host_.b.data(), d,
-                            {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())},
-                            h, z.data());
-  }
+  // Scores of the retrieved labels: gathered dot products.
+  const std::vector<float> z = block_.candidate_scores(
+      {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())}, h);
   TopKAccumulator acc(h.rows, k);
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < h.rows; ++i)
@@ -352,9 +283,7 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
       acc.add(i, labels[static_cast<size_t>(e)], z[static_cast<size_t>(e)]);
   TopK approx = acc.result();
   // Recall@k against exact scoring, reported so the approximation is never silent.
-  const TopK exact =
-      gpu_ ? gpu_->topk(h, k)
-           : stream_topk(h.rows, k, chunk_, [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
+  const TopK exact = block_.topk(h, k, eval_rows_);
   int64_t hit = 0, total = 0;
   for (int64_t i = 0; i < h.rows; ++i) {
     const uint32_t* e = exact.row_labels(i);
@@ -372,12 +301,9 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
 }
 
 std::vector<TensorRef> LshSampledLayer::state_impl() {
-  const int64_t n = num_labels(), d = input_dim();
-  XMC_CHECK(!gpu_ || staging_.staged(),
-            "state() of a device lsh_sampled layer before sync_state(to_host)");
+  const int64_t n = num_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
-  std::vector<TensorRef> out = gpu_ ? sampled_param_refs(n, d, staging_.state())
-                                    : sampled_param_refs(n, d, host_);
+  std::vector<TensorRef> out = block_.state();
   out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
   out.push_back({"output/lsh/schedule", {2}, sched_.data()});
   if (tables_)
@@ -385,15 +311,11 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
   return out;
 }
 
-void LshSampledLayer::sync_state_impl(StateSync s) {
-  if (gpu_) staging_.sync(s, *gpu_);
-}
+void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
 
 int64_t LshSampledLayer::analytic_bytes_impl() const {
-  const int64_t n = num_labels(), d = input_dim();
-  const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = gpu_ ? gpu_->analytic_bytes() : 4 * (n * d + n) * (1 + states);
-  bytes += 4 * n + 16;  // dirty flags, schedule
+  int64_t bytes = block_.analytic_bytes();
+  bytes += 4 * num_labels() + 16;  // dirty flags, schedule
   bytes += sampler_->scratch_bytes();
   if (tables_) bytes += tables_->bytes();
   return bytes;

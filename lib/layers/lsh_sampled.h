@@ -14,25 +14,21 @@
 // Evaluation: exact top-k over all labels (default), or `eval_search: lsh` — top-k over
 // the labels retrieved by h, with its recall@k against exact logged.
 //
-// CUDA (built on a CUDA Context; device views, output_layer.h): W, b and their optimizer
-// state live on the GPU (layers/sampled_cuda.h). Candidates are still drawn on the host
-// from the host tables: embedding queries download h (B×d floats per step), label queries
-// the current vectors of the batch's positives (|positives|×d floats per step). Scoring,
-// dh, the weight gradient and the lazy update of the touched rows run on the device; the
-// loss gradient over the candidates is computed on the host from the downloaded scores by
-// the same code as the CPU path. Table refreshes download the rows they re-insert
-// (reinsert: updated) or all of W (reinsert: all). Exact top-k runs on the device;
-// eval_search lsh retrieves on the host and scores the retrieved labels on the device.
+// Both devices run this one path (W, b and their optimizer state in a SampledBlock,
+// layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
+// drawn on the host from the host tables: on the GPU, embedding queries download h (B×d
+// floats per step) and label queries the current vectors of the batch's positives
+// (|positives|×d floats per step); the loss gradient over the candidates is computed on
+// the host from the downloaded scores. Table refreshes read the rows they re-insert
+// (reinsert: updated) or all of W (reinsert: all) — host copies on the GPU.
 #include <memory>
 #include <string>
 
 #include "config/field_constraints.h"
 #include "core/memory_ledger.h"
-#include "layers/host_staging.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
-#include "layers/sampled_cuda.h"
-#include "layers/sampled_params.h"
+#include "layers/sampled_block.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "sampling/lsh.h"
@@ -129,19 +125,16 @@ class LshSampledLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
-  // The host weights (CPU layer only).
-  ConstMatrix weights() const { return {host_.w.data(), num_labels(), input_dim()}; }
   TopK lsh_topk(ConstMatrix h, int k) const;
-  StepStats train_step_gpu(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
 
   Context* ctx_;
   LshSampledConfig cfg_;
   LossType loss_;
   OptimizerConfig optim_;
   int64_t chunk_;
-  SampledHostParams host_;  // W, b and their optimizer state (CPU layer; empty on the GPU)
-  std::unique_ptr<SampledCudaBlock> gpu_;  // W, b and their state on the GPU (CUDA Context)
-  HostStaging<SampledCudaBlock::HostState> staging_;  // host copies for checkpoints (GPU)
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
+  // mutable: evaluation scores the candidates through the block's staging workspace.
+  mutable SampledBlock block_;  // W, b and their optimizer state
   std::unique_ptr<LshTables> tables_;  // null when query = none
   // mutable: evaluation through the tables uses the sampler's per-thread scratch.
   mutable std::unique_ptr<CandidateSampler> sampler_;

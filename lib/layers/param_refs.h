@@ -4,6 +4,7 @@
 // tail, lsh_sampled, anns_sampled), so that the names cannot drift apart; and the
 // optional-array pointer (null where the optimizer keeps no state) every layer passes on.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor_ref.h"
@@ -16,22 +17,27 @@ template <class Buf>
 auto* data_or_null(Buf& b, int64_t o = 0) {
   return b.size() ? b.data() + o : nullptr;
 }
+// The host array of an optional Buffer (core/buffer.h; staged on a CUDA Context), or null.
+template <class Buf>
+auto* host_or_null(Buf& b) {
+  return b.size() ? b.host_data() : nullptr;
+}
 
-// Appends "output/weight" [rows×cols], "output/bias" [rows], then "output/weight_opt1",
-// "output/bias_opt1", "output/weight_opt2", "output/bias_opt2" for the state arrays that
-// exist (w1 / w2 null = no such state).
+// Appends "<prefix>weight" [rows×cols], "<prefix>bias" [rows], then "<prefix>weight_opt1",
+// "<prefix>bias_opt1", "<prefix>weight_opt2", "<prefix>bias_opt2" for the state arrays
+// that exist (w1 / w2 null = no such state); prefix "output/" unless given.
 inline void append_weight_bias_refs(std::vector<TensorRef>& out, int64_t rows, int64_t cols,
                                     float* w, float* b, float* w1, float* b1, float* w2,
-                                    float* b2) {
-  out.push_back({"output/weight", {rows, cols}, w});
-  out.push_back({"output/bias", {rows}, b});
+                                    float* b2, const std::string& prefix = "output/") {
+  out.push_back({prefix + "weight", {rows, cols}, w});
+  out.push_back({prefix + "bias", {rows}, b});
   if (w1) {
-    out.push_back({"output/weight_opt1", {rows, cols}, w1});
-    out.push_back({"output/bias_opt1", {rows}, b1});
+    out.push_back({prefix + "weight_opt1", {rows, cols}, w1});
+    out.push_back({prefix + "bias_opt1", {rows}, b1});
   }
   if (w2) {
-    out.push_back({"output/weight_opt2", {rows, cols}, w2});
-    out.push_back({"output/bias_opt2", {rows}, b2});
+    out.push_back({prefix + "weight_opt2", {rows, cols}, w2});
+    out.push_back({prefix + "bias_opt2", {rows}, b2});
   }
 }
 

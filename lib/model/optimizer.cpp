@@ -120,4 +120,22 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
                         stochastic_seed);
 }
 
+void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                           int64_t step, float* params, const float* grad, float* state1,
+                           float* state2, const uint32_t* rows, int64_t count, int64_t width) {
+  if (ctx.on_gpu()) {
+    gpu::optimizer_update_rows(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, rows,
+                               count, width);
+    return;
+  }
+  const OptimizerStep st(cfg, lr, step);
+  // apply() opens no OpenMP region, so per-row calls are cheap.
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t u = 0; u < count; ++u) {
+    const int64_t o = int64_t{rows[u]} * width;
+    st.apply(params + o, grad + u * width, state1 ? state1 + o : nullptr,
+             state2 ? state2 + o : nullptr, width);
+  }
+}
+
 }  // namespace xmc

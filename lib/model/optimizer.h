@@ -34,6 +34,14 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2,
                       int64_t n, uint64_t stochastic_seed = 0);
+// The lazy update of a sparse layer's touched rows on the Context's device: for u in
+// [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
+// gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
+// other rows and their state are untouched; rows distinct. CPU: rows in parallel (OpenMP),
+// each on one thread; CUDA: gpu::optimizer_update_rows (DEVICE pointers, rows included).
+void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                           int64_t step, float* params, const float* grad, float* state1,
+                           float* state2, const uint32_t* rows, int64_t count, int64_t width);
 
 // One step's update prepared once (Adam's two bias-correction powers, the folded
 // constants) and applied to many small slices — the touched rows of a sparse layer —

@@ -34,7 +34,7 @@
 #include "layers/anns_sampled.h"
 #include "layers/lsh_sampled.h"
 #include "layers/registry.h"
-#include "layers/sampled_cuda.h"
+#include "layers/sampled_block.h"
 #include "model/optimizer.h"
 #include "train/evaluation.h"
 #include "train/inference.h"
@@ -116,26 +116,29 @@ void test_optimizer_rows(CudaContext& ctx, Rng& rng) {
 }
 
 // --- the ledger records what the block says it holds ---------------------------------------
-void test_block_memory(CudaContext& ctx, Rng& rng) {
-  MemoryLedger ledger;
-  {
-    CudaContext local(ledger, ctx.device_index());
-    const int64_t before = ledger.total_current(MemSpace::device);
-    const int64_t n = 1001, d = 37;
-    const auto w = random_vec(rng, static_cast<size_t>(n * d));
-    for (const OptimizerConfig& cfg : optimizers()) {
+void test_block_memory(CudaContext&, Rng&) {
+  Context local(Device::cuda), cpu(Device::cpu);
+  MemoryLedger& ledger = local.ledger();
+  const int64_t before = ledger.total_current(MemSpace::device);
+  const int64_t n = 1001, d = 37;
+  for (const OptimizerConfig& cfg : optimizers()) {
+    {
       const int64_t at = ledger.total_current(MemSpace::device);
-      SampledCudaBlock block(local, cfg, ConstMatrix(w.data(), n, d), 29, 257, 29 * 40);
+      SampledBlock block(local, cfg, n, d, 77, 29, 257, 29 * 40);
       expect_scalar("ledger device bytes of a sampled block (" + describe(cfg) + ") == analytic",
                     static_cast<double>(ledger.total_current(MemSpace::device) - at),
                     static_cast<double>(block.analytic_bytes()), 0, 0);
-      const auto st = block.download();
-      expect_close("sampled block initial weights", st.weight, w, 0, 0);
+      // The same initial weights as the CPU block of the same seed.
+      SampledBlock ref(cpu, cfg, n, d, 77, 29, 257, 29 * 40);
+      const ConstMatrix wg = block.host_weights(), wr = ref.host_weights();
+      expect_close("sampled block initial weights", std::vector<float>(wg.data, wg.data + n * d),
+                   std::vector<float>(wr.data, wr.data + n * d), 0, 0);
+      block.release_host();
     }
-    expect_scalar("ledger back to the context's bytes",
-                  static_cast<double>(ledger.total_current(MemSpace::device)),
-                  static_cast<double>(before), 0, 0);
   }
+  expect_scalar("ledger back to the context's bytes",
+                static_cast<double>(ledger.total_current(MemSpace::device)),
+                static_cast<double>(before), 0, 0);
 }
 
 // --- layer helpers ----------------------------------------------------------------------

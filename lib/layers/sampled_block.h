@@ -1,0 +1,101 @@
+#pragma once
+// SampledBlock: the parameters and the training step shared by the sampled backends
+// (lsh_sampled, anns_sampled): W [n×d], bias [n] and their optimizer state on the
+// Context's device (ledger: weights, optimizer), trained on each step's candidate lists,
+// which the layer draws on the host (LSH tables, HNSW, stale hard negatives).
+//
+// One step, the same code on both devices (ops of kernels/sampled_ops.h):
+//   1. the candidates (CSR over the batch rows) and their grouping by label
+//      (kernels::group_entries_by_label, on the host) go where the ops read them
+//      (kernels::CandidateStaging: the host arrays on the CPU, one packed upload on the GPU);
+//   2. kernels::sampled_scores: z [nnz] = h_row·w_label + b_label;
+//   3. the layer's loss callback turns z into g [nnz] = dLoss/dz / B in place, on the host
+//      (a GPU step downloads z and uploads g: nnz floats each way, its one synchronisation);
+//   4. dh = Σ g·w_label with the weights before the update (kernels::sampled_input_grad);
+//      dW and db of the touched labels, kBlock labels at a time
+//      (kernels::sampled_weight_grad: segmented sums in a fixed order, no atomics, nothing
+//      of size n×d), then the lazy update of those rows (optimizer_update_rows: the global
+//      step for Adam's bias correction, weight decay on touched rows only, none on the
+//      bias).
+// Exact scores and top-k: GEMM per label chunk (layers/device_topk.h). Rare host work
+// (table / index rebuilds, checkpoints) goes through host copies (Buffer::stage; none on
+// the CPU) or rows_to_host.
+//
+// Initial weights: init_uniform_rows(seed), as `dense`, drawn on the host on both devices.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/context.h"
+#include "core/matrix.h"
+#include "core/tensor_ref.h"
+#include "eval/topk.h"
+#include "kernels/candidate_staging.h"
+#include "kernels/sampled_ops.h"
+#include "layers/output_layer.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+class SampledBlock {
+ public:
+  SampledBlock() = default;
+  // n labels × d; max_batch: the largest batch / rows per top-k block on the GPU; chunk:
+  // labels per chunk of the exact scoring; nnz_hint: candidate entries per step reserved up
+  // front (the workspaces grow past it when a step needs more).
+  SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n, int64_t d, uint64_t seed,
+               int64_t max_batch, int64_t chunk, int64_t nnz_hint);
+
+  // zg [nnz]: the entries' scores on entry (in cand's order), dLoss/dz / B on return.
+  using LossGrad = std::function<void(std::span<float> zg)>;
+  // cand: host CSR over the rows of h (labels distinct within a row). h, dh [B×d] on the
+  // Context's device; dh is overwritten with dL/dh. Returns the touched labels (ascending),
+  // valid until the next call.
+  const std::vector<uint32_t>& train_step(const kernels::CandidateCsr& cand, ConstMatrix h,
+                                          Matrix dh, const LrState& lr, const LossGrad& loss_grad);
+  // Host scores [nnz] of the listed candidates (host CSR over the rows of h).
+  std::vector<float> candidate_scores(const kernels::CandidateCsr& cand, ConstMatrix h);
+
+  // out [B×c] = scores of labels [lo, lo+c).
+  void scores(ConstMatrix h, int64_t lo, Matrix out) const;
+  // Exact top-k of every row of h, in blocks of block_rows rows.
+  TopK topk(ConstMatrix h, int k, int64_t block_rows) const;
+
+  // Host copy of the rows `labels` of W -> [count×d].
+  std::vector<float> rows_to_host(std::span<const uint32_t> labels) const;
+  // Host W [n×d] and b [n] until release_host(): the arrays themselves on the CPU, copies
+  // on the GPU.
+  ConstMatrix host_weights();
+  const float* host_bias();
+  void release_host();
+
+  // "output/weight" [n×d], "output/bias" [n] and their optimizer state (param_refs.h);
+  // host arrays: on a CUDA Context after sync_state(to_host).
+  std::vector<TensorRef> state();
+  void sync_state(StateSync s);
+  // Bytes of the long-lived buffers: W, b, optimizer state, the per-step workspaces
+  // reserved at construction (growth past nnz_hint not included).
+  int64_t analytic_bytes() const;
+  int64_t labels() const { return n_; }
+  int64_t dim() const { return d_; }
+  int64_t chunk() const { return chunk_; }
+
+ private:
+  void reserve_entries(int64_t nnz);
+
+  Context* ctx_ = nullptr;
+  OptimizerConfig optim_;
+  int64_t n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;
+  Buffer<float> w_, b_;                // [n×d], [n]
+  Buffer<float> w_s1_, w_s2_, b_s1_, b_s2_;
+  Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
+  Buffer<float> dw_, db_;              // [block×d], [block]
+  kernels::CandidateStaging staging_;
+  int64_t reserved_bytes_ = 0;         // workspace bytes at construction
+  std::vector<uint32_t> touched_;
+};
+
+}  // namespace xmc
