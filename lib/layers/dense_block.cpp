@@ -173,19 +173,9 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
 void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
   const Context& ctx = *ctx_;
   const int64_t off = row0 * d_;
-  if (bf16()) {
-    // Rounding bits differ per (seed, chunk); the kernel mixes in the step and index.
-    const uint64_t sr_seed = precision_.stochastic_rounding
-                                 ? ((seed_ * 0x9E3779B97F4A7C15ULL) ^
-                                    (static_cast<uint64_t>(row0) * 0xD1B54A32D192ED03ULL)) |
-                                       1ULL
-                                 : 0;
-    optimizer_update(ctx, optim_, lr.lr, lr.step, w_.b16() + off, dw_.data(),
-                     data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_, sr_seed);
-  } else {
-    optimizer_update(ctx, optim_, lr.lr, lr.step, w_.f32() + off, dw_.data(),
-                     data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_);
-  }
+  w_.update(ctx, optim_, lr.lr, lr.step, static_cast<size_t>(off), dw_.data(),
+            data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_,
+            WeightArray::rounding_key(precision_.stochastic_rounding, seed_, row0));
   // No weight decay on the bias.
   OptimizerConfig bias_cfg = optim_;
   bias_cfg.weight_decay = 0.0;

@@ -325,20 +325,9 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     else
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
     mark(&GroupSharedTimings::backward_weight);
-    if (bf16) {
-      // Stochastic rounding bits differ per (seed, chunk); the kernel mixes in the step
-      // and the index.
-      const uint64_t sr_seed = stochastic_rounding_
-                                   ? ((seed_ * 0x9E3779B97F4A7C15ULL) ^
-                                      (static_cast<uint64_t>(c0) * 0xD1B54A32D192ED03ULL)) |
-                                         1ULL
-                                   : 0;
-      optimizer_update(ctx, optim_, lr.lr, lr.step, w_.b16() + wo, dw_.data(),
-                       data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f, sr_seed);
-    } else {
-      optimizer_update(ctx, optim_, lr.lr, lr.step, w_.f32() + wo, dw_.data(),
-                       data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f);
-    }
+    w_.update(ctx, optim_, lr.lr, lr.step, static_cast<size_t>(wo), dw_.data(),
+              data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f,
+              WeightArray::rounding_key(stochastic_rounding_, seed_, c0));
     optimizer_update(ctx, no_decay, lr.lr, lr.step, b_.data() + c0, db_.data(),
                      data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
     mark(&GroupSharedTimings::update);

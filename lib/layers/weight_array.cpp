@@ -35,6 +35,18 @@ WeightArray::WeightArray(Context& ctx, bool bf16, size_t n) : bf16_(bf16) {
     w_ = Buffer<float>(ctx, MemTag::weights, n);
 }
 
+void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                         size_t off, const float* grad, float* state1, float* state2, int64_t n,
+                         uint64_t stochastic_key) {
+  XMC_CHECK(off + static_cast<size_t>(n) <= size(), "weight update of [{}, {}) of {} weights",
+            off, off + static_cast<size_t>(n), size());
+  if (bf16_)
+    optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad, state1, state2, n,
+                     stochastic_key);
+  else
+    optimizer_update(ctx, cfg, lr, step, w_.data() + off, grad, state1, state2, n);
+}
+
 float* WeightArray::stage() {
   if (!bf16_) return w_.stage();
   if (!staged_) {

@@ -9,6 +9,7 @@
 
 #include "core/buffer.h"
 #include "kernels/dense_ops_cuda.h"  // gpu::Bf16
+#include "model/optimizer.h"
 
 namespace xmc {
 
@@ -26,6 +27,21 @@ class WeightArray {
   const float* f32() const { return w_.data(); }
   gpu::Bf16* b16() { return w16_.data(); }
   const gpu::Bf16* b16() const { return w16_.data(); }
+
+  // Weights [off, off+n) take one optimizer step with gradient grad [n] (state arrays
+  // already offset, nullable): fp32, or bf16 rounded to nearest — or stochastically when
+  // stochastic_key != 0 (the rounding bits depend on the key, the step and the index).
+  void update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+              size_t off, const float* grad, float* state1, float* state2, int64_t n,
+              uint64_t stochastic_key = 0);
+  // The stochastic-rounding key of a slice that starts at `offset` (the bits differ per
+  // seed and per slice); 0 when `on` is false (round to nearest).
+  static uint64_t rounding_key(bool on, uint64_t seed, int64_t offset) {
+    return on ? ((seed * 0x9E3779B97F4A7C15ULL) ^
+                 (static_cast<uint64_t>(offset) * 0xD1B54A32D192ED03ULL)) |
+                    1ULL
+              : 0;
+  }
 
   float* stage();
   // A host fp32 copy the host fills from scratch (no download first).
