@@ -56,14 +56,7 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
                                   n, d, optimizer_state_arrays(optim)),
                       "fewer labels, a narrower encoder output (the last model.encoder layer's "
                       "out) or an optimizer with less state (optim.output.type)");
-  const auto wn = static_cast<size_t>(n * d);
-  const auto nn = static_cast<size_t>(n);
-  w_ = WeightArray(ctx, precision.bf16, wn);
-  b_ = Buffer<float>(ctx, MemTag::weights, nn);
-  w_s1_ = optimizer_state_buffer(ctx, optim, 1, wn);
-  b_s1_ = optimizer_state_buffer(ctx, optim, 1, nn);
-  w_s2_ = optimizer_state_buffer(ctx, optim, 2, wn);
-  b_s2_ = optimizer_state_buffer(ctx, optim, 2, nn);
+  p_ = LabelParams(ctx, optim, n, d, precision.bf16);
   const auto zn = static_cast<size_t>(max_batch * chunk_);
   z_ = Buffer<float>(ctx, MemTag::workspace, zn);
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * d));
@@ -77,8 +70,8 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
   acc_ = LossAccumulator(ctx);
 
   // Row by row from Rng::stream(seed, global row), drawn on the host (uploaded on the GPU).
-  init_uniform_rows(w_.stage_for_write(), n, d, seed, lo);
-  w_.commit();
+  init_uniform_rows(p_.w.stage_for_write(), n, d, seed, lo);
+  p_.w.commit();
 }
 
 void DenseBlock::round_h(ConstMatrix h) const {
@@ -88,9 +81,9 @@ void DenseBlock::round_h(ConstMatrix h) const {
 void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
   if (bf16()) {
     kernels::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
-                     gpu::ConstBf16Matrix(w_.b16() + row0 * d_, z.cols, d_), z);
+                     gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), z);
   } else {
-    kernels::gemm_nt(*ctx_, h, ConstMatrix(w_.f32() + row0 * d_, z.cols, d_), z);
+    kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + row0 * d_, z.cols, d_), z);
   }
 }
 
@@ -124,7 +117,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       Matrix z(z_.data(), batch, c);
       logits(h, c0, z);
       mark(&DenseTimings::forward);
-      softmax_accumulate(ctx, z, b_.data() + c0, smax_);
+      softmax_accumulate(ctx, z, p_.b.data() + c0, smax_);
       mark(&DenseTimings::loss);
     }
   }
@@ -139,9 +132,9 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     // z becomes G = dL/dZ (already divided by the batch size), and its bf16 copy.
     const gpu::Bf16Matrix g16 = bf16() ? gpu::Bf16Matrix(g16_.data(), batch, c) : gpu::Bf16Matrix();
     if (loss_ == LossType::softmax) {
-      softmax_loss_grad(ctx, z, b_.data() + c0, smax_, targets_, lo_ + c0, batch, acc_, g16);
+      softmax_loss_grad(ctx, z, p_.b.data() + c0, smax_, targets_, lo_ + c0, batch, acc_, g16);
     } else {
-      elementwise_loss_grad(ctx, loss_, z, b_.data() + c0, targets_, lo_ + c0, batch, acc_, g16);
+      elementwise_loss_grad(ctx, loss_, z, p_.b.data() + c0, targets_, lo_ + c0, batch, acc_, g16);
     }
     mark(&DenseTimings::loss);
     // dh += G·W_c with the weights before this step's update; dW_c = Gᵀ·h, db_c = column
@@ -149,11 +142,11 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     const Matrix dw(dw_.data(), c, d_);
     if (bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
-      kernels::gemm_nn(ctx, g, gpu::ConstBf16Matrix(w_.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      kernels::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       kernels::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
     } else {
-      kernels::gemm_nn(ctx, z, ConstMatrix(w_.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      kernels::gemm_nn(ctx, z, ConstMatrix(p_.w.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       kernels::gemm_tn(ctx, z, h, dw);
     }
@@ -171,16 +164,8 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
 }
 
 void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
-  const Context& ctx = *ctx_;
-  const int64_t off = row0 * d_;
-  w_.update(ctx, optim_, lr.lr, lr.step, static_cast<size_t>(off), dw_.data(),
-            data_or_null(w_s1_, off), data_or_null(w_s2_, off), rows * d_,
+  p_.update(*ctx_, optim_, lr.lr, lr.step, row0, rows, dw_.data(), db_.data(),
             WeightArray::rounding_key(precision_.stochastic_rounding, seed_, row0));
-  // No weight decay on the bias.
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;
-  optimizer_update(ctx, bias_cfg, lr.lr, lr.step, b_.data() + row0, db_.data(),
-                   data_or_null(b_s1_, row0), data_or_null(b_s2_, row0), rows);
 }
 
 void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
@@ -193,7 +178,7 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
             max_batch_);
   round_h(h);
   logits(h, r0, out);
-  kernels::add_row_vector(*ctx_, out, b_.data() + r0);
+  kernels::add_row_vector(*ctx_, out, p_.b.data() + r0);
 }
 
 TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
@@ -208,21 +193,17 @@ TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
       },
       [&](int64_t c0, Matrix z) {
         logits(hb, c0, z);
-        kernels::add_row_vector(*ctx_, z, b_.data() + c0);
+        kernels::add_row_vector(*ctx_, z, p_.b.data() + c0);
       });
 }
 
 std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
   std::vector<TensorRef> out;
-  append_weight_bias_refs(out, n_, d_, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
-                          host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_), prefix);
+  p_.append_refs(out, prefix);
   return out;
 }
 
-void DenseBlock::sync_state(StateSync s) {
-  w_.sync(s);
-  for (Buffer<float>* b : {&b_, &w_s1_, &b_s1_, &w_s2_, &b_s2_}) b->sync(s);
-}
+void DenseBlock::sync_state(StateSync s) { p_.sync(s); }
 
 double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
                                  const OptimizerConfig& optim) {
@@ -235,9 +216,7 @@ double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_
 }
 
 int64_t DenseBlock::analytic_bytes() const {
-  const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = w_.bytes() + 4 * n_;                                // weights, bias
-  bytes += states * 4 * (n_ * d_ + n_);                               // optimizer state
+  int64_t bytes = p_.bytes();                                         // W, b, their state
   bytes += 4 * (max_batch_ * chunk_ + chunk_ * d_ + chunk_);          // z, dW_c, db_c
   bytes += static_cast<int64_t>(g16_.bytes() + h16_.bytes());         // bf16: G, h
   return bytes + smax_.bytes() + acc_.bytes() + targets_.analytic_bytes();

@@ -20,7 +20,7 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "layers/output_layer.h"
-#include "layers/weight_array.h"
+#include "layers/label_params.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 
@@ -81,7 +81,7 @@ class DenseBlock {
   int64_t labels() const { return n_; }
 
  private:
-  bool bf16() const { return w_.bf16(); }
+  bool bf16() const { return p_.w.bf16(); }
   // z [B×c] = h·W_cᵀ (no bias) for labels [row0, row0+c) of the block; bf16: h16_ must
   // hold h rounded (round_h).
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
@@ -94,10 +94,7 @@ class DenseBlock {
   OptimizerConfig optim_;
   DensePrecision precision_;
   uint64_t seed_;
-  WeightArray w_;                      // [n×d]
-  Buffer<float> b_;                    // [n]
-  Buffer<float> w_s1_, w_s2_;          // optimizer state of W (empty when not needed)
-  Buffer<float> b_s1_, b_s2_;          // optimizer state of b
+  LabelParams p_;                      // W [n×d], bias [n] and their optimizer state
   Buffer<float> z_;                    // [max_batch×chunk] logits / gradients
   Buffer<float> dw_, db_;              // [chunk×d], [chunk]
   Buffer<gpu::Bf16> g16_;              // bf16: [max_batch×chunk] G rounded

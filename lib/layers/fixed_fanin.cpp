@@ -55,14 +55,8 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   Context& ctx = *init.ctx;
   if (ctx.on_gpu()) set_device_views(true);
   const int64_t nf = n * f;
-  const auto nfs = static_cast<size_t>(nf), ns = static_cast<size_t>(n);
-  idx_ = Buffer<uint32_t>(ctx, MemTag::indices, nfs);
-  w_ = Buffer<float>(ctx, MemTag::weights, nfs);
-  b_ = Buffer<float>(ctx, MemTag::weights, ns);
-  w_s1_ = optimizer_state_buffer(ctx, optim_, 1, nfs);
-  w_s2_ = optimizer_state_buffer(ctx, optim_, 2, nfs);
-  b_s1_ = optimizer_state_buffer(ctx, optim_, 1, ns);
-  b_s2_ = optimizer_state_buffer(ctx, optim_, 2, ns);
+  idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(nf));
+  p_ = LabelParams(ctx, optim_, n, f);
   inter_ = Projection(ctx, d, cfg.intermediate, true, optim_, max_batch_,
                       Rng::stream(seed_, kInterStream).next());
   if (dropout_ > 0.0) {
@@ -78,7 +72,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
 
   // Drawn on the host on both devices (a GPU layer uploads them).
   uint32_t* idx = idx_.stage_for_write();
-  float* w = w_.stage_for_write();
+  float* w = p_.w.stage_for_write();
   // Random fan-in without duplicates, sorted (ascending gathers); each label from its own
   // stream so the result does not depend on the thread count.
   const float wscale = 1.0f / std::sqrt(static_cast<float>(f));
@@ -115,7 +109,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
     }
   }
   idx_.commit();
-  w_.commit();
+  p_.w.commit();
   const int64_t pn = inter_.active() ? m_ * d + m_ : 0;
   spdlog::info(
       "fixed_fanin: L={} fan-in F={} over {} inputs (sparsity F/{}={:.4f}){}, {} parameters "
@@ -162,13 +156,11 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   acc_.reset();
   mark(sw, &FixedFaninTimings::forward);
 
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t c = std::min(chunk_, n - c0);
     Matrix z(z_.data(), bsz, c);
     const uint32_t* idx = idx_.data() + c0 * f;
-    float* w = w_.data() + c0 * f;
+    const float* w = p_.w.f32() + c0 * f;
     forward(c0, ut.data, z);
     mark(sw, &FixedFaninTimings::forward);
     // z becomes G = dL/dz (already divided by B).
@@ -180,11 +172,7 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     kernels::fixed_fanin_weight_grad(ctx, idx, c, f, z, ut, dw_.data(), db_.data(),
                                      acc_.zero_labels());
     mark(sw, &FixedFaninTimings::backward_weight);
-    const int64_t off = c0 * f;
-    optimizer_update(ctx, optim_, lr.lr, lr.step, w, dw_.data(), data_or_null(w_s1_, off),
-                     data_or_null(w_s2_, off), c * f);
-    optimizer_update(ctx, bias_cfg, lr.lr, lr.step, b_.data() + c0, db_.data(),
-                     data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
+    p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data());
     mark(sw, &FixedFaninTimings::update);
   }
   const gpu::LossAccum acc = acc_.read();
@@ -205,8 +193,8 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 }
 
 void FixedFaninLayer::forward(int64_t l0, const float* ut, Matrix z) const {
-  kernels::fixed_fanin_forward(*ctx_, idx_.data() + l0 * fan_in_, w_.data() + l0 * fan_in_,
-                               b_.data() + l0, z.cols, fan_in_, ConstMatrix(ut, m_, z.rows), z);
+  kernels::fixed_fanin_forward(*ctx_, idx_.data() + l0 * fan_in_, p_.w.f32() + l0 * fan_in_,
+                               p_.b.data() + l0, z.cols, fan_in_, ConstMatrix(ut, m_, z.rows), z);
 }
 
 Buffer<float> FixedFaninLayer::eval_input_t(ConstMatrix h) const {
@@ -291,9 +279,9 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   // On host copies of idx, w and their moments (on the GPU a round trip of
   // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
   // rewire with this very code.
-  float* w = w_.stage();
-  float* s1 = w_s1_.empty() ? nullptr : w_s1_.stage();
-  float* s2 = w_s2_.empty() ? nullptr : w_s2_.stage();
+  float* w = p_.w.stage();
+  float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
+  float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
   // The k smallest |w| over all L·F slots; each label regrows its own.
   const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
   const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
@@ -302,7 +290,8 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
     if (s1) s1[l * f + j] = 0.0f;
     if (s2) s2[l * f + j] = 0.0f;
   });
-  for (Buffer<float>* b : {&w_, &w_s1_, &w_s2_}) b->commit();
+  p_.w.commit();
+  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
   idx_.commit();
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
@@ -313,22 +302,20 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
   const int64_t n = num_labels(), f = fan_in_;
   std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.host_data()}};
-  append_weight_bias_refs(out, n, f, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
-                          host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_));
+  p_.append_refs(out);
   inter_.append_state(out, "output/intermediate");
   return out;
 }
 
 void FixedFaninLayer::sync_state_impl(StateSync s) {
   idx_.sync(s);
-  for (Buffer<float>* b : {&w_, &b_, &w_s1_, &w_s2_, &b_s1_, &b_s2_}) b->sync(s);
+  p_.sync(s);
   inter_.sync_state(s);
 }
 
 int64_t FixedFaninLayer::analytic_bytes_impl() const {
   const int64_t n = num_labels(), f = fan_in_, bsz = max_batch_;
-  const int64_t states = optimizer_state_arrays(optim_);
-  int64_t bytes = 4 * ((n * f + n) * (1 + states) + n * f);  // parameters, state, indices
+  int64_t bytes = p_.bytes() + 4 * n * f;  // parameters, state, indices
   bytes += inter_.bytes();
   if (dropout_ > 0.0) bytes += mask_.bytes() + 4 * bsz * input_dim();  // mask (GPU: + host), x
   bytes += 4 * (m_ * bsz + bsz * chunk_ + chunk_ * f + chunk_);  // ut, z, dw, db

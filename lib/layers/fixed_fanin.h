@@ -25,6 +25,7 @@
 #include "core/rng.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/label_params.h"
 #include "layers/projection.h"
 #include "layers/rewire.h"
 #include "model/dropout.h"
@@ -119,8 +120,7 @@ class FixedFaninLayer final : public OutputLayer {
   int64_t total_steps_;
   bool time_ops_ = true;
   Buffer<uint32_t> idx_;                       // [L×F]
-  Buffer<float> w_, b_;                        // [L×F], [L]
-  Buffer<float> w_s1_, w_s2_, b_s1_, b_s2_;    // optimizer state (empty when unused)
+  LabelParams p_;                              // W [L×F], bias [L], their optimizer state
   Projection inter_;                           // u = relu(x·Pᵀ + c) [B×m], or none
   DropoutMask mask_;                           // [B×d] (dropout only)
   Buffer<float> xd_;                           // workspace [B×d] (dropout only)

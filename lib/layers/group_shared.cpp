@@ -133,14 +133,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
                                      max_batch_, Rng::stream(seed_, kGsProjStream + 1).next());
   if (t > 0) {
     const bool bf16 = precision.bf16;
-    const auto ts = static_cast<size_t>(t), tfs = static_cast<size_t>(tf);
     idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(groups_ * f));
-    w_ = WeightArray(ctx, bf16, tfs);
-    b_ = Buffer<float>(ctx, MemTag::weights, ts);
-    w_s1_ = optimizer_state_buffer(ctx, optim_, 1, tfs);
-    b_s1_ = optimizer_state_buffer(ctx, optim_, 1, ts);
-    w_s2_ = optimizer_state_buffer(ctx, optim_, 2, tfs);
-    b_s2_ = optimizer_state_buffer(ctx, optim_, 2, ts);
+    p_ = LabelParams(ctx, optim_, t, f, bf16);
     const auto utn = static_cast<size_t>(m_ * max_batch_);
     if (bf16)
       ut16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, utn);
@@ -154,8 +148,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     // The initial index sets and weights, drawn on the host (the moments start at zero).
     draw_tail_indices(idx_.stage_for_write());
     idx_.commit();
-    init_tail_weights(w_.stage_for_write(), nullptr, nullptr);
-    w_.commit();
+    init_tail_weights(p_.w.stage_for_write(), nullptr, nullptr);
+    p_.w.commit();
   }
   if (dropout_ > 0.0) {
     // The mask is drawn on the host on both devices (the same draws).
@@ -294,7 +288,7 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     timings_.*field += sw.seconds();
     sw.reset();
   };
-  const bool bf16 = w_.bf16();
+  const bool bf16 = p_.w.bf16();
   const ConstMatrix ut(ut_.data(), m_, rows);
   const gpu::ConstBf16Matrix ut16(ut16_.data(), m_, rows);
   if (bf16)
@@ -303,8 +297,6 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     kernels::transpose(ctx, u, Matrix(ut_.data(), m_, rows));
   targets_.upload();
   mark(&GroupSharedTimings::forward);
-  OptimizerConfig no_decay = optim_;  // biases get no weight decay
-  no_decay.weight_decay = 0.0;
   for (int64_t c0 = 0; c0 < t; c0 += chunk_) {
     const int64_t c = std::min(chunk_, t - c0);
     const uint32_t* idx = idx_.data() + (c0 / g) * f;
@@ -316,20 +308,17 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     mark(&GroupSharedTimings::loss);
     // Both gradients with the weights before this chunk's update.
     if (bf16)
-      kernels::group_shared_input_grad(ctx, idx, w_.b16() + wo, c, g, f, z, du);
+      kernels::group_shared_input_grad(ctx, idx, p_.w.b16() + wo, c, g, f, z, du);
     else
-      kernels::group_shared_input_grad(ctx, idx, w_.f32() + wo, c, g, f, z, du);
+      kernels::group_shared_input_grad(ctx, idx, p_.w.f32() + wo, c, g, f, z, du);
     mark(&GroupSharedTimings::backward_input);
     if (bf16)
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut16, dw_.data(), db_.data());
     else
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
     mark(&GroupSharedTimings::backward_weight);
-    w_.update(ctx, optim_, lr.lr, lr.step, static_cast<size_t>(wo), dw_.data(),
-              data_or_null(w_s1_, wo), data_or_null(w_s2_, wo), c * f,
+    p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
               WeightArray::rounding_key(stochastic_rounding_, seed_, c0));
-    optimizer_update(ctx, no_decay, lr.lr, lr.step, b_.data() + c0, db_.data(),
-                     data_or_null(b_s1_, c0), data_or_null(b_s2_, c0), c);
     mark(&GroupSharedTimings::update);
   }
 }
@@ -338,12 +327,12 @@ void GroupSharedLayer::tail_forward(int64_t r0, const float* ut, const gpu::Bf16
                                     Matrix z) const {
   const int64_t rows = z.rows;
   const uint32_t* idx = idx_.data() + (r0 / group_) * fan_in_;
-  const float* b = b_.data() + r0;
-  if (w_.bf16())
-    kernels::group_shared_forward(*ctx_, idx, w_.b16() + r0 * fan_in_, b, z.cols, group_, fan_in_,
+  const float* b = p_.b.data() + r0;
+  if (p_.w.bf16())
+    kernels::group_shared_forward(*ctx_, idx, p_.w.b16() + r0 * fan_in_, b, z.cols, group_, fan_in_,
                                   gpu::ConstBf16Matrix(ut16, m_, rows), z);
   else
-    kernels::group_shared_forward(*ctx_, idx, w_.f32() + r0 * fan_in_, b, z.cols, group_, fan_in_,
+    kernels::group_shared_forward(*ctx_, idx, p_.w.f32() + r0 * fan_in_, b, z.cols, group_, fan_in_,
                                   ConstMatrix(ut, m_, rows), z);
 }
 
@@ -369,7 +358,7 @@ GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const 
       tail_proj_.apply(h, um);
       u = um;
     }
-    if (w_.bf16()) {
+    if (p_.w.bf16()) {
       in.ut16 = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
       kernels::transpose(ctx, u, gpu::Bf16Matrix(in.ut16.data(), m_, rows));
     } else {
@@ -486,18 +475,18 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   for (int64_t i = 0; i < n; ++i) pos_[order_[static_cast<size_t>(i)]] = static_cast<uint32_t>(i);
   // On host copies of the tail (once per run; on the GPU T·(F·(1+s)+1+s) floats down and
   // up, s = optimizer state arrays).
-  for (Buffer<float>* bb : {&b_, &b_s1_, &b_s2_}) {
+  for (Buffer<float>* bb : {&p_.b, &p_.b_s1, &p_.b_s2}) {
     if (bb->empty()) continue;
     float* b = bb->stage();
     const std::vector<float> prev(b, b + t);
     for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
     bb->commit();
   }
-  init_tail_weights(w_.stage_for_write(), w_s1_.empty() ? nullptr : w_s1_.stage_for_write(),
-                    w_s2_.empty() ? nullptr : w_s2_.stage_for_write());
-  w_.commit();
-  w_s1_.commit();
-  w_s2_.commit();
+  init_tail_weights(p_.w.stage_for_write(), p_.w_s1.empty() ? nullptr : p_.w_s1.stage_for_write(),
+                    p_.w_s2.empty() ? nullptr : p_.w_s2.stage_for_write());
+  p_.w.commit();
+  p_.w_s1.commit();
+  p_.w_s2.commit();
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",
@@ -551,13 +540,13 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
   }
   // On host copies of the indices, weights and moments (biases stay): on the GPU a round
   // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
-  out.pruned = rewire_arrays(step, k, idx_.stage(), w_.stage(),
-                             w_s1_.empty() ? nullptr : w_s1_.stage(),
-                             w_s2_.empty() ? nullptr : w_s2_.stage());
+  out.pruned = rewire_arrays(step, k, idx_.stage(), p_.w.stage(),
+                             p_.w_s1.empty() ? nullptr : p_.w_s1.stage(),
+                             p_.w_s2.empty() ? nullptr : p_.w_s2.stage());
   idx_.commit();
-  w_.commit();
-  w_s1_.commit();
-  w_s2_.commit();
+  p_.w.commit();
+  p_.w_s1.commit();
+  p_.w_s2.commit();
   out.seconds = sw.seconds();
   timings_.rewire += out.seconds;
   last_rewire_ = out;
@@ -606,8 +595,7 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   if (t > 0) {
     // The same names and shapes on both devices; on the GPU the host copies.
     out.push_back({"output/indices", {groups_, f}, idx_.host_data()});
-    append_weight_bias_refs(out, t, f, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
-                            host_or_null(b_s1_), host_or_null(w_s2_), host_or_null(b_s2_));
+    p_.append_refs(out);
     tail_proj_.append_state(out, "output/tail_projection");
   }
   return out;
@@ -632,19 +620,16 @@ void GroupSharedLayer::sync_state_impl(StateSync s) {
   head_proj_.sync_state(s);
   tail_proj_.sync_state(s);
   idx_.sync(s);
-  w_.sync(s);
-  for (Buffer<float>* b : {&b_, &w_s1_, &w_s2_, &b_s1_, &b_s2_}) b->sync(s);
+  p_.sync(s);
 }
 
 int64_t GroupSharedLayer::analytic_bytes_impl() const {
   const int64_t n = num_labels(), t = tail_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
-  const int64_t states = optimizer_state_arrays(optim_);
   int64_t bytes = 4 * (2 * n + 1);  // label order, positions, semantic flag (host)
   if (head_block_) bytes += head_block_->analytic_bytes() + head_proj_.bytes();
   if (t > 0) {
-    const int64_t wbytes = w_.bf16() ? 2 : 4;  // weights and the transposed input ut
-    bytes += 4 * groups_ * f + wbytes * t * f + 4 * t;  // indices, weights, biases
-    bytes += 4 * states * (t * f + t);                   // optimizer state
+    const int64_t wbytes = p_.w.bf16() ? 2 : 4;  // the transposed input ut
+    bytes += 4 * groups_ * f + p_.bytes();  // indices, weights, biases, optimizer state
     bytes += wbytes * m_ * bsz + 4 * (bsz * chunk_ + chunk_ * f + chunk_);  // ut, z, dw, db
     bytes += acc_.bytes() + targets_.analytic_bytes();  // GPU: the step's loss, target rows
     bytes += tail_proj_.bytes();

@@ -48,7 +48,7 @@
 #include "layers/output_layer.h"
 #include "layers/projection.h"
 #include "layers/rewire.h"
-#include "layers/weight_array.h"
+#include "layers/label_params.h"
 #include "model/dropout.h"
 #include "model/loss.h"
 
@@ -200,8 +200,7 @@ class GroupSharedLayer final : public OutputLayer {
   std::optional<DenseBlock> head_block_;
   Projection head_proj_;             // d→head_dim (linear), or none
   Buffer<uint32_t> idx_;                        // [K×F]
-  WeightArray w_;                               // [T×F] (fp32, or bf16 on the GPU)
-  Buffer<float> b_, w_s1_, w_s2_, b_s1_, b_s2_;  // [T], and the optimizer state
+  LabelParams p_;  // W [T×F] (fp32, or bf16 on the GPU), bias [T], their optimizer state
   Projection tail_proj_;             // d→m (ReLU), or none
   Buffer<float> xd_;                            // workspace [B×d] (dropout only)
   DropoutMask mask_;                            // [B×d] (dropout only)

@@ -28,16 +28,9 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n
   // (CPU: 1024, the blocks cost nothing; GPU: the reserved entries, one launch per step).
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
   block_ = std::min(n, ctx.on_gpu() ? hint : int64_t{1024});
-  const auto wn = static_cast<size_t>(n * d);
-  const auto nn = static_cast<size_t>(n);
-  w_ = Buffer<float>(ctx, MemTag::weights, wn);
-  b_ = Buffer<float>(ctx, MemTag::weights, nn);
-  w_s1_ = optimizer_state_buffer(ctx, optim, 1, wn);
-  w_s2_ = optimizer_state_buffer(ctx, optim, 2, wn);
-  b_s1_ = optimizer_state_buffer(ctx, optim, 1, nn);
-  b_s2_ = optimizer_state_buffer(ctx, optim, 2, nn);
-  init_uniform_rows(w_.stage_for_write(), n, d, seed);  // same initialisation as `dense`
-  w_.commit();
+  p_ = LabelParams(ctx, optim, n, d);
+  init_uniform_rows(p_.w.stage_for_write(), n, d, seed);  // same initialisation as `dense`
+  p_.w.commit();
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_ * d));
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_));
   reserve_entries(hint);
@@ -65,22 +58,17 @@ const std::vector<uint32_t>& SampledBlock::train_step(const kernels::CandidateCs
   const kernels::CandidateCsr dc = staging_.stage(cand, &groups, &all);
   const auto nnz = static_cast<size_t>(cand.nnz);
   reserve_entries(cand.nnz);
-  kernels::sampled_scores(ctx, w_.data(), b_.data(), d_, dc, h, zg_.data());
+  kernels::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   loss_grad(std::span<float>(zg_.stage(nnz), nnz));
   zg_.commit(nnz);
   // dh with the weights before this step's update (the op accumulates).
   kernels::set_zero(ctx, dh);
-  kernels::sampled_input_grad(ctx, w_.data(), d_, dc, zg_.data(), dh);
-  OptimizerConfig bias_cfg = optim_;
-  bias_cfg.weight_decay = 0.0;  // no weight decay on the bias
+  kernels::sampled_input_grad(ctx, p_.w.f32(), d_, dc, zg_.data(), dh);
   for (int64_t u0 = 0; u0 < all.groups; u0 += block_) {
     const int64_t m = std::min(block_, all.groups - u0);
     const kernels::EntryGroups part{all.labels + u0, all.ptr + u0, all.entry, all.row, m, all.nnz};
     kernels::sampled_weight_grad(ctx, part, zg_.data(), h, Matrix(dw_.data(), m, d_), db_.data());
-    optimizer_update_rows(ctx, optim_, lr.lr, lr.step, w_.data(), dw_.data(), data_or_null(w_s1_),
-                          data_or_null(w_s2_), part.labels, m, d_);
-    optimizer_update_rows(ctx, bias_cfg, lr.lr, lr.step, b_.data(), db_.data(),
-                          data_or_null(b_s1_), data_or_null(b_s2_), part.labels, m, 1);
+    p_.update_rows(ctx, optim_, lr.lr, lr.step, part.labels, m, dw_.data(), db_.data());
   }
   touched_ = std::move(groups.labels);
   return touched_;
@@ -92,7 +80,7 @@ std::vector<float> SampledBlock::candidate_scores(const kernels::CandidateCsr& c
             h.rows, h.cols, cand.rows, d_);
   const kernels::CandidateCsr dc = staging_.stage(cand, nullptr, nullptr);
   reserve_entries(cand.nnz);
-  kernels::sampled_scores(*ctx_, w_.data(), b_.data(), d_, dc, h, zg_.data());
+  kernels::sampled_scores(*ctx_, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   std::vector<float> out(static_cast<size_t>(cand.nnz));
   zg_.copy_to_host(out.data(), out.size());
   return out;
@@ -102,8 +90,8 @@ void SampledBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
   XMC_CHECK(lo >= 0 && lo + out.cols <= n_ && h.cols == d_ && out.rows == h.rows,
             "sampled scores: h [{}×{}], out [{}×{}] at label {}, L={} d={}", h.rows, h.cols,
             out.rows, out.cols, lo, n_, d_);
-  kernels::gemm_nt(*ctx_, h, ConstMatrix(w_.data() + lo * d_, out.cols, d_), out);
-  kernels::add_row_vector(*ctx_, out, b_.data() + lo);
+  kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + lo * d_, out.cols, d_), out);
+  kernels::add_row_vector(*ctx_, out, p_.b.data() + lo);
 }
 
 TopK SampledBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
@@ -123,33 +111,28 @@ std::vector<float> SampledBlock::rows_to_host(std::span<const uint32_t> labels) 
   Buffer<uint32_t> ids(*ctx_, MemTag::workspace, labels.size());
   Buffer<float> rows(*ctx_, MemTag::workspace, out.size());
   ids.copy_from_host(labels.data(), labels.size());
-  kernels::gather_rows(*ctx_, w_.data(), ids.data(), count, d_, rows.data());
+  kernels::gather_rows(*ctx_, p_.w.f32(), ids.data(), count, d_, rows.data());
   rows.copy_to_host(out.data(), out.size());
   return out;
 }
 
-ConstMatrix SampledBlock::host_weights() { return {w_.stage(), n_, d_}; }
-const float* SampledBlock::host_bias() { return b_.stage(); }
+ConstMatrix SampledBlock::host_weights() { return {p_.w.stage(), n_, d_}; }
+const float* SampledBlock::host_bias() { return p_.b.stage(); }
 void SampledBlock::release_host() {
-  w_.release();
-  b_.release();
+  p_.w.release();
+  p_.b.release();
 }
 
 std::vector<TensorRef> SampledBlock::state() {
   std::vector<TensorRef> out;
-  append_weight_bias_refs(out, n_, d_, w_.host_data(), b_.host_data(), host_or_null(w_s1_),
-                          host_or_null(b_s1_), host_or_null(w_s2_),
-                          host_or_null(b_s2_));
+  p_.append_refs(out);
   return out;
 }
 
-void SampledBlock::sync_state(StateSync s) {
-  for (Buffer<float>* b : {&w_, &b_, &w_s1_, &w_s2_, &b_s1_, &b_s2_}) b->sync(s);
-}
+void SampledBlock::sync_state(StateSync s) { p_.sync(s); }
 
 int64_t SampledBlock::analytic_bytes() const {
-  const int64_t states = optimizer_state_arrays(optim_);
-  return 4 * (n_ * d_ + n_) * (1 + states) + reserved_bytes_;
+  return p_.bytes() + reserved_bytes_;
 }
 
 }  // namespace xmc

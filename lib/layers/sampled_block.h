@@ -35,6 +35,7 @@
 #include "eval/topk.h"
 #include "kernels/candidate_staging.h"
 #include "kernels/sampled_ops.h"
+#include "layers/label_params.h"
 #include "layers/output_layer.h"
 #include "model/optimizer.h"
 
@@ -89,8 +90,7 @@ class SampledBlock {
   Context* ctx_ = nullptr;
   OptimizerConfig optim_;
   int64_t n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;
-  Buffer<float> w_, b_;                // [n×d], [n]
-  Buffer<float> w_s1_, w_s2_, b_s1_, b_s2_;
+  LabelParams p_;                      // W [n×d], bias [n], their optimizer state
   Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
   Buffer<float> dw_, db_;              // [block×d], [block]
   kernels::CandidateStaging staging_;

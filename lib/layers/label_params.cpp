@@ -1,0 +1,62 @@
+#include "layers/label_params.h"
+
+#include "layers/param_refs.h"
+#include "model/optimizer_state.h"
+
+namespace xmc {
+
+namespace {
+OptimizerConfig without_decay(OptimizerConfig c) {
+  c.weight_decay = 0.0;
+  return c;
+}
+}  // namespace
+
+LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows_, int64_t cols_,
+                         bool bf16)
+    : rows(rows_), cols(cols_) {
+  const auto wn = static_cast<size_t>(rows * cols);
+  const auto n = static_cast<size_t>(rows);
+  w = WeightArray(ctx, bf16, wn);
+  b = Buffer<float>(ctx, MemTag::weights, n);
+  w_s1 = optimizer_state_buffer(ctx, optim, 1, wn);
+  w_s2 = optimizer_state_buffer(ctx, optim, 2, wn);
+  b_s1 = optimizer_state_buffer(ctx, optim, 1, n);
+  b_s2 = optimizer_state_buffer(ctx, optim, 2, n);
+}
+
+void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, double lr,
+                         int64_t step, int64_t r0, int64_t n, const float* dw, const float* db,
+                         uint64_t rounding_key) {
+  const int64_t off = r0 * cols;
+  w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, data_or_null(w_s1, off),
+           data_or_null(w_s2, off), n * cols, rounding_key);
+  optimizer_update(ctx, without_decay(optim), lr, step, b.data() + r0, db,
+                   data_or_null(b_s1, r0), data_or_null(b_s2, r0), n);
+}
+
+void LabelParams::update_rows(const Context& ctx, const OptimizerConfig& optim, double lr,
+                              int64_t step, const uint32_t* ids, int64_t count, const float* dw,
+                              const float* db) {
+  optimizer_update_rows(ctx, optim, lr, step, w.f32(), dw, data_or_null(w_s1), data_or_null(w_s2),
+                        ids, count, cols);
+  optimizer_update_rows(ctx, without_decay(optim), lr, step, b.data(), db, data_or_null(b_s1),
+                        data_or_null(b_s2), ids, count, 1);
+}
+
+void LabelParams::append_refs(std::vector<TensorRef>& out, const std::string& prefix) {
+  append_weight_bias_refs(out, rows, cols, w.host_data(), b.host_data(), host_or_null(w_s1),
+                          host_or_null(b_s1), host_or_null(w_s2), host_or_null(b_s2), prefix);
+}
+
+void LabelParams::sync(StateSync s) {
+  w.sync(s);
+  for (Buffer<float>* x : {&b, &w_s1, &w_s2, &b_s1, &b_s2}) x->sync(s);
+}
+
+int64_t LabelParams::bytes() const {
+  return w.bytes() + static_cast<int64_t>(b.bytes() + w_s1.bytes() + w_s2.bytes() + b_s1.bytes() +
+                                          b_s2.bytes());
+}
+
+}  // namespace xmc

@@ -1,0 +1,49 @@
+#pragma once
+// LabelParams: the per-label parameters that dense_block, fixed_fanin, group_shared's tail
+// and the sampled block all keep — weights [rows×cols] (WeightArray: fp32, or bf16 on the
+// GPU), bias [rows] and their optimizer state — on the Context's device, with the one
+// slice update, the checkpoint names of param_refs.h and the host staging of checkpoints.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/context.h"
+#include "core/tensor_ref.h"
+#include "layers/weight_array.h"
+#include "model/optimizer.h"
+
+namespace xmc {
+
+struct LabelParams {
+  WeightArray w;              // [rows×cols]
+  Buffer<float> b;            // [rows]
+  Buffer<float> w_s1, w_s2;   // optimizer state of w (empty when the optimizer keeps none)
+  Buffer<float> b_s1, b_s2;   // optimizer state of b
+  int64_t rows = 0, cols = 0;
+
+  LabelParams() = default;
+  // Zero weights (the caller initialises them: w.stage_for_write(), w.commit()), zero bias
+  // and state, recorded under MemTag::weights / optimizer. bf16 needs a CUDA Context.
+  LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows, int64_t cols,
+              bool bf16 = false);
+
+  // Rows [r0, r0+n) take one step: the weights with gradient dw [n×cols] (stochastic
+  // rounding key as WeightArray::update), the biases with db [n] and no weight decay.
+  void update(const Context& ctx, const OptimizerConfig& optim, double lr, int64_t step,
+              int64_t r0, int64_t n, const float* dw, const float* db,
+              uint64_t rounding_key = 0);
+  // The lazy update of the rows ids[0..count) (distinct; on the Context's device), with
+  // gradient rows dw [count×cols] and db [count] (fp32 weights only).
+  void update_rows(const Context& ctx, const OptimizerConfig& optim, double lr, int64_t step,
+                   const uint32_t* ids, int64_t count, const float* dw, const float* db);
+
+  // "<prefix>weight", "<prefix>bias" and the state that exists (append_weight_bias_refs),
+  // host arrays: on a CUDA Context after sync(to_host).
+  void append_refs(std::vector<TensorRef>& out, const std::string& prefix = "output/");
+  void sync(StateSync s);
+  // Bytes of the weights, the bias and their optimizer state.
+  int64_t bytes() const;
+};
+
+}  // namespace xmc
