@@ -127,6 +127,16 @@ class Buffer {
   bool staged_ = false;
 };
 
+// b holds at least max(n, 1) elements: a new zeroed Buffer of twice that when it is
+// smaller (contents not kept; on the GPU freeing the old one waits for the work that may
+// still read it).
+template <class T>
+T* ensure_size(Buffer<T>& b, Context& ctx, MemTag tag, int64_t n) {
+  const auto want = static_cast<size_t>(std::max<int64_t>(n, 1));
+  if (b.size() < want) b = Buffer<T>(ctx, tag, std::max(want, 2 * b.size()));
+  return b.data();
+}
+
 // A host view of a matrix on the Context's device: the matrix itself on the CPU (no copy),
 // a copy downloaded on construction (complete) on the GPU.
 class HostView {

@@ -130,8 +130,12 @@ void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matri
   }
   for (int64_t r = 0; r < src.rows; ++r) {
     const float* s = src.row(r);
-    const float* mk = mask + r * src.cols;
     float* d = dst.row(r);
+    if (mask == nullptr) {
+      if (d != s) std::copy(s, s + src.cols, d);
+      continue;
+    }
+    const float* mk = mask + r * src.cols;
     for (int64_t j = 0; j < src.cols; ++j) d[j] = s[j] * mk[j];
   }
 }

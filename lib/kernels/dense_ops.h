@@ -46,7 +46,7 @@ void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 void set_zero(const Context& ctx, Matrix m);
 // dst = src, src a HOST array [dst.rows×dst.cols] (ld = cols); complete on return.
 void copy_from_host(const Context& ctx, const float* src, Matrix dst);
-// dst = src ⊙ mask (mask [rows×cols], ld = cols); dst may be src.
+// dst = src ⊙ mask (mask [rows×cols], ld = cols; nullptr: a plain copy); dst may be src.
 void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst);
 // out [B×n] = act(x [B×k] · w [n×k]ᵀ + bias [n]), act = relu or identity. CPU: the bias
 // rows are copied into out and sgemm adds x·wᵀ (beta 1); CUDA: the GEMM, then the bias

@@ -1,34 +1,23 @@
 #include "model/encoder.h"
 
-#include <optional>
+#include <algorithm>
+#include <array>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/staging_slot.h"
 #include "model/activation.h"
-#include "model/encoder_cuda.h"
+#include "model/csr_by_column.h"
+#include "model/dropout.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"
 
 namespace xmc {
 
-// Layer 0 is a SparseLinear for sparse input, every other layer a Linear.
-struct Encoder::Impl {
-  Context& ctx;
-  int64_t input_dim;
-  bool sparse_input;
-  int64_t output_dim;
-  std::unique_ptr<SparseLinear> first;         // sparse input only
-  std::vector<std::unique_ptr<Linear>> dense;  // the remaining layers (all, for dense input)
-  bool have_forward = false;
-  std::unique_ptr<EncoderCuda> gpu;            // on a CUDA Context: everything above unused
-  struct Staged {
-    const Batch* batch;
-    bool training;
-    Rng* rng;
-  };
-  std::vector<Staged> staged;                  // CPU: stage()d, not yet forwarded
-};
-
 namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, bool sparse_input) {
   if (input_dim <= 0) throw_input("encoder: input dimension {} must be > 0", input_dim);
@@ -57,17 +46,44 @@ void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, 
 
 }  // namespace
 
+// One staged batch: a single block (StagingSlot: pinned + device twin on the GPU, host on
+// the CPU), sections at 256-byte offsets — dense x | CSR indptr, indices, values |
+// by-column cols, start, rows, values | one dropout mask per dense layer.
+struct EncoderSlot {
+  StagingSlot mem;
+  int64_t rows = 0, nnz = 0, touched = 0;
+  bool training = false;
+  size_t off_x = 0, off_indptr = 0, off_indices = 0, off_values = 0;
+  size_t off_tcols = 0, off_tstart = 0, off_trows = 0, off_tvals = 0;
+  std::vector<size_t> off_mask;  // per dense layer; SIZE_MAX: no mask
+  template <class T>
+  const T* at(size_t off) const {
+    return reinterpret_cast<const T*>(mem.data() + off);
+  }
+};
+
+// Layer 0 is a SparseLinear for sparse input, every other layer a Linear.
+struct Encoder::Impl {
+  Context& ctx;
+  int64_t input_dim;
+  bool sparse_input;
+  int64_t output_dim;
+  std::unique_ptr<SparseLinear> first;         // sparse input only
+  std::vector<std::unique_ptr<Linear>> dense;  // the remaining layers (all, for dense input)
+  std::array<EncoderSlot, 2> slots;
+  int next_stage = 0;    // slot the next stage() fills
+  int staged_count = 0;  // staged, not yet forwarded
+  int last_slot = -1;    // slot of the last forward
+  bool last_training = false;
+  int64_t last_rows = 0;
+
+  ConstMatrix forward_slot(int idx);
+};
+
 Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, int64_t input_dim,
                  bool sparse_input, const OptimizerConfig& optim, uint64_t seed)
-    : impl_(std::make_unique<Impl>(
-          Impl{ctx, input_dim, sparse_input, input_dim, {}, {}, false, {}, {}})) {
+    : impl_(std::make_unique<Impl>(Impl{ctx, input_dim, sparse_input, input_dim, {}, {}, {}})) {
   validate(layers, input_dim, sparse_input);
-  if (ctx.on_gpu()) {
-    impl_->gpu = std::make_unique<EncoderCuda>(ctx, layers, input_dim, sparse_input, optim, seed);
-    impl_->output_dim = impl_->gpu->output_dim();
-    empty_ = layers.empty();
-    return;
-  }
   int64_t in = input_dim;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
@@ -81,58 +97,157 @@ Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, in
     in = l.out;
   }
   impl_->output_dim = in;
+  for (auto& slot : impl_->slots) slot.mem = StagingSlot(ctx);
+  empty_ = layers.empty();
 }
 
 Encoder::~Encoder() = default;
 
 int64_t Encoder::input_dim() const { return impl_->input_dim; }
 int64_t Encoder::output_dim() const { return impl_->output_dim; }
-bool Encoder::empty() const { return impl_->gpu ? empty_ : !impl_->first && impl_->dense.empty(); }
+bool Encoder::empty() const { return empty_; }
 
 void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
-  if (impl_->gpu) return impl_->gpu->stage(batch, training, rng);
-  XMC_CHECK(impl_->staged.size() < 2, "encoder: a third batch staged before the first was forwarded");
-  impl_->staged.push_back({&batch, training, &rng});
-}
-
-ConstMatrix Encoder::forward_staged() {
-  if (impl_->gpu) return impl_->gpu->forward_staged();
-  XMC_CHECK(!impl_->staged.empty(), "encoder forward without a staged batch");
-  const Impl::Staged s = impl_->staged.front();
-  impl_->staged.erase(impl_->staged.begin());
-  return forward_cpu(*s.batch, s.training, *s.rng);
-}
-
-ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
-  if (impl_->gpu) return impl_->gpu->forward_now(batch, training, rng);
-  return forward_cpu(batch, training, rng);
-}
-
-ConstMatrix Encoder::forward_cpu(const Batch& batch, bool training, Rng& rng) {
   Impl& m = *impl_;
+  XMC_CHECK(m.staged_count < 2, "encoder: a third batch staged before the first was forwarded");
   if (batch.sparse != m.sparse_input)
     throw_error("encoder built for {} input got a {} batch", m.sparse_input ? "sparse" : "dense",
                 batch.sparse ? "sparse" : "dense");
-  m.have_forward = training;
-  ConstMatrix h;
-  if (m.first) {
-    h = m.first->forward(batch.sparse_x, training, rng);
+  EncoderSlot& slot = m.slots[static_cast<size_t>(m.next_stage)];
+
+  // On the host, in the layers' order of random draws: the sparse layer's dropout, then
+  // each dense layer's mask (dropout_mask: the draws dropout_dense makes).
+  const int64_t rows = batch.size();
+  CsrMatrix x;
+  CsrByColumn xt;
+  if (m.sparse_input) {
+    const SparseLinear& l0 = *m.first;
+    XMC_CHECK(batch.sparse_x.cols == l0.in_dim(),
+              "sparse_linear expects {} input features, got [{}×{}]", l0.in_dim(),
+              batch.sparse_x.rows, batch.sparse_x.cols);
+    XMC_CHECK(static_cast<int64_t>(batch.sparse_x.indptr.size()) == batch.sparse_x.rows + 1,
+              "sparse input indptr has {} entries for {} rows", batch.sparse_x.indptr.size(),
+              batch.sparse_x.rows);
+    x = batch.sparse_x;
+    if (!x.has_values()) x.values.assign(x.indices.size(), 1.0f);
+    if (training && l0.dropout() > 0.0) dropout_sparse(x, l0.dropout(), rng);
+    for (size_t k = 0; k < x.indices.size(); ++k)
+      XMC_CHECK(x.indices[k] < l0.in_dim(), "feature id {} (non-zero {}) >= input dim {}",
+                x.indices[k], k, l0.in_dim());
+    if (training) group_by_column(x, xt);
   } else {
-    h = batch.dense_x.view();
-    XMC_CHECK(h.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]", m.input_dim,
-              h.rows, h.cols);
+    XMC_CHECK(batch.dense_x.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]",
+              m.input_dim, batch.dense_x.rows, batch.dense_x.cols);
   }
-  for (auto& layer : m.dense) h = layer->forward(h, training, rng);
+  // Layout.
+  size_t bytes = 0;
+  auto section = [&](size_t n) {
+    const size_t off = bytes;
+    bytes = align_up(bytes + n);
+    return off;
+  };
+  const auto nnz = static_cast<size_t>(x.nnz());
+  if (m.sparse_input) {
+    slot.off_indptr = section(static_cast<size_t>(rows + 1) * sizeof(int64_t));
+    slot.off_indices = section(nnz * sizeof(uint32_t));
+    slot.off_values = section(nnz * sizeof(float));
+    if (training) {
+      slot.off_tcols = section(xt.cols.size() * sizeof(uint32_t));
+      slot.off_tstart = section(xt.start.size() * sizeof(int64_t));
+      slot.off_trows = section(nnz * sizeof(uint32_t));
+      slot.off_tvals = section(nnz * sizeof(float));
+    }
+  } else {
+    slot.off_x = section(static_cast<size_t>(rows * m.input_dim) * sizeof(float));
+  }
+  slot.off_mask.assign(m.dense.size(), SIZE_MAX);
+  for (size_t i = 0; i < m.dense.size(); ++i)
+    if (training && m.dense[i]->dropout() > 0.0)
+      slot.off_mask[i] = section(static_cast<size_t>(rows * m.dense[i]->in_dim()) * sizeof(float));
+  bytes = std::max<size_t>(bytes, kAlign);
+  // Fill.
+  unsigned char* base = slot.mem.host(bytes);
+  auto put = [&](size_t off, const void* src, size_t n) {
+    if (n) std::memcpy(base + off, src, n);
+  };
+  if (m.sparse_input) {
+    put(slot.off_indptr, x.indptr.data(), x.indptr.size() * sizeof(int64_t));
+    put(slot.off_indices, x.indices.data(), nnz * sizeof(uint32_t));
+    put(slot.off_values, x.values.data(), nnz * sizeof(float));
+    if (training) {
+      put(slot.off_tcols, xt.cols.data(), xt.cols.size() * sizeof(uint32_t));
+      put(slot.off_tstart, xt.start.data(), xt.start.size() * sizeof(int64_t));
+      put(slot.off_trows, xt.rows.data(), nnz * sizeof(uint32_t));
+      put(slot.off_tvals, xt.values.data(), nnz * sizeof(float));
+    }
+  } else {
+    const ConstMatrix dx = batch.dense_x.view();
+    for (int64_t r = 0; r < rows; ++r)
+      put(slot.off_x + static_cast<size_t>(r * m.input_dim) * sizeof(float), dx.row(r),
+          static_cast<size_t>(m.input_dim) * sizeof(float));
+  }
+  for (size_t i = 0; i < m.dense.size(); ++i)
+    if (slot.off_mask[i] != SIZE_MAX)
+      dropout_mask(reinterpret_cast<float*>(base + slot.off_mask[i]), rows * m.dense[i]->in_dim(),
+                   m.dense[i]->dropout(), rng);
+  slot.rows = rows;
+  slot.nnz = static_cast<int64_t>(nnz);
+  slot.touched = xt.count();
+  slot.training = training;
+  slot.mem.upload(bytes);
+  m.next_stage ^= 1;
+  ++m.staged_count;
+}
+
+ConstMatrix Encoder::forward_staged() {
+  Impl& m = *impl_;
+  XMC_CHECK(m.staged_count > 0, "encoder forward without a staged batch");
+  const int idx = (m.next_stage + 2 - m.staged_count) % 2;
+  --m.staged_count;
+  return m.forward_slot(idx);
+}
+
+ConstMatrix Encoder::forward(const Batch& batch, bool training, Rng& rng) {
+  Impl& m = *impl_;
+  stage(batch, training, rng);
+  const int idx = m.next_stage ^ 1;  // the slot just filled
+  --m.staged_count;
+  // A batch staged before stays first in line: the next stage() refills this slot.
+  if (m.staged_count > 0) m.next_stage = idx;
+  return m.forward_slot(idx);
+}
+
+ConstMatrix Encoder::Impl::forward_slot(int idx) {
+  EncoderSlot& slot = slots[static_cast<size_t>(idx)];
+  slot.mem.wait_ready();
+  const int64_t rows = slot.rows;
+  ConstMatrix h;
+  if (first) {
+    h = first->forward(gpu::DeviceCsrValues{slot.at<int64_t>(slot.off_indptr),
+                                            slot.at<uint32_t>(slot.off_indices),
+                                            slot.at<float>(slot.off_values), rows, input_dim},
+                       slot.training);
+  } else {
+    h = ConstMatrix(slot.at<float>(slot.off_x), rows, input_dim);
+  }
+  for (size_t i = 0; i < dense.size(); ++i) {
+    const float* mask = slot.off_mask[i] != SIZE_MAX ? slot.at<float>(slot.off_mask[i]) : nullptr;
+    h = dense[i]->forward(h, mask, slot.training);
+  }
+  last_slot = idx;
+  last_training = slot.training;
+  last_rows = rows;
   return h;
 }
 
 void Encoder::backward_update(ConstMatrix dh, double lr, int64_t step) {
   Impl& m = *impl_;
-  if (m.gpu) return m.gpu->backward_update(dh, lr, step);
   if (empty()) return;  // identity: nothing to learn
-  XMC_CHECK(m.have_forward, "encoder backward without a training forward");
-  XMC_CHECK(dh.cols == m.output_dim, "encoder backward: dh has {} columns, expected {}", dh.cols,
+  XMC_CHECK(m.last_slot >= 0 && m.last_training, "encoder backward without a training forward");
+  XMC_CHECK(dh.rows == m.last_rows && dh.cols == m.output_dim,
+            "encoder backward: dh [{}×{}], expected [{}×{}]", dh.rows, dh.cols, m.last_rows,
             m.output_dim);
+  const EncoderSlot& slot = m.slots[static_cast<size_t>(m.last_slot)];
   // Gradients for every layer first (each needs its own forward weights for dx), then
   // the updates.
   ConstMatrix g = dh;
@@ -140,17 +255,22 @@ void Encoder::backward_update(ConstMatrix dh, double lr, int64_t step) {
     const bool need_dx = i > 0 || m.first != nullptr;
     g = m.dense[i]->backward(g, need_dx);
   }
-  if (m.first) m.first->backward(g);
+  if (m.first)
+    m.first->backward(g, gpu::DeviceCsrByColumn{slot.at<uint32_t>(slot.off_tcols),
+                                                slot.at<int64_t>(slot.off_tstart),
+                                                slot.at<uint32_t>(slot.off_trows),
+                                                slot.at<float>(slot.off_tvals), slot.touched});
   if (m.first) m.first->apply_update(lr, step);
   for (auto& layer : m.dense) layer->apply_update(lr, step);
+  m.last_training = false;
 }
 
 void Encoder::sync_state(StateSync s) {
-  if (impl_->gpu) impl_->gpu->sync_state(s);
+  if (impl_->first) impl_->first->sync_state(s);
+  for (auto& layer : impl_->dense) layer->sync_state(s);
 }
 
 std::vector<TensorRef> Encoder::state() {
-  if (impl_->gpu) return impl_->gpu->state();
   std::vector<TensorRef> s;
   size_t i = 0;
   auto append = [&s](std::vector<TensorRef> v) {

@@ -4,7 +4,14 @@
 // each with activation none|relu and input dropout. An empty encoder on dense input is the
 // identity (h = x). Sparse input needs a sparse_linear first layer.
 // Layers: model/sparse_linear.h (lazy updates of the touched feature rows only; see there),
-// model/linear.h. Each layer copies its input, so the batch need not outlive forward().
+// model/linear.h — one path on both devices (Buffers and the Context's ops).
+//
+// Batches are double-buffered: stage() prepares a batch in one of two slots
+// (core/staging_slot.h) — the sparse input after dropout, its non-zeros grouped by column,
+// the dropout masks of the dense layers, all drawn on the host from the caller's Rng in
+// the layers' order — and on a CUDA Context copies the slot to the device on a side
+// stream, so the copy of batch i+1 overlaps the compute of batch i; forward_staged() runs
+// the layers on the slot.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,13 +50,13 @@ class Encoder {
 
   // h [B×output_dim]. training: applies dropout (from rng) and keeps what backward needs.
   // The returned view stays valid until the next forward. On a CUDA Context h is a DEVICE
-  // view (model/encoder_cuda.h) and backward_update takes a device dh.
+  // view and backward_update takes a device dh. A batch staged before stays queued for
+  // the next forward_staged().
   ConstMatrix forward(const Batch& batch, bool training, Rng& rng);
-  // forward() in two halves, for prefetching: stage() prepares a batch (on the GPU: draws
-  // its dropout and starts its host→device copy on a side stream), forward_staged() runs
-  // the forward of the oldest staged batch. At most two batches staged. The random draws
-  // are the same, in the same order, as forward()'s; on the CPU the staged Batch and rng
-  // must stay alive until forward_staged().
+  // forward() in two halves, for prefetching: stage() prepares a batch (draws its dropout;
+  // on the GPU starts its host→device copy on a side stream), forward_staged() runs the
+  // forward of the oldest staged batch. At most two batches staged. The Batch need not
+  // outlive stage().
   void stage(const Batch& batch, bool training, Rng& rng);
   ConstMatrix forward_staged();
   // Given dL/dh [B×output_dim] for the last training forward: computes the parameter
@@ -62,11 +69,9 @@ class Encoder {
   void sync_state(StateSync s);
 
  private:
-  ConstMatrix forward_cpu(const Batch& batch, bool training, Rng& rng);
-
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  bool empty_ = true;  // GPU: no layers
+  bool empty_ = true;  // no layers
 };
 
 }  // namespace xmc

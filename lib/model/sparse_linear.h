@@ -17,68 +17,79 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/context.h"
 #include "core/matrix.h"
-#include "core/memory_ledger.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
+#include "kernels/encoder_ops_cuda.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
 #include "model/activation.h"
-#include "model/grow_buffer.h"
+#include "model/csr_by_column.h"
+#include "model/layer_params.h"
 #include "model/optimizer.h"
 
 namespace xmc {
 
 class SparseLinear {
  public:
-  // W ~ uniform(-1/sqrt(D), 1/sqrt(D)) from init_rng, b = 0.
+  // W ~ uniform(-1/sqrt(D), 1/sqrt(D)) from init_rng (drawn on the host), b = 0.
   SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                const OptimizerConfig& optim, Rng& init_rng);
 
   int64_t in_dim() const { return in_; }
   int64_t out_dim() const { return out_; }
+  double dropout() const { return dropout_; }
 
-  // x [B×D] CSR (values may be absent = all ones) -> h [B×out], valid until the next
-  // forward. The input is copied (after dropout when training).
+  // x [B×D]: the batch input after dropout, on the Context's device (the Encoder stages
+  // it) -> h [B×out], valid until the next forward.
+  ConstMatrix forward(const gpu::DeviceCsrValues& x, bool training);
+  // dh [B×out] for the last training forward; xt: that input's non-zeros grouped by
+  // column, on the Context's device (its columns are the touched rows) -> their gradient
+  // rows and db.
+  void backward(ConstMatrix dh, const gpu::DeviceCsrByColumn& xt);
+  // Host input (CPU Context; tests): x [B×D] CSR (values may be absent = all ones) is
+  // copied, dropped out from rng when training, grouped by column for backward(dh).
   ConstMatrix forward(const CsrMatrix& x, bool training, Rng& rng);
-  // dh [B×out] for the last training forward -> touched rows, their gradient rows, db.
   void backward(ConstMatrix dh);
   // One optimizer step on the touched rows and the bias; step is 1-based.
   void apply_update(double lr, int64_t step);
 
-  Matrix weight() { return {params_.data(), in_, out_}; }  // [D×out]
-  std::span<float> bias() { return {params_.data() + in_ * out_, static_cast<size_t>(out_)}; }
-  std::span<const uint32_t> touched_rows() const { return touched_; }
-  ConstMatrix row_grad() const {  // [U×out]
-    return {row_grad_.data(), static_cast<int64_t>(touched_.size()), out_};
+  // Host views on a CPU Context (tests).
+  Matrix weight() { return {p_.w(), in_, out_}; }  // [D×out]
+  std::span<float> bias() { return {p_.bias(), static_cast<size_t>(out_)}; }
+  std::span<const uint32_t> touched_rows() const {
+    return {xt_.cols, static_cast<size_t>(xt_.count)};
   }
-  std::span<const float> bias_grad() const { return bias_grad_; }
+  ConstMatrix row_grad() const { return {row_grad_.data(), xt_.count, out_}; }  // [U×out]
+  std::span<const float> bias_grad() const {
+    return {bias_grad_.data(), static_cast<size_t>(out_)};
+  }
 
   // "<prefix>/weight" [D×out], "<prefix>/bias" [out], "<prefix>/opt1", "<prefix>/opt2"
-  // [(D+1)×out] as present, "<prefix>/step" [1] int64 (last applied step).
-  std::vector<TensorRef> state(const std::string& prefix);
+  // [(D+1)×out] as present, "<prefix>/step" [1] int64 (last applied step). Host arrays:
+  // on a CUDA Context after sync_state(to_host).
+  std::vector<TensorRef> state(const std::string& prefix) { return p_.state(prefix); }
+  void sync_state(StateSync s) { p_.sync(s); }
 
  private:
+  Context* ctx_;
   int64_t in_;
   int64_t out_;
   Activation act_;
   double dropout_;
   OptimizerConfig optim_;
-  HostBuffer<float> params_;  // [(D+1)×out]
-  HostBuffer<float> opt1_;    // [(D+1)×out] or empty
-  HostBuffer<float> opt2_;
-  int64_t step_ = 0;
-  // From the last training forward.
+  LayerParams p_;         // W and b [(in+1)×out], optimizer state, step
+  // From the last training forward / backward.
   bool have_forward_ = false;
   bool have_backward_ = false;
-  CsrMatrix x_;                    // the batch input after dropout
-  GrowBuffer<float> h_;            // [B×out]
-  GrowBuffer<float> dz_;           // [B×out]
-  std::vector<uint32_t> touched_;  // [U] sorted unique feature ids
-  GrowBuffer<float> row_grad_;     // [U×out]
-  std::vector<float> bias_grad_;   // [out]
-  std::vector<uint64_t> keys_;     // (feature << 32 | nz position), sorted
-  std::vector<uint32_t> row_of_nz_;
-  std::vector<int64_t> group_start_;  // [U+1] into keys_
+  int64_t batch_ = 0;
+  gpu::DeviceCsrByColumn xt_{};  // the last backward's grouping (touched rows)
+  Buffer<float> h_;              // [B×out]
+  Buffer<float> dz_;             // [B×out]
+  Buffer<float> row_grad_;       // [U×out]
+  Buffer<float> bias_grad_;      // [out]
+  CsrMatrix host_x_;             // forward(CsrMatrix)'s input after dropout
+  CsrByColumn host_xt_;          // ... grouped by column
 };
 
 }  // namespace xmc

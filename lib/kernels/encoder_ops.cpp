@@ -1,0 +1,99 @@
+#include "kernels/encoder_ops.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/dense_ops.h"
+
+namespace xmc::kernels {
+
+namespace {
+void relu_inplace(Matrix h) {
+#pragma omp parallel for schedule(static) if (h.rows * h.cols > 65536)
+  for (int64_t r = 0; r < h.rows; ++r) {
+    float* x = h.row(r);
+    for (int64_t j = 0; j < h.cols; ++j) x[j] = std::max(x[j], 0.0f);
+  }
+}
+}  // namespace
+
+void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const float* w,
+                       const float* bias, bool relu, Matrix h) {
+  XMC_CHECK(h.rows == x.rows, "sparse forward: {} input rows, h [{}×{}]", x.rows, h.rows, h.cols);
+  if (ctx.on_gpu()) {
+    gpu::csr_dense_forward(ctx.cuda(), x, w, bias, relu, h);
+    return;
+  }
+  const int64_t out = h.cols;
+  const int64_t nnz = x.rows > 0 ? x.indptr[x.rows] - x.indptr[0] : 0;
+#pragma omp parallel for schedule(dynamic, 8) if (nnz * out > 65536)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    float* hr = h.row(r);
+    std::copy(bias, bias + out, hr);
+    for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k) {
+      const float* wr = w + static_cast<int64_t>(x.indices[k]) * out;
+      const float v = x.values[k];
+      for (int64_t j = 0; j < out; ++j) hr[j] += v * wr[j];
+    }
+  }
+  if (relu) relu_inplace(h);
+}
+
+void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  const ConstMatrix wm(w, x.cols, out.cols);
+  if (ctx.on_gpu()) {
+    gpu::gemm_nn(ctx.cuda(), x, wm, out);
+    gpu::bias_activation(ctx.cuda(), out, bias, relu);
+    return;
+  }
+  for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
+  gemm_nn(x, wm, out, 1.0f, 1.0f);
+  if (relu) relu_inplace(out);
+}
+
+void activation_grad(const Context& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz) {
+  XMC_CHECK(h.rows == dh.rows && h.cols == dh.cols && dz.rows == dh.rows && dz.cols == dh.cols,
+            "activation backward shapes h [{}×{}], dh [{}×{}], dz [{}×{}]", h.rows, h.cols, dh.rows,
+            dh.cols, dz.rows, dz.cols);
+  if (ctx.on_gpu()) {
+    gpu::activation_grad(ctx.cuda(), relu, h, dh, dz);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (h.rows * h.cols > 65536)
+  for (int64_t r = 0; r < h.rows; ++r) {
+    const float* hr = h.row(r);
+    const float* g = dh.row(r);
+    float* o = dz.row(r);
+    if (relu) {
+      for (int64_t j = 0; j < h.cols; ++j) o[j] = hr[j] > 0.0f ? g[j] : 0.0f;
+    } else if (o != g) {
+      std::copy(g, g + h.cols, o);
+    }
+  }
+}
+
+void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, ConstMatrix dz,
+                     Matrix g) {
+  XMC_CHECK(g.rows == xt.count && g.cols == dz.cols,
+            "sparse weight gradient: g [{}×{}] for {} touched columns, dz [{}×{}]", g.rows, g.cols,
+            xt.count, dz.rows, dz.cols);
+  if (ctx.on_gpu()) {
+    gpu::csr_column_grad(ctx.cuda(), xt, dz, g);
+    return;
+  }
+  const int64_t out = dz.cols;
+  const int64_t nnz = xt.count > 0 ? xt.start[xt.count] : 0;
+#pragma omp parallel for schedule(dynamic, 16) if (nnz * out > 65536)
+  for (int64_t u = 0; u < xt.count; ++u) {
+    float* gu = g.row(u);
+    std::fill(gu, gu + out, 0.0f);
+    for (int64_t e = xt.start[u]; e < xt.start[u + 1]; ++e) {
+      const float v = xt.values[e];
+      const float* dzr = dz.row(xt.rows[e]);
+      for (int64_t j = 0; j < out; ++j) gu[j] += v * dzr[j];
+    }
+  }
+}
+
+}  // namespace xmc::kernels
