@@ -563,6 +563,21 @@ void check_base(int index_base) {
 
 }  // namespace
 
+namespace {
+// Writes the buffered text once it passes 4 MiB, so a large file never sits in memory.
+void xc_flush_if_large(AtomicFile& f, fmt::memory_buffer& buf) {
+  if (buf.size() > (1 << 22)) {
+    f.write(std::string_view(buf.data(), buf.size()));
+    buf.clear();
+  }
+}
+// The rest of the text, then the file in place.
+void xc_finish(AtomicFile& f, fmt::memory_buffer& buf) {
+  f.write(std::string_view(buf.data(), buf.size()));
+  f.commit();
+}
+}  // namespace
+
 void write_xc_combined(const std::string& path, const CsrMatrix& features, const CsrMatrix& labels,
                        int index_base) {
   check_base(index_base);
@@ -580,13 +595,9 @@ void write_xc_combined(const std::string& path, const CsrMatrix& features, const
     // A row without labels starts with a blank, so the features are not read as labels.
     append_pairs(buf, features, r, index_base, true);
     buf.push_back('\n');
-    if (buf.size() > (1 << 22)) {
-      f.write(std::string_view(buf.data(), buf.size()));
-      buf.clear();
-    }
+    xc_flush_if_large(f, buf);
   }
-  f.write(std::string_view(buf.data(), buf.size()));
-  f.commit();
+  xc_finish(f, buf);
 }
 
 void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base) {
@@ -597,13 +608,9 @@ void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base
   for (int64_t r = 0; r < m.rows; ++r) {
     append_pairs(buf, m, r, index_base, false);
     buf.push_back('\n');
-    if (buf.size() > (1 << 22)) {
-      f.write(std::string_view(buf.data(), buf.size()));
-      buf.clear();
-    }
+    xc_flush_if_large(f, buf);
   }
-  f.write(std::string_view(buf.data(), buf.size()));
-  f.commit();
+  xc_finish(f, buf);
 }
 
 }  // namespace xmc::io

@@ -140,19 +140,42 @@ void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matri
   }
 }
 
-void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
-               Matrix out) {
-  const ConstMatrix wm(w, out.cols, x.cols);
+namespace {
+// out = act(bias + x·op(w)), op(w) = wᵀ when w_rows_out (w [n×k]) else w (w [k×n]).
+void affine(const Context& ctx, ConstMatrix x, const float* w, bool w_rows_out, const float* bias,
+            bool relu, Matrix out) {
+  const ConstMatrix wm = w_rows_out ? ConstMatrix(w, out.cols, x.cols) : ConstMatrix(w, x.cols, out.cols);
   if (ctx.on_gpu()) {
-    gpu::gemm_nt(ctx.cuda(), x, wm, out);
+    if (w_rows_out)
+      gpu::gemm_nt(ctx.cuda(), x, wm, out);
+    else
+      gpu::gemm_nn(ctx.cuda(), x, wm, out);
     gpu::bias_activation(ctx.cuda(), out, bias, relu);
     return;
   }
   for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
-  gemm_nt(x, wm, out, 1.0f, 1.0f);
-  if (relu)
-    for (int64_t r = 0; r < out.rows; ++r)
-      for (int64_t j = 0; j < out.cols; ++j) out(r, j) = std::max(out(r, j), 0.0f);
+  if (w_rows_out)
+    gemm_nt(x, wm, out, 1.0f, 1.0f);
+  else
+    gemm_nn(x, wm, out, 1.0f, 1.0f);
+  if (relu) {
+#pragma omp parallel for schedule(static) if (out.rows * out.cols > 65536)
+    for (int64_t r = 0; r < out.rows; ++r) {
+      float* o = out.row(r);
+      for (int64_t j = 0; j < out.cols; ++j) o[j] = std::max(o[j], 0.0f);
+    }
+  }
+}
+}  // namespace
+
+void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  affine(ctx, x, w, true, bias, relu, out);
+}
+
+void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  affine(ctx, x, w, false, bias, relu, out);
 }
 
 void relu_grad(const Context& ctx, ConstMatrix u, Matrix du) {

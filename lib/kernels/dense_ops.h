@@ -53,6 +53,9 @@ void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matri
 // and the activation in one kernel — the last bits of the two may differ.
 void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
                Matrix out);
+// The same with w [k×n] (a row per input): out [B×n] = act(x [B×k] · w + bias).
+void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out);
 // du = 0 where u <= 0 (the ReLU's gradient through its output u), in place.
 void relu_grad(const Context& ctx, ConstMatrix u, Matrix du);
 

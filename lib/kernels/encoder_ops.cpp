@@ -39,19 +39,6 @@ void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const 
   if (relu) relu_inplace(h);
 }
 
-void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
-               Matrix out) {
-  const ConstMatrix wm(w, x.cols, out.cols);
-  if (ctx.on_gpu()) {
-    gpu::gemm_nn(ctx.cuda(), x, wm, out);
-    gpu::bias_activation(ctx.cuda(), out, bias, relu);
-    return;
-  }
-  for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
-  gemm_nn(x, wm, out, 1.0f, 1.0f);
-  if (relu) relu_inplace(out);
-}
-
 void activation_grad(const Context& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz) {
   XMC_CHECK(h.rows == dh.rows && h.cols == dh.cols && dz.rows == dh.rows && dz.cols == dh.cols,
             "activation backward shapes h [{}×{}], dh [{}×{}], dz [{}×{}]", h.rows, h.cols, dh.rows,

@@ -1,5 +1,6 @@
 #pragma once
-// The encoder's ops (model/linear.h, model/sparse_linear.h) with the Context first: on a
+// The encoder's ops (model/linear.h, model/sparse_linear.h; its dense layers use
+// kernels::affine_nn of kernels/dense_ops.h) with the Context first: on a
 // CPU Context host loops (OpenBLAS for the GEMM), on a CUDA Context the gpu:: ops of
 // kernels/encoder_ops_cuda.h (DEVICE pointers, queued on the stream). The sparse input
 // and its by-column grouping use the gpu:: structs on both devices (host arrays on the
@@ -16,10 +17,6 @@ namespace xmc::kernels {
 // `relu`. CPU: per row the bias, then the row's non-zeros in order.
 void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const float* w,
                        const float* bias, bool relu, Matrix h);
-// out [B×n] = act(bias + x [B×k] · w [k×n]): CPU the bias rows, then sgemm (beta 1), then
-// relu; CUDA the GEMM, then bias + relu in one kernel (the last bits may differ).
-void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
-               Matrix out);
 // dz = dh ⊙ (h > 0) when relu, else dz = dh (h: the activation's output).
 void activation_grad(const Context& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz);
 // g [U×out]: row u = Σ over the entries e of column u of values[e] · dz[rows[e], :], in

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/column_block.h"
 #include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
@@ -101,10 +102,7 @@ int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, 
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t l0 = t * kLabelTile;
       const int64_t lt = std::min(kLabelTile, n - l0);
-      for (int64_t r = 0; r < batch; ++r) {
-        const float* gr = g.row(r) + l0;
-        for (int64_t q = 0; q < lt; ++q) gt[static_cast<size_t>(q * batch + r)] = gr[q];
-      }
+      columns_to_rows(g, l0, lt, gt.data());
       for (int64_t q = 0; q < lt; ++q) {
         const int64_t l = l0 + q;
         const float* gl = gt.data() + q * batch;

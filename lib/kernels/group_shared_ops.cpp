@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/column_block.h"
 #include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
@@ -110,10 +111,7 @@ void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int
     for (int64_t k = 0; k < groups; ++k) {
       const int64_t r0 = k * group;
       const int64_t gn = std::min(group, n - r0);
-      for (int64_t b = 0; b < batch; ++b) {
-        const float* gb = g.row(b) + r0;
-        for (int64_t q = 0; q < gn; ++q) gt[static_cast<size_t>(q * batch + b)] = gb[q];
-      }
+      columns_to_rows(g, r0, gn, gt.data());
       bool any = false;
       for (int64_t q = 0; q < gn; ++q) {
         const float* gq = gt.data() + q * batch;

@@ -28,12 +28,9 @@ struct BottleneckConfig {
     v.field("dim", dim, "Width b of the projection before the dense layer", Range{1, 1 << 20});
     v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
     v.field("chunk_size", chunk_size, "Labels processed per chunk", Range{1, int64_t{1} << 24});
-    v.field("precision", precision,
+    visit_precision(v, precision, stochastic_rounding,
             "Weight storage of the dense part: fp32, or bf16 (device cuda only; the projection "
-            "stays fp32)",
-            Choices{"fp32", "bf16"});
-    v.field("stochastic_rounding", stochastic_rounding,
-            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
+            "stays fp32)");
   }
 };
 

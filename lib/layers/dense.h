@@ -23,12 +23,9 @@ struct DenseConfig {
     v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
     v.field("chunk_size", chunk_size, "Labels processed per chunk (bounds the B×chunk logit workspace)",
             Range{1, int64_t{1} << 24});
-    v.field("precision", precision,
+    visit_precision(v, precision, stochastic_rounding,
             "Weight storage: fp32, or bf16 (device cuda only; fp32 accumulation, half the "
-            "weight memory)",
-            Choices{"fp32", "bf16"});
-    v.field("stochastic_rounding", stochastic_rounding,
-            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
+            "weight memory)");
   }
 };
 

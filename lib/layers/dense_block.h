@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "config/field_constraints.h"
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/matrix.h"
@@ -41,6 +42,14 @@ struct DensePrecision {
   bool bf16 = false;                 // CUDA only
   bool stochastic_rounding = false;  // bf16 only
 };
+// The config keys `precision` and `stochastic_rounding` of the backends built on a
+// DenseBlock (dense, bottleneck, group_shared); `doc` describes what the precision covers.
+template <class V>
+void visit_precision(V& v, std::string& precision, bool& stochastic_rounding, const char* doc) {
+  v.field("precision", precision, doc, Choices{"fp32", "bf16"});
+  v.field("stochastic_rounding", stochastic_rounding,
+          "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
+}
 // precision: "fp32" | "bf16" (bf16: CUDA only, InputError on the CPU);
 // stochastic_rounding: bf16 only (InputError otherwise).
 DensePrecision dense_precision(const Context& ctx, const std::string& precision,

@@ -94,12 +94,9 @@ struct GroupSharedConfig {
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
-    v.field("precision", precision,
+    visit_precision(v, precision, stochastic_rounding,
             "Weight storage of the head block and the tail: fp32, or bf16 (device cuda only; the "
-            "projections stay fp32)",
-            Choices{"fp32", "bf16"});
-    v.field("stochastic_rounding", stochastic_rounding,
-            "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
+            "projections stay fp32)");
   }
 };
 

@@ -158,20 +158,17 @@ void Model::embed(const Batch& batch, Matrix out) {
 
 void Model::save_state(CheckpointWriter& w) {
   meta_.save(w);
-  encoder_->sync_state(StateSync::to_host);
-  output_->sync_state(StateSync::to_host);
+  sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) w.write(t);
   for (const auto& t : output_->state()) w.write(t);
-  encoder_->sync_state(StateSync::release);
-  output_->sync_state(StateSync::release);
+  sync_state(StateSync::release);
 }
 
 void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shards,
                                const std::vector<LabelRange>& ranges) {
   XMC_CHECK(!shards.empty() && shards.size() == ranges.size(), "{} shards, {} ranges",
             shards.size(), ranges.size());
-  encoder_->sync_state(StateSync::to_host);
-  output_->sync_state(StateSync::to_host);
+  sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) shards[0]->read(t);
   for (const auto& t : output_->state()) {
     if (t.shape.empty() || t.shape[0] != output_->label_hi() - output_->label_lo())
@@ -186,17 +183,19 @@ void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shard
       shards[s]->read(part);
     }
   }
-  encoder_->sync_state(StateSync::to_device);
-  output_->sync_state(StateSync::to_device);
+  sync_state(StateSync::to_device);
 }
 
 void Model::load_state(const CheckpointReader& r) {
-  encoder_->sync_state(StateSync::to_host);
-  output_->sync_state(StateSync::to_host);
+  sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) r.read(t);
   for (const auto& t : output_->state()) r.read(t);
-  encoder_->sync_state(StateSync::to_device);
-  output_->sync_state(StateSync::to_device);
+  sync_state(StateSync::to_device);
+}
+
+void Model::sync_state(StateSync s) {
+  encoder_->sync_state(s);
+  output_->sync_state(s);
 }
 
 }  // namespace xmc

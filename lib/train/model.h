@@ -78,6 +78,8 @@ class Model {
                           const std::vector<LabelRange>& ranges);
 
  private:
+  // The encoder's and the output layer's sync_state (host copies for checkpoints).
+  void sync_state(StateSync s);
   ModelMeta meta_;
   std::unique_ptr<Encoder> encoder_;
   std::unique_ptr<OutputLayer> output_;
