@@ -1,5 +1,7 @@
 #include "bench/ceilings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -42,6 +44,29 @@ double measure_copy_gbps(long long bytes) {
     best = std::min(best, sw.seconds());
   }
   return 2.0 * static_cast<double>(n) * 4.0 / best / 1e9;
+}
+
+nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
+                          double copy_gbps) {
+  nlohmann::json j = {{"seconds", seconds}};
+  if (flops > 0) {
+    j["gflops"] = flops / seconds / 1e9;
+    j["gemm_ratio"] = flops / seconds / 1e9 / gemm_gflops;
+  }
+  if (bytes > 0) {
+    j["gbps"] = bytes / seconds / 1e9;
+    j["copy_ratio"] = bytes / seconds / 1e9 / copy_gbps;
+  }
+  return j;
+}
+
+std::string op_row(const std::string& name, const nlohmann::json& o, int name_width) {
+  auto num = [&](const char* k, double scale) {
+    return o.contains(k) ? fmt::format("{:.1f}", o[k].get<double>() * scale) : std::string("-");
+  };
+  return fmt::format("{:<{}} {:>10.2f} {:>10} {:>8} {:>10} {:>8}\n", name, name_width,
+                     o["seconds"].get<double>() * 1e3, num("gflops", 1), num("gemm_ratio", 100),
+                     num("gbps", 1), num("copy_ratio", 100));
 }
 
 }  // namespace xmc::bench

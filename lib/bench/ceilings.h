@@ -1,10 +1,22 @@
 #pragma once
-// Measured machine ceilings that benchmarks report their figures against.
+// Measured machine ceilings that benchmarks report their figures against, and the one
+// form of an op's figures and of its table row.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
 namespace xmc::bench {
 
 // sgemm throughput (GFLOP/s) on an n×n×n product, best of a few runs.
 double measure_sgemm_gflops(int n = 2048);
 // Copy bandwidth (GB/s, bytes read + written) of a buffer much larger than the caches.
 double measure_copy_gbps(long long bytes = 1LL << 29);
+
+// One op: {"seconds": per call}, plus "gflops" and "gemm_ratio" (of gemm_gflops) when
+// flops > 0, "gbps" and "copy_ratio" (of copy_gbps) when bytes > 0.
+nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
+                          double copy_gbps);
+// Its table row: name (left, name_width), ms, GFLOP/s, %gemm, GB/s, %copy ("-" where absent).
+std::string op_row(const std::string& name, const nlohmann::json& o, int name_width);
 
 }  // namespace xmc::bench

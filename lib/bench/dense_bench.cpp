@@ -52,17 +52,7 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
   const double wbytes = 4.0 * static_cast<double>(p.labels) * p.dim;
   const int states = optimizer_state_arrays(optim);
   auto op = [&](double seconds, double flops, double bytes) {
-    const double s = seconds / p.iters;
-    nlohmann::json j = {{"seconds", s}};
-    if (flops > 0) {
-      j["gflops"] = flops / s / 1e9;
-      j["gemm_ratio"] = flops / s / 1e9 / gemm;
-    }
-    if (bytes > 0) {
-      j["gbps"] = bytes / s / 1e9;
-      j["copy_ratio"] = bytes / s / 1e9 / copy;
-    }
-    return j;
+    return op_figures(seconds / p.iters, flops, bytes, gemm, copy);
   };
   nlohmann::json j;
   j["device"] = "cpu";
@@ -97,17 +87,9 @@ std::string dense_bench_table(const nlohmann::json& j) {
       pr["labels"].get<int64_t>(), pr["chunk"].get<int64_t>(), pr["optimizer"].get<std::string>(),
       pr["precision"].get<std::string>(), j["ceilings"]["sgemm_gflops"].get<double>(),
       j["ceilings"]["copy_gbps"].get<double>(), "op", "ms", "GFLOP/s", "%gemm", "GB/s", "%copy");
-  auto row = [&](const std::string& name, const nlohmann::json& o) {
-    auto num = [&](const char* k, double scale) {
-      return o.contains(k) ? fmt::format("{:.1f}", o[k].get<double>() * scale) : std::string("-");
-    };
-    out += fmt::format("{:<16} {:>10.2f} {:>10} {:>8} {:>10} {:>8}\n", name,
-                       o["seconds"].get<double>() * 1e3, num("gflops", 1), num("gemm_ratio", 100),
-                       num("gbps", 1), num("copy_ratio", 100));
-  };
   for (auto name : {"forward", "loss", "backward_input", "backward_weight", "update"})
-    row(name, j["ops"][name]);
-  row("full step", j["step"]);
+    out += op_row(name, j["ops"][name], 16);
+  out += op_row("full step", j["step"], 16);
   return out;
 }
 

@@ -92,13 +92,7 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
   const double sparse_bytes = 8.0 * dn * static_cast<double>(f) + 4.0 * db_ * dn +
                               4.0 * static_cast<double>(m) * db_;
   auto op = [&](double s, double flops, double bytes) {
-    nlohmann::json j = {{"seconds", s}, {"gflops", flops / s / 1e9},
-                        {"gemm_ratio", flops / s / 1e9 / gemm}};
-    if (bytes > 0) {
-      j["gbps"] = bytes / s / 1e9;
-      j["copy_ratio"] = bytes / s / 1e9 / copy;
-    }
-    return j;
+    return op_figures(s, flops, bytes, gemm, copy);
   };
   const double nz = p.nonzero;
   nlohmann::json j;
@@ -133,13 +127,7 @@ std::string fixed_fanin_bench_table(const nlohmann::json& j) {
       "ms", "GFLOP/s", "%gemm", "GB/s", "%copy");
   for (auto name : {"forward", "weight_grad", "input_grad", "weight_grad_sparse",
                     "input_grad_sparse", "dense_gemm_same_shape", "dense_gemm_flops_matched"}) {
-    const auto& o = j["ops"][name];
-    auto num = [&](const char* k, double scale) {
-      return o.contains(k) ? fmt::format("{:.1f}", o[k].get<double>() * scale) : std::string("-");
-    };
-    out += fmt::format("{:<26} {:>10.2f} {:>10} {:>8} {:>10} {:>8}\n", name,
-                       o["seconds"].get<double>() * 1e3, num("gflops", 1), num("gemm_ratio", 100),
-                       num("gbps", 1), num("copy_ratio", 100));
+    out += op_row(name, j["ops"][name], 26);
   }
   return out;
 }
