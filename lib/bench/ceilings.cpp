@@ -60,6 +60,17 @@ nlohmann::json op_figures(double seconds, double flops, double bytes, double gem
   return j;
 }
 
+std::string ceilings_line(const nlohmann::json& j) {
+  return fmt::format("ceilings: sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s\n",
+                     j["ceilings"].value("sgemm_gflops", 0.0),
+                     j["ceilings"].value("copy_gbps", 0.0));
+}
+
+std::string op_header(int name_width) {
+  return fmt::format("{:<{}} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "op", name_width, "ms",
+                     "GFLOP/s", "%gemm", "GB/s", "%copy");
+}
+
 std::string op_row(const std::string& name, const nlohmann::json& o, int name_width) {
   auto num = [&](const char* k, double scale) {
     return o.contains(k) ? fmt::format("{:.1f}", o[k].get<double>() * scale) : std::string("-");

@@ -16,6 +16,10 @@ double measure_copy_gbps(long long bytes = 1LL << 29);
 // flops > 0, "gbps" and "copy_ratio" (of copy_gbps) when bytes > 0.
 nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
                           double copy_gbps);
+// "ceilings: sgemm … GFLOP/s, copy … GB/s" from a benchmark's JSON (its "ceilings"), and
+// the column header of op_row's table.
+std::string ceilings_line(const nlohmann::json& j);
+std::string op_header(int name_width);
 // Its table row: name (left, name_width), ms, GFLOP/s, %gemm, GB/s, %copy ("-" where absent).
 std::string op_row(const std::string& name, const nlohmann::json& o, int name_width);
 

@@ -80,13 +80,11 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
 std::string dense_bench_table(const nlohmann::json& j) {
   const auto& pr = j["params"];
   std::string out = fmt::format(
-      "dense step, {} threads: B={} d={} L={} chunk={} {} {}\n"
-      "ceilings: sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s\n"
-      "{:<16} {:>10} {:>10} {:>8} {:>10} {:>8}\n",
-      j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
-      pr["labels"].get<int64_t>(), pr["chunk"].get<int64_t>(), pr["optimizer"].get<std::string>(),
-      pr["precision"].get<std::string>(), j["ceilings"]["sgemm_gflops"].get<double>(),
-      j["ceilings"]["copy_gbps"].get<double>(), "op", "ms", "GFLOP/s", "%gemm", "GB/s", "%copy");
+      "dense step, {} threads: B={} d={} L={} chunk={} {} {}\n", j["threads"].get<int>(),
+      pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(), pr["labels"].get<int64_t>(),
+      pr["chunk"].get<int64_t>(), pr["optimizer"].get<std::string>(),
+      pr["precision"].get<std::string>());
+  out += ceilings_line(j) + op_header(16);
   for (auto name : {"forward", "loss", "backward_input", "backward_weight", "update"})
     out += op_row(name, j["ops"][name], 16);
   out += op_row("full step", j["step"], 16);

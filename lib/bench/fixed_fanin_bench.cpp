@@ -119,12 +119,10 @@ std::string fixed_fanin_bench_table(const nlohmann::json& j) {
   const auto& pr = j["params"];
   std::string out = fmt::format(
       "fixed fan-in ops, {} threads: B={} m={} L={} F={} (sparse case: {:.0f}% nonzero "
-      "gradients)\nceilings: sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s\n"
-      "{:<26} {:>10} {:>10} {:>8} {:>10} {:>8}\n",
+      "gradients)\n",
       j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
-      pr["labels"].get<int64_t>(), pr["fan_in"].get<int64_t>(), 100 * pr["nonzero"].get<double>(),
-      j["ceilings"]["sgemm_gflops"].get<double>(), j["ceilings"]["copy_gbps"].get<double>(), "op",
-      "ms", "GFLOP/s", "%gemm", "GB/s", "%copy");
+      pr["labels"].get<int64_t>(), pr["fan_in"].get<int64_t>(), 100 * pr["nonzero"].get<double>());
+  out += ceilings_line(j) + op_header(26);
   for (auto name : {"forward", "weight_grad", "input_grad", "weight_grad_sparse",
                     "input_grad_sparse", "dense_gemm_same_shape", "dense_gemm_flops_matched"}) {
     out += op_row(name, j["ops"][name], 26);

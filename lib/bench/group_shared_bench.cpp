@@ -106,13 +106,12 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
 std::string group_shared_bench_table(const nlohmann::json& j) {
   const auto& pr = j["params"];
   std::string out = fmt::format(
-      "group-shared ops, {} threads: B={} m={} L={} (all gradients nonzero)\n"
-      "ceilings: sgemm {:.1f} GFLOP/s, copy {:.1f} GB/s\n"
-      "{:>4} {:>4} {:<12} {:>9} {:>9} {:>8} {:>7} {:>10} {:>11} {:>11}\n",
+      "group-shared ops, {} threads: B={} m={} L={} (all gradients nonzero)\n",
       j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
-      pr["labels"].get<int64_t>(), j["ceilings"].value("sgemm_gflops", 0.0),
-      j["ceilings"]["copy_gbps"].get<double>(), "G", "F", "op", "ms", "GFLOP/s", "GB/s", "%copy",
-      "ff ms", "x vs ff", "x dense-F");
+      pr["labels"].get<int64_t>());
+  out += ceilings_line(j);
+  out += fmt::format("{:>4} {:>4} {:<12} {:>9} {:>9} {:>8} {:>7} {:>10} {:>11} {:>11}\n", "G",
+                     "F", "op", "ms", "GFLOP/s", "GB/s", "%copy", "ff ms", "x vs ff", "x dense-F");
   for (const auto& c : j["configs"]) {
     const auto f = c["fan_in"].get<int64_t>();
     const auto& ff = j["fixed_fanin"][std::to_string(f)];
