@@ -46,6 +46,14 @@ double measure_copy_gbps(long long bytes) {
   return 2.0 * static_cast<double>(n) * 4.0 / best / 1e9;
 }
 
+double time_over_blocks(int iters, int64_t n, int64_t chunk,
+                        const std::function<void(int64_t, int64_t)>& op) {
+  Stopwatch sw;
+  for (int it = 0; it < iters; ++it)
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) op(c0, std::min(chunk, n - c0));
+  return sw.seconds() / iters;
+}
+
 nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
                           double copy_gbps) {
   nlohmann::json j = {{"seconds", seconds}};

@@ -48,10 +48,7 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
 
   ConstMatrix utm(ut.data(), m, b);
   auto over_blocks = [&](const std::function<void(int64_t, int64_t)>& op) {
-    Stopwatch sw;
-    for (int it = 0; it < p.iters; ++it)
-      for (int64_t c0 = 0; c0 < n; c0 += chunk) op(c0, std::min(chunk, n - c0));
-    return sw.seconds() / p.iters;
+    return time_over_blocks(p.iters, n, chunk, op);
   };
   auto forward = [&](int64_t c0, int64_t c) {
     kernels::fixed_fanin_forward(idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c, f,

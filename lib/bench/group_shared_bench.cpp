@@ -57,10 +57,7 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
           dw(static_cast<size_t>(chunk * f)), db(static_cast<size_t>(chunk));
       for (auto& x : gr) x = static_cast<float>(rng.normal());
       auto over_blocks = [&](const std::function<void(int64_t, int64_t)>& op) {
-        Stopwatch sw;
-        for (int it = 0; it < p.iters; ++it)
-          for (int64_t c0 = 0; c0 < n; c0 += chunk) op(c0, std::min(chunk, n - c0));
-        return sw.seconds() / p.iters;
+        return time_over_blocks(p.iters, n, chunk, op);
       };
       auto forward = [&](int64_t c0, int64_t c) {
         kernels::group_shared_forward(idx.data() + (c0 / g) * f, w.data() + c0 * f,
