@@ -5,13 +5,16 @@
 // steps and the checkpoint names.
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/context.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
+#include "model/activation.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -27,6 +30,7 @@ struct LayerParams {
   LayerParams(Context& ctx, int64_t in_, int64_t out_, const OptimizerConfig& optim,
               Rng& init_rng)
       : in(in_), out(out_) {
+    XMC_CHECK(in > 0 && out > 0, "encoder layer of {} inputs × {} outputs", in, out);
     const auto n = static_cast<size_t>((in + 1) * out);
     params = Buffer<float>(ctx, MemTag::weights, n);
     opt1 = optimizer_state_buffer(ctx, optim, 1, n);
@@ -58,6 +62,35 @@ struct LayerParams {
   void sync(StateSync s) {
     for (Buffer<float>* b : {&params, &opt1, &opt2}) b->sync(s);
   }
+};
+
+// What both encoder layers hold and show: sizes, activation, input dropout, optimizer
+// settings and the parameter block (W ~ uniform(±1/sqrt(in)) from init_rng, b = 0).
+class EncoderLayerBase {
+ public:
+  int64_t in_dim() const { return in_; }
+  int64_t out_dim() const { return out_; }
+  double dropout() const { return dropout_; }
+  // Host views on a CPU Context (tests): W [in×out], b [out].
+  Matrix weight() { return {p_.w(), in_, out_}; }
+  std::span<float> bias() { return {p_.bias(), static_cast<size_t>(out_)}; }
+  // LayerParams::state's names; host arrays: on a CUDA Context after sync_state(to_host).
+  std::vector<TensorRef> state(const std::string& prefix) { return p_.state(prefix); }
+  void sync_state(StateSync s) { p_.sync(s); }
+
+ protected:
+  EncoderLayerBase(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
+                   const OptimizerConfig& optim, Rng& init_rng)
+      : ctx_(&ctx), in_(in), out_(out), act_(act), dropout_(dropout), optim_(optim),
+        p_(ctx, in, out, optim, init_rng) {}
+
+  Context* ctx_;
+  int64_t in_;
+  int64_t out_;
+  Activation act_;
+  double dropout_;
+  OptimizerConfig optim_;
+  LayerParams p_;  // W and b [(in+1)×out], optimizer state, step
 };
 
 }  // namespace xmc

@@ -10,9 +10,7 @@ namespace xmc {
 
 Linear::Linear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                const OptimizerConfig& optim, Rng& init_rng)
-    : ctx_(&ctx), in_(in), out_(out), act_(act), dropout_(dropout), optim_(optim) {
-  XMC_CHECK(in > 0 && out > 0, "linear layer {}×{}", in, out);
-  p_ = LayerParams(ctx, in, out, optim, init_rng);
+    : EncoderLayerBase(ctx, in, out, act, dropout, optim, init_rng) {
   grad_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>((in + 1) * out));
 }
 

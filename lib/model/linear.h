@@ -24,15 +24,11 @@
 
 namespace xmc {
 
-class Linear {
+class Linear : public EncoderLayerBase {
  public:
   // W ~ uniform(-1/sqrt(in), 1/sqrt(in)) from init_rng (drawn on the host), b = 0.
   Linear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
          const OptimizerConfig& optim, Rng& init_rng);
-
-  int64_t in_dim() const { return in_; }
-  int64_t out_dim() const { return out_; }
-  double dropout() const { return dropout_; }
 
   // x [B×in] -> h [B×out], valid until the next forward. The input is copied (times the
   // dropout mask [B×in] when training and mask is not null: 0 or 1/(1-p) per entry, from
@@ -47,28 +43,16 @@ class Linear {
   // One optimizer step with the last gradients; step is 1-based.
   void apply_update(double lr, int64_t step);
 
-  // Host views on a CPU Context (tests): W [in×out], b, their gradients.
-  Matrix weight() { return {p_.w(), in_, out_}; }
-  std::span<float> bias() { return {p_.bias(), static_cast<size_t>(out_)}; }
+  // Host views on a CPU Context (tests): the gradients of W and b.
   ConstMatrix weight_grad() const { return {grad_.data(), in_, out_}; }
   std::span<const float> bias_grad() const {
     return {grad_.data() + in_ * out_, static_cast<size_t>(out_)};
   }
 
-  // "<prefix>/weight" [in×out], "<prefix>/bias" [out], "<prefix>/opt1", "<prefix>/opt2"
-  // [(in+1)×out] as present, "<prefix>/step" [1] int64 (last applied step). Host arrays:
-  // on a CUDA Context after sync_state(to_host).
-  std::vector<TensorRef> state(const std::string& prefix) { return p_.state(prefix); }
-  void sync_state(StateSync s) { p_.sync(s); }
+  // state() / sync_state(): "<prefix>/weight" [in×out], "<prefix>/bias" [out],
+  // "<prefix>/opt1", "<prefix>/opt2" [(in+1)×out] as present, "<prefix>/step" [1] int64.
 
  private:
-  Context* ctx_;
-  int64_t in_;
-  int64_t out_;
-  Activation act_;
-  double dropout_;
-  OptimizerConfig optim_;
-  LayerParams p_;         // W and b [(in+1)×out], optimizer state, step
   Buffer<float> grad_;    // [(in+1)×out]
   // What backward needs from the last training forward.
   int64_t batch_ = 0;

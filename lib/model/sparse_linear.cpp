@@ -12,10 +12,8 @@ namespace xmc {
 
 SparseLinear::SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                            const OptimizerConfig& optim, Rng& init_rng)
-    : ctx_(&ctx), in_(in), out_(out), act_(act), dropout_(dropout), optim_(optim) {
-  XMC_CHECK(in > 0 && out > 0, "sparse_linear layer {}×{}", in, out);
+    : EncoderLayerBase(ctx, in, out, act, dropout, optim, init_rng) {
   XMC_CHECK(in <= std::numeric_limits<uint32_t>::max(), "sparse_linear input dim {} > 2^32", in);
-  p_ = LayerParams(ctx, in, out, optim, init_rng);
   bias_grad_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(out));
 }
 

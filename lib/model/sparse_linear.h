@@ -30,15 +30,11 @@
 
 namespace xmc {
 
-class SparseLinear {
+class SparseLinear : public EncoderLayerBase {
  public:
   // W ~ uniform(-1/sqrt(D), 1/sqrt(D)) from init_rng (drawn on the host), b = 0.
   SparseLinear(Context& ctx, int64_t in, int64_t out, Activation act, double dropout,
                const OptimizerConfig& optim, Rng& init_rng);
-
-  int64_t in_dim() const { return in_; }
-  int64_t out_dim() const { return out_; }
-  double dropout() const { return dropout_; }
 
   // x [B×D]: the batch input after dropout, on the Context's device (the Encoder stages
   // it) -> h [B×out], valid until the next forward.
@@ -55,8 +51,6 @@ class SparseLinear {
   void apply_update(double lr, int64_t step);
 
   // Host views on a CPU Context (tests).
-  Matrix weight() { return {p_.w(), in_, out_}; }  // [D×out]
-  std::span<float> bias() { return {p_.bias(), static_cast<size_t>(out_)}; }
   std::span<const uint32_t> touched_rows() const {
     return {xt_.cols, static_cast<size_t>(xt_.count)};
   }
@@ -65,20 +59,10 @@ class SparseLinear {
     return {bias_grad_.data(), static_cast<size_t>(out_)};
   }
 
-  // "<prefix>/weight" [D×out], "<prefix>/bias" [out], "<prefix>/opt1", "<prefix>/opt2"
-  // [(D+1)×out] as present, "<prefix>/step" [1] int64 (last applied step). Host arrays:
-  // on a CUDA Context after sync_state(to_host).
-  std::vector<TensorRef> state(const std::string& prefix) { return p_.state(prefix); }
-  void sync_state(StateSync s) { p_.sync(s); }
+  // state() / sync_state(): "<prefix>/weight" [D×out], "<prefix>/bias" [out],
+  // "<prefix>/opt1", "<prefix>/opt2" [(D+1)×out] as present, "<prefix>/step" [1] int64.
 
  private:
-  Context* ctx_;
-  int64_t in_;
-  int64_t out_;
-  Activation act_;
-  double dropout_;
-  OptimizerConfig optim_;
-  LayerParams p_;         // W and b [(in+1)×out], optimizer state, step
   // From the last training forward / backward.
   bool have_forward_ = false;
   bool have_backward_ = false;
