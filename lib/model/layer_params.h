@@ -12,9 +12,11 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/error.h"
+#include "core/matrix.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
 #include "model/activation.h"
+#include "model/optimizer.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {

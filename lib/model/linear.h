@@ -8,19 +8,10 @@
 // forward / backward (gradients into buffers) / apply_update are separate so gradients
 // can be checked; Encoder composes them.
 #include <cstdint>
-#include <span>
-#include <string>
-#include <vector>
 
-#include "core/buffer.h"
-#include "core/context.h"
 #include "core/matrix.h"
-#include "core/rng.h"
-#include "core/tensor_ref.h"
-#include "model/activation.h"
 #include "model/dropout.h"
 #include "model/layer_params.h"
-#include "model/optimizer.h"
 
 namespace xmc {
 

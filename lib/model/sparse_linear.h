@@ -13,20 +13,11 @@
 // Parameter layout [(D+1)×out]: rows 0..D-1 are W, row D is b; optimizer state has the
 // same layout.
 #include <cstdint>
-#include <span>
-#include <string>
-#include <vector>
 
-#include "core/buffer.h"
-#include "core/context.h"
 #include "core/matrix.h"
-#include "core/rng.h"
-#include "core/tensor_ref.h"
 #include "kernels/encoder_ops_cuda.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
-#include "model/activation.h"
 #include "model/csr_by_column.h"
 #include "model/layer_params.h"
-#include "model/optimizer.h"
 
 namespace xmc {
 
