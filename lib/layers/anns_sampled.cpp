@@ -21,31 +21,6 @@ namespace {
 
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
-// Loss of one logit z with target y in {-1, +1}, and dLoss/dz.
-inline double loss_and_grad(LossType type, float z, float y, float* grad) {
-  if (type == LossType::bce) {
-    // log(1 + exp(-y·z)) computed stably; d/dz = -y·σ(-y·z).
-    const double m = -static_cast<double>(y) * z;
-    const double loss = m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
-    const double s = m > 0 ? 1.0 / (1.0 + std::exp(-m)) : std::exp(m) / (1.0 + std::exp(m));
-    *grad = static_cast<float>(-y * s);
-    return loss;
-  }
-  const float margin = std::max(0.0f, 1.0f - y * z);
-  *grad = -2.0f * y * margin;
-  return static_cast<double>(margin) * margin;
-}
-
-// One candidate entry: its weighted loss (not divided by B) and *g = wt·dLoss/dz / B. The
-// CPU and the CUDA path (on scores downloaded from the device) share it.
-inline double anns_entry_grad(LossType type, float z, bool positive, float wt, float inv_batch,
-                              float* g) {
-  float gz = 0.0f;
-  const double loss = wt * loss_and_grad(type, z, positive ? 1.0f : -1.0f, &gz);
-  *g = gz * (wt * inv_batch);
-  return loss;
-}
-
 bool contains_sorted(const std::vector<uint32_t>& v, uint32_t x) {
   return std::binary_search(v.begin(), v.end(), x);
 }
@@ -186,23 +161,12 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   const SampledCandidates c = sample_candidates(batch, lr.step);
   const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
                                   static_cast<int64_t>(c.labels.size())};
-  const float inv_batch = 1.0f / static_cast<float>(rows);
   double loss = 0.0;
   int64_t zeros = 0;
-  // The scores become the weighted loss gradients in place.
+  // The scores become the weighted loss gradients in place (model/loss.h).
   auto loss_grad = [&](std::span<float> zg) {
-    double ls = 0.0;
-    int64_t zs = 0;
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t p = c.ptr[static_cast<size_t>(i)]; p < c.ptr[static_cast<size_t>(i) + 1]; ++p) {
-        const auto e = static_cast<size_t>(p);
-        ls += anns_entry_grad(loss_, zg[e], c.positive[e] != 0, c.weight[e], inv_batch, &zg[e]);
-        if (zg[e] == 0.0f) ++zs;
-      }
-    }
-    loss = ls;
-    zeros = zs;
+    loss = candidate_loss_grad(loss_, c.ptr.data(), rows, c.positive.data(), c.weight.data(),
+                               rows, zg.data(), &zeros);
   };
   // dh with the weights before the update, then the update of the touched rows.
   block_.train_step(csr, h, dh, lr, loss_grad);

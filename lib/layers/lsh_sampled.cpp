@@ -18,44 +18,6 @@ namespace xmc {
 
 namespace {
 
-// Point i's candidates c [nc]: gi [nc] holds their logits on entry and dL/dlogit / B on
-// return; returns the point's loss (not divided by B). Shared by the CPU and the CUDA
-// paths (the latter on scores downloaded from the device).
-double lsh_sampled_point_grad(LossType loss, const CsrMatrix& labels, int64_t i, const uint32_t* c,
-                              int64_t nc, double inv_b, float* gi) {
-  std::vector<uint32_t> pos(labels.row_indices(i), labels.row_indices(i) + labels.row_nnz(i));
-  std::sort(pos.begin(), pos.end());
-  auto is_pos = [&](uint32_t l) { return std::binary_search(pos.begin(), pos.end(), l); };
-  double loss_sum = 0.0;
-  if (loss == LossType::softmax) {
-    if (pos.empty()) {
-      std::fill(gi, gi + nc, 0.0f);  // rows without positives contribute nothing
-      return 0.0;
-    }
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(gi[j]));
-    double se = 0.0;
-    for (int64_t j = 0; j < nc; ++j) se += std::exp(gi[j] - mx);
-    const double lse = mx + std::log(se);
-    const double t = 1.0 / static_cast<double>(pos.size());
-    for (int64_t j = 0; j < nc; ++j) {
-      const double p = std::exp(gi[j] - lse);
-      const bool y = is_pos(c[j]);
-      if (y) loss_sum += -t * (gi[j] - lse);
-      gi[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
-    }
-    return loss_sum;
-  }
-  for (int64_t j = 0; j < nc; ++j) {
-    const double y = is_pos(c[j]) ? 1.0 : -1.0;
-    const double m = -y * gi[j];  // loss = log(1 + e^m), stable either side
-    loss_sum += m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m));
-    const double sig = 1.0 / (1.0 + std::exp(-m));
-    gi[j] = static_cast<float>(-y * sig * inv_b);
-  }
-  return loss_sum;
-}
-
 // The entries of a step as a CSR over the batch: point i's candidates are entries
 // [off[i], off[i+1]). A shared candidate set is repeated for every point (each point
 // scores it).
@@ -83,23 +45,21 @@ struct LshEntries {
   }
 };
 
-// dL/dz / B of every entry from its score z [nnz] into g [nnz] (g may be z); returns the
-// loss summed over the points (not divided by B) and counts the zero gradients.
+// dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
+// entries flagged positive from each point's labels); returns the loss summed over the
+// points (not divided by B) and counts the zero gradients.
 double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
-                     const float* z, float* g, int64_t& zeros) {
-  const double inv_b = 1.0 / static_cast<double>(csr.rows);
-  double ls = 0.0;
-  int64_t zs = 0;
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
+                     float* zg, int64_t& zeros) {
+  std::vector<uint8_t> positive(static_cast<size_t>(csr.nnz));
+#pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < csr.rows; ++i) {
-    const int64_t e0 = csr.indptr[i], nc = csr.indptr[i + 1] - e0;
-    float* gi = g + e0;
-    if (z != g) std::copy(z + e0, z + e0 + nc, gi);
-    ls += lsh_sampled_point_grad(loss, labels, i, csr.labels + e0, nc, inv_b, gi);
-    zs += std::count(gi, gi + nc, 0.0f);
+    std::vector<uint32_t> pos(labels.row_indices(i), labels.row_indices(i) + labels.row_nnz(i));
+    std::sort(pos.begin(), pos.end());
+    for (int64_t e = csr.indptr[i]; e < csr.indptr[i + 1]; ++e)
+      positive[static_cast<size_t>(e)] = std::binary_search(pos.begin(), pos.end(), csr.labels[e]);
   }
-  zeros = zs;
-  return ls;
+  return candidate_loss_grad(loss, csr.indptr, csr.rows, positive.data(), nullptr, csr.rows, zg,
+                             &zeros);
 }
 
 bool uses_tables(const LshSampledConfig& cfg) {
@@ -207,7 +167,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then
   // the update of the touched rows.
   auto loss_grad = [&](std::span<float> zg) {
-    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, zg.data(), zg.data(), zeros);
+    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, zg.data(), zeros);
   };
   for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
 

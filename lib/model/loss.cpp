@@ -150,6 +150,70 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
   return loss;
 }
 
+namespace {
+
+// One point's candidate entries (see candidate_loss_grad); returns its loss.
+double candidate_point(LossType type, const uint8_t* pos, const float* wt, int64_t nc,
+                       double inv_b, float* g) {
+  double loss_sum = 0.0;
+  if (type == LossType::softmax) {
+    const auto npos = static_cast<int64_t>(std::count(pos, pos + nc, uint8_t{1}));
+    if (npos == 0) {
+      std::fill(g, g + nc, 0.0f);  // rows without positives contribute nothing
+      return 0.0;
+    }
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(g[j]));
+    double se = 0.0;
+    for (int64_t j = 0; j < nc; ++j) se += std::exp(g[j] - mx);
+    const double lse = mx + std::log(se);
+    const double t = 1.0 / static_cast<double>(npos);
+    for (int64_t j = 0; j < nc; ++j) {
+      const double p = std::exp(g[j] - lse);
+      const bool y = pos[j] != 0;
+      if (y) loss_sum += -t * (g[j] - lse);
+      g[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
+    }
+    return loss_sum;
+  }
+  for (int64_t j = 0; j < nc; ++j) {
+    const double w = wt ? static_cast<double>(wt[j]) : 1.0;
+    if (type == LossType::bce) {
+      const double y = pos[j] ? 1.0 : -1.0;
+      const double m = -y * g[j];  // loss = log(1 + e^m), stable either side
+      loss_sum += w * (m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m)));
+      const double sig = 1.0 / (1.0 + std::exp(-m));
+      g[j] = static_cast<float>(-y * sig * w * inv_b);
+    } else {
+      const float y = pos[j] ? 1.0f : -1.0f;
+      const float margin = std::max(0.0f, 1.0f - y * g[j]);
+      loss_sum += w * (static_cast<double>(margin) * margin);
+      g[j] = static_cast<float>(static_cast<double>(-2.0f * y * margin) * w * inv_b);
+    }
+  }
+  return loss_sum;
+}
+
+}  // namespace
+
+double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
+                           const uint8_t* positive, const float* weight, int64_t batch_size,
+                           float* zg, int64_t* zeros) {
+  XMC_CHECK(batch_size > 0, "candidate loss over a batch of {}", batch_size);
+  const double inv_b = 1.0 / static_cast<double>(batch_size);
+  double ls = 0.0;
+  int64_t zs = 0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
+    float* g = zg + e0;
+    ls += candidate_point(type, positive + e0, weight ? weight + e0 : nullptr, nc, inv_b, g);
+    zs += std::count(g, g + nc, 0.0f);
+  }
+  if (zeros) *zeros = zs;
+  return ls;
+}
+
 SoftmaxStats::SoftmaxStats(int64_t batch)
     : max(static_cast<size_t>(batch), -std::numeric_limits<double>::infinity()),
       sumexp(static_cast<size_t>(batch), 0.0) {}

@@ -44,6 +44,20 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats);
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
                          int64_t lo, int64_t batch_size);
 
+// Losses restricted to each point's candidate labels (the sampled backends; on the host,
+// whatever the device). Point i owns the entries [ptr[i], ptr[i+1]); zg holds their
+// scores on entry and weight·dLoss/dz / B (B = batch_size) on return; positive[e] marks
+// the positives; weight[e] (nullptr: all 1) weights each entry's loss.
+//   bce: log(1 + exp(-y·z)) with y = ±1, in double, stable either side;
+//   squared_hinge: max(0, 1 - y·z)² (float margin, as the full loss);
+//   softmax: over the point's entries with t = 1/#positives on each positive (points
+//   without positives contribute nothing; weights ignored).
+// Returns the loss summed over the points (not divided by B); *zeros receives the count of
+// exactly-zero gradients. Points in parallel (OpenMP), each summed in entry order.
+double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
+                           const uint8_t* positive, const float* weight, int64_t batch_size,
+                           float* zg, int64_t* zeros);
+
 // --- the same on the Context's device ------------------------------------------------
 
 // A batch's positives for the losses on the Context's device: the host CSR (global ids,

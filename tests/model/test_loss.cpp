@@ -243,3 +243,85 @@ TEST_CASE("losses give the same result on one thread and on many (OpenMP path)")
     CHECK(zeros[1] == zeros[0]);
   }
 }
+
+namespace {
+
+// Every label of every row as a candidate entry (row-major), flagged from the targets.
+struct AllCandidates {
+  std::vector<int64_t> ptr;
+  std::vector<uint8_t> positive;
+  explicit AllCandidates(const CsrMatrix& t) {
+    for (int64_t r = 0; r <= kB; ++r) ptr.push_back(r * kL);
+    for (int64_t r = 0; r < kB; ++r)
+      for (int64_t l = 0; l < kL; ++l) positive.push_back(is_pos(t, r, l) ? 1 : 0);
+  }
+};
+
+void check_candidate_loss(LossType type) {
+  const CsrMatrix t = test_targets();
+  auto z = test_logits(type);
+  for (auto& x : z) x = static_cast<double>(static_cast<float>(x));
+  const AllCandidates c(t);
+  std::vector<float> g = to_float(z);
+  int64_t zeros = -1;
+  const double loss =
+      candidate_loss_grad(type, c.ptr.data(), kB, c.positive.data(), nullptr, kB, g.data(), &zeros);
+  // With every label a candidate, the candidate loss is the full loss (squared hinge: its
+  // margin is a float, as in the full loss).
+  const double eps = type == LossType::squared_hinge ? 1e-6 : 1e-9;
+  CHECK(loss == Approx(ref_loss(type, z, t)).epsilon(eps));
+  CHECK(zeros == std::count(g.begin(), g.end(), 0.0f));
+  auto zd = z;
+  auto num = numerical_gradient([&] { return ref_loss(type, zd, t) / kB; }, zd);
+  int bad = 0;
+  for (size_t i = 0; i < num.size(); ++i)
+    if (!close(g[i], num[i])) {
+      ++bad;
+      UNSCOPED_INFO("entry " << i << ": analytical " << g[i] << " numerical " << num[i]);
+    }
+  CHECK(bad == 0);
+  if (type == LossType::softmax) return;  // weights apply to the elementwise losses
+  // Weights scale each entry's loss and gradient.
+  Rng rng(5);
+  const auto wd = random_vector(rng, kB * kL, 0.5, 3.0);
+  const std::vector<float> w = to_float(wd);
+  std::vector<float> gw = to_float(z);
+  const double loss_w =
+      candidate_loss_grad(type, c.ptr.data(), kB, c.positive.data(), w.data(), kB, gw.data(), nullptr);
+  double expect = 0.0;
+  for (int64_t r = 0; r < kB; ++r)
+    for (int64_t l = 0; l < kL; ++l) {
+      const double y = is_pos(t, r, l) ? 1.0 : -1.0;
+      const double x = z[r * kL + l];
+      const double m = std::max(0.0, 1.0 - y * x);
+      expect += w[r * kL + l] *
+                (type == LossType::bce ? std::log(1.0 + std::exp(-y * x)) : m * m);
+    }
+  CHECK(loss_w == Approx(expect).epsilon(eps));
+  for (size_t i = 0; i < g.size(); ++i)
+    CHECK(gw[i] == Approx(static_cast<double>(g[i]) * w[i]).epsilon(1e-6).margin(1e-12));
+}
+
+}  // namespace
+
+TEST_CASE("candidate losses over every label equal the full losses, weights scale them") {
+  for (LossType type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    INFO("loss " << to_string(type));
+    check_candidate_loss(type);
+  }
+}
+
+TEST_CASE("candidate softmax: a point without positives contributes neither loss nor gradient") {
+  const std::vector<int64_t> ptr = {0, 3, 5};
+  const std::vector<uint8_t> pos = {0, 1, 0, 0, 0};
+  std::vector<float> g = {1.0f, 2.0f, -1.0f, 5.0f, -3.0f};
+  int64_t zeros = 0;
+  const double loss =
+      candidate_loss_grad(LossType::softmax, ptr.data(), 2, pos.data(), nullptr, 2, g.data(), &zeros);
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(-1.0));
+  CHECK(loss == Approx(lse - 2.0).epsilon(1e-12));
+  CHECK(g[3] == 0.0f);
+  CHECK(g[4] == 0.0f);
+  CHECK(zeros == 2);
+  CHECK(g[1] == Approx((std::exp(2.0 - lse) - 1.0) / 2.0).epsilon(1e-6));
+}
