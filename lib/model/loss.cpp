@@ -47,10 +47,11 @@ void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64
             targets.cols);
 }
 
-// One row of an elementwise loss; z [c] logits in, gradient·inv_b out.
+// One row of an elementwise loss; z [c] logits in, gradient·inv_b out. w [c] (nullable:
+// all 1) weights each entry's loss and gradient (the candidate losses' weights).
 template <LossType T>
 double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
-                     int64_t& zeros);
+                     int64_t& zeros, const float* w = nullptr);
 
 // bce: every entry is first treated as a negative in a branch-free loop with one exp per
 // entry (float; the loss is summed in double), then the few positives of the row are
@@ -58,27 +59,42 @@ double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double in
 // d/dz = sigmoid(z) - [pos].
 template <>
 double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
-                                    double inv_b, int64_t& zeros) {
+                                    double inv_b, int64_t& zeros, const float* w) {
   double loss = 0.0;
-  for (const uint32_t* p = tg.first; p != tg.last; ++p) loss -= z[*p - lo];
+  for (const uint32_t* p = tg.first; p != tg.last; ++p)
+    loss -= w ? static_cast<double>(w[*p - lo]) * z[*p - lo] : z[*p - lo];
   const float inv_bf = static_cast<float>(inv_b);
   int64_t row_zeros = 0;
   double row_loss = 0.0;  // summed in double: chunking must not change the total
+  if (w == nullptr) {
 #pragma omp simd reduction(+ : row_loss, row_zeros)
-  for (int64_t j = 0; j < c; ++j) {
-    const float x = z[j];
-    const float e = exp_approx(-std::fabs(x));
-    row_loss += static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
-    const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-    const float g = sig * inv_bf;
-    z[j] = g;
-    row_zeros += g == 0.0f;
+    for (int64_t j = 0; j < c; ++j) {
+      const float x = z[j];
+      const float e = exp_approx(-std::fabs(x));
+      row_loss += static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
+      const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+      const float g = sig * inv_bf;
+      z[j] = g;
+      row_zeros += g == 0.0f;
+    }
+  } else {
+#pragma omp simd reduction(+ : row_loss, row_zeros)
+    for (int64_t j = 0; j < c; ++j) {
+      const float x = z[j];
+      const float e = exp_approx(-std::fabs(x));
+      row_loss += static_cast<double>(w[j]) *
+                  static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
+      const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+      const float g = sig * inv_bf * w[j];
+      z[j] = g;
+      row_zeros += g == 0.0f;
+    }
   }
   loss += row_loss;
   for (const uint32_t* p = tg.first; p != tg.last; ++p) {
     float& g = z[*p - lo];
     row_zeros -= g == 0.0f;
-    g -= inv_bf;
+    g -= w ? inv_bf * w[*p - lo] : inv_bf;
     row_zeros += g == 0.0f;
   }
   zeros += row_zeros;
@@ -88,7 +104,7 @@ double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTarget
 // squared hinge: y = ±1, loss max(0, 1 - y·z)², gradient exactly 0 when the margin is met.
 template <>
 double row_loss_grad<LossType::squared_hinge>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
-                                              double inv_b, int64_t& zeros) {
+                                              double inv_b, int64_t& zeros, const float* w) {
   double loss = 0.0;
   const uint32_t* p = tg.first;
   for (int64_t j = 0; j < c; ++j) {
@@ -100,8 +116,9 @@ double row_loss_grad<LossType::squared_hinge>(float* z, int64_t c, int64_t lo, C
     const double m = 1.0 - y * x;
     double g = 0.0;  // margin met: exactly zero, sparse kernels skip these
     if (m > 0) {
-      loss += m * m;
-      g = -2.0 * y * m;
+      const double wj = w ? static_cast<double>(w[j]) : 1.0;  // × 1.0 is exact
+      loss += wj * (m * m);
+      g = -2.0 * y * m * wj;
     }
     const float gf = static_cast<float>(g * inv_b);
     z[j] = gf;
@@ -152,46 +169,75 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
 
 namespace {
 
-// One point's candidate entries (see candidate_loss_grad); returns its loss.
-double candidate_point(LossType type, const uint8_t* pos, const float* wt, int64_t nc,
-                       double inv_b, float* g) {
-  double loss_sum = 0.0;
-  if (type == LossType::softmax) {
-    const auto npos = static_cast<int64_t>(std::count(pos, pos + nc, uint8_t{1}));
-    if (npos == 0) {
-      std::fill(g, g + nc, 0.0f);  // rows without positives contribute nothing
-      return 0.0;
-    }
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < nc; ++j) mx = std::max(mx, static_cast<double>(g[j]));
-    double se = 0.0;
-    for (int64_t j = 0; j < nc; ++j) se += std::exp(g[j] - mx);
-    const double lse = mx + std::log(se);
-    const double t = 1.0 / static_cast<double>(npos);
-    for (int64_t j = 0; j < nc; ++j) {
-      const double p = std::exp(g[j] - lse);
-      const bool y = pos[j] != 0;
-      if (y) loss_sum += -t * (g[j] - lse);
-      g[j] = static_cast<float>((p - (y ? t : 0.0)) * inv_b);
-    }
-    return loss_sum;
+// One row of softmax pass 1: its running max and sum of exps relative to it (online
+// logsumexp), merged with the chunk z [c].
+void softmax_row_accumulate(const float* z, int64_t c, double& row_max, double& sumexp) {
+  float mf = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mf)
+  for (int64_t j = 0; j < c; ++j) mf = mf < z[j] ? z[j] : mf;
+  const double new_max = std::max(row_max, static_cast<double>(mf));
+  // Rescale the running sum to the new max; exp(-inf) = 0 on the first chunk.
+  double s = sumexp == 0.0 ? 0.0 : sumexp * std::exp(row_max - new_max);
+  const auto nm = static_cast<float>(new_max);
+  double cs = 0.0;
+#pragma omp simd reduction(+ : cs)
+  for (int64_t j = 0; j < c; ++j) cs += static_cast<double>(exp_approx(z[j] - nm));
+  row_max = new_max;
+  sumexp = s + cs;
+}
+
+// One row of softmax pass 2 on the chunk z [c] (labels lo..lo+c), its npos > 0 positives
+// in tg: z becomes (softmax - t) / B with t = 1/npos; adds -t·log p of each positive of the
+// chunk to total, one by one.
+void softmax_row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, int64_t npos,
+                           double row_max, double lse, double inv_b, double& total) {
+  const double t = 1.0 / static_cast<double>(npos);
+  // Positives first (their logits are read before the row is overwritten): -t·log p.
+  for (const uint32_t* p = tg.first; p != tg.last; ++p)
+    total += t * (lse - static_cast<double>(z[*p - lo]));
+  // z - lse as (z - max) - (lse - max): both parts exact or small in float, where a
+  // float lse near |z| ~ 1000 would be off by 6e-5.
+  const auto max_f = static_cast<float>(row_max);
+  const auto shift = static_cast<float>(lse - row_max);
+  const auto inv_bf = static_cast<float>(inv_b);
+#pragma omp simd
+  for (int64_t j = 0; j < c; ++j) z[j] = exp_approx((z[j] - max_f) - shift) * inv_bf;
+  const auto t_b = static_cast<float>(t * inv_b);
+  for (const uint32_t* p = tg.first; p != tg.last; ++p) z[*p - lo] -= t_b;
+}
+
+}  // namespace
+
+namespace {
+
+// One point's candidate entries (see candidate_loss_grad) through the full losses' row
+// functions: the entries are the row's "labels" 0..nc-1, its positives the flagged ones
+// (pos_at: scratch). Returns the point's loss.
+double candidate_point(LossType type, const uint8_t* flag, const float* wt, int64_t nc,
+                       double inv_b, float* g, std::vector<uint32_t>& pos_at) {
+  pos_at.clear();
+  for (int64_t j = 0; j < nc; ++j)
+    if (flag[j]) pos_at.push_back(static_cast<uint32_t>(j));
+  const ChunkTargets tg{pos_at.data(), pos_at.data() + pos_at.size()};
+  int64_t zeros = 0;  // counted by the caller
+  switch (type) {
+    case LossType::bce:
+      return row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, zeros, wt);
+    case LossType::squared_hinge:
+      return row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, zeros, wt);
+    case LossType::softmax:
+      break;
   }
-  for (int64_t j = 0; j < nc; ++j) {
-    const double w = wt ? static_cast<double>(wt[j]) : 1.0;
-    if (type == LossType::bce) {
-      const double y = pos[j] ? 1.0 : -1.0;
-      const double m = -y * g[j];  // loss = log(1 + e^m), stable either side
-      loss_sum += w * (m > 0 ? m + std::log1p(std::exp(-m)) : std::log1p(std::exp(m)));
-      const double sig = 1.0 / (1.0 + std::exp(-m));
-      g[j] = static_cast<float>(-y * sig * w * inv_b);
-    } else {
-      const float y = pos[j] ? 1.0f : -1.0f;
-      const float margin = std::max(0.0f, 1.0f - y * g[j]);
-      loss_sum += w * (static_cast<double>(margin) * margin);
-      g[j] = static_cast<float>(static_cast<double>(-2.0f * y * margin) * w * inv_b);
-    }
+  if (pos_at.empty()) {
+    std::fill(g, g + nc, 0.0f);  // points without positives contribute nothing
+    return 0.0;
   }
-  return loss_sum;
+  double row_max = -std::numeric_limits<double>::infinity(), sumexp = 0.0;
+  softmax_row_accumulate(g, nc, row_max, sumexp);
+  double loss = 0.0;
+  softmax_row_loss_grad(g, nc, 0, tg, static_cast<int64_t>(pos_at.size()), row_max,
+                        row_max + std::log(sumexp), inv_b, loss);
+  return loss;
 }
 
 }  // namespace
@@ -203,16 +249,22 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
   const double inv_b = 1.0 / static_cast<double>(batch_size);
   double ls = 0.0;
   int64_t zs = 0;
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : ls, zs)
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
-    float* g = zg + e0;
-    ls += candidate_point(type, positive + e0, weight ? weight + e0 : nullptr, nc, inv_b, g);
-    zs += std::count(g, g + nc, 0.0f);
+#pragma omp parallel reduction(+ : ls, zs)
+  {
+    std::vector<uint32_t> pos_at;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
+      float* g = zg + e0;
+      ls += candidate_point(type, positive + e0, weight ? weight + e0 : nullptr, nc, inv_b, g,
+                            pos_at);
+      zs += std::count(g, g + nc, 0.0f);
+    }
   }
   if (zeros) *zeros = zs;
   return ls;
 }
+
 
 SoftmaxStats::SoftmaxStats(int64_t batch)
     : max(static_cast<size_t>(batch), -std::numeric_limits<double>::infinity()),
@@ -229,22 +281,8 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
   if (c == 0) return;
 #pragma omp parallel for schedule(static) if (logits.rows * c > 16384)
   for (int64_t r = 0; r < logits.rows; ++r) {
-    const float* z = logits.row(r);
-    float mf = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mf)
-    for (int64_t j = 0; j < c; ++j) mf = mf < z[j] ? z[j] : mf;
-    const size_t ri = static_cast<size_t>(r);
-    const double new_max = std::max(stats.max[ri], static_cast<double>(mf));
-    // Rescale the running sum to the new max (online logsumexp); exp(-inf) = 0 on the
-    // first chunk.
-    double s = stats.sumexp[ri] == 0.0 ? 0.0 : stats.sumexp[ri] * std::exp(stats.max[ri] - new_max);
-    const auto nm = static_cast<float>(new_max);
-    double cs = 0.0;
-#pragma omp simd reduction(+ : cs)
-    for (int64_t j = 0; j < c; ++j) cs += static_cast<double>(exp_approx(z[j] - nm));
-    s += cs;
-    stats.max[ri] = new_max;
-    stats.sumexp[ri] = s;
+    const auto ri = static_cast<size_t>(r);
+    softmax_row_accumulate(logits.row(r), c, stats.max[ri], stats.sumexp[ri]);
   }
 }
 
@@ -265,22 +303,8 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
       std::fill(z, z + c, 0.0f);
       continue;
     }
-    const double t = 1.0 / static_cast<double>(npos);
-    const double lse = stats.logsumexp(r);
-    const ChunkTargets tg = chunk_targets(targets, r, lo, lo + c);
-    // Positives first (their logits are read before the row is overwritten): -t·log p.
-    for (const uint32_t* p = tg.first; p != tg.last; ++p)
-      total += t * (lse - static_cast<double>(z[*p - lo]));
-    // z - lse as (z - max) - (lse - max): both parts exact or small in float, where a
-    // float lse near |z| ~ 1000 would be off by 6e-5.
-    const double row_max = stats.max[static_cast<size_t>(r)];
-    const auto max_f = static_cast<float>(row_max);
-    const auto shift = static_cast<float>(lse - row_max);
-    const auto inv_bf = static_cast<float>(inv_b);
-#pragma omp simd
-    for (int64_t j = 0; j < c; ++j) z[j] = exp_approx((z[j] - max_f) - shift) * inv_bf;
-    const auto t_b = static_cast<float>(t * inv_b);
-    for (const uint32_t* p = tg.first; p != tg.last; ++p) z[*p - lo] -= t_b;
+    softmax_row_loss_grad(z, c, lo, chunk_targets(targets, r, lo, lo + c), npos,
+                          stats.max[static_cast<size_t>(r)], stats.logsumexp(r), inv_b, total);
   }
   return total;
 }
