@@ -10,7 +10,8 @@
 # Checks, in this order, each under its own time limit; a check not started when the
 # budget (XMC_GPU_BUDGET_S, default 540 s) is spent is listed as "not run":
 #   1. parity: the five CPU-vs-CUDA parity binaries (all six backends, the encoder, the
-#      ops); a skip (exit 77: no GPU seen by CUDA) is a failure here
+#      ops); a skip (exit 77: no GPU seen by CUDA) is a failure here; then test_ops, the
+#      shared op bodies on the CPU and on CUDA (XMC_TEST_REQUIRE_CUDA: no GPU is a failure)
 #   2. benches: bench_dense_cuda (dense step per op, fp32/bf16, vs the GEMM ceilings) and
 #      bench_sparse_cuda (fixed fan-in and group-shared kernels vs the FLOPs-matched GEMM),
 #      with the targets of docs/gpu.md evaluated from their JSON
@@ -126,6 +127,8 @@ parity_bins=(test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled
 for p in "${parity_bins[@]}"; do
   check "parity:${p#test_cuda_}" 300 "$bin_dir/$p"
 done
+# The shared op bodies (tests/ops): every op on the CPU and on CUDA against one reference.
+check "ops:cpu+cuda" 300 env XMC_TEST_REQUIRE_CUDA=1 "$bin_dir/test_ops"
 
 # --- 2. benches ------------------------------------------------------------------------
 check bench:dense 150 "$bin_dir/bench_dense_cuda" --labels "${BENCH_LABELS:-131072,670091,3000000}" \

@@ -31,7 +31,7 @@ kit_max_bytes=$((40 * 1024 * 1024))
 binaries=(app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_sparse
   tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin
   tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda
-  tests/cuda/bench_sparse_cuda)
+  tests/cuda/bench_sparse_cuda tests/ops/test_ops)
 # Libraries the GPU machine provides: glibc, the NVIDIA driver, the CUDA runtime and cuBLAS.
 provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so)'
 glibc='^(ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so)'
@@ -71,7 +71,7 @@ cmd_build() {
   # The kit's binaries (the test suite's other targets are built by tools/build.sh too).
   cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity test_cuda_parity_sparse \
     test_cuda_parity_sampled test_cuda_parity_fixed_fanin test_cuda_parity_group_shared \
-    bench_dense_cuda bench_sparse_cuda
+    bench_dense_cuda bench_sparse_cuda test_ops
 }
 
 cmd_pack() {
@@ -200,6 +200,7 @@ for n in test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled \
   test_cuda_parity_fixed_fanin test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; do
   run 77 "$n: no GPU -> exit 77" -- "/kit/bin/$n"
 done
+run 0 "test_ops: the op bodies on the CPU" -- /kit/bin/test_ops
 run 0 "xmctrain --help" -- /kit/bin/xmctrain --help
 run 2 "xmctrain train --device cuda: no GPU -> exit 2" -- /kit/bin/xmctrain train /tmp/tiny.yaml \
   --device cuda --out /tmp/run_cuda
