@@ -138,11 +138,12 @@ T* ensure_size(Buffer<T>& b, Context& ctx, MemTag tag, int64_t n) {
 }
 
 // A host view of a matrix on the Context's device: the matrix itself on the CPU (no copy),
-// a copy downloaded on construction (complete) on the GPU.
+// a copy downloaded on construction (complete) on the GPU. A view without data (a shape
+// only) stays one on both devices.
 class HostView {
  public:
   HostView(const Context& ctx, ConstMatrix m) : view_(m) {
-    if (!ctx.on_gpu()) return;
+    if (!ctx.on_gpu() || m.data == nullptr) return;
     copy_.resize(static_cast<size_t>(m.rows * m.cols));
     for (int64_t r = 0; r < m.rows; ++r)
       gpu::copy_to_host(copy_.data() + r * m.cols, m.row(r),
