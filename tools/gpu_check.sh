@@ -9,16 +9,17 @@
 #
 # Checks, in this order, each under its own time limit; a check not started when the
 # budget (XMC_GPU_BUDGET_S, default 540 s) is spent is listed as "not run":
-#   1. parity: the five CPU-vs-CUDA parity binaries (all six backends, the encoder, the
-#      ops); a skip (exit 77: no GPU seen by CUDA) is a failure here; then test_ops, the
+#   1. parity: the four CPU-vs-CUDA parity binaries (all six backends, the encoder, the
+#      dense ops); a skip (exit 77: no GPU seen by CUDA) is a failure here; then test_ops, the
 #      shared op bodies on the CPU and on CUDA (XMC_TEST_REQUIRE_CUDA: no GPU is a failure)
 #   2. benches: bench_dense_cuda (dense step per op, fp32/bf16, vs the GEMM ceilings) and
 #      bench_sparse_cuda (fixed fan-in and group-shared kernels vs the FLOPs-matched GEMM),
 #      with the targets of docs/gpu.md evaluated from their JSON
 #   3. cli: a short synthetic training per backend on cpu and on cuda through the CLI
 #      (P@1 and P@5 within 0.01, fixed_fanin 0.02)
-#   4. sanitizers: compute-sanitizer memcheck on every parity binary, racecheck on the op
-#      parity binaries (trainer-level tests skipped there: XMC_PARITY_SKIP=training)
+#   4. sanitizers: compute-sanitizer memcheck on every parity binary and on test_ops,
+#      racecheck on test_parity's ops and test_ops's sparse families (trainer-level tests
+#      skipped there: XMC_PARITY_SKIP=training)
 #   5. epoch: one dense epoch at L=670091, d=768, B=256, fp32 and bf16 (SYNTH_TRAIN points)
 # Output: logs, JSON and run results in $XMC_GPU_WORK (default /tmp/xmc-gpu-check); into
 # $OUT (default: that folder) at most 8 files: summary.txt (the pass/fail table and the
@@ -122,8 +123,8 @@ cat "$work/logs/gpu.log"
 xmc="$bin_dir/xmctrain"
 
 # --- 1. parity -------------------------------------------------------------------------
-parity_bins=(test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled
-  test_cuda_parity_fixed_fanin test_cuda_parity_group_shared)
+parity_bins=(test_cuda_parity test_cuda_parity_sampled test_cuda_parity_fixed_fanin
+  test_cuda_parity_group_shared)
 for p in "${parity_bins[@]}"; do
   check "parity:${p#test_cuda_}" 300 "$bin_dir/$p"
 done
@@ -258,10 +259,12 @@ if [ -n "$sanitizer" ]; then
     check "memcheck:${p#test_cuda_}" 120 env XMC_PARITY_SKIP=training "$sanitizer" \
       --tool memcheck --error-exitcode 3 --print-limit 20 "$bin_dir/$p"
   done
-  for p in test_cuda_parity_sparse test_cuda_parity; do
-    check "racecheck:${p#test_cuda_}" 120 env XMC_PARITY_SKIP=training,"model step",encoder \
-      "$sanitizer" --tool racecheck --error-exitcode 3 --print-limit 20 "$bin_dir/$p"
-  done
+  check "racecheck:parity" 120 env XMC_PARITY_SKIP=training,"model step",encoder \
+    "$sanitizer" --tool racecheck --error-exitcode 3 --print-limit 20 "$bin_dir/test_cuda_parity"
+  check "racecheck:ops_sparse" 120 env XMC_TEST_REQUIRE_CUDA=1 "$sanitizer" --tool racecheck \
+    --error-exitcode 3 --print-limit 20 "$bin_dir/test_ops" "[sparse]"
+  check "memcheck:ops" 120 env XMC_TEST_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck \
+    --error-exitcode 3 --print-limit 20 "$bin_dir/test_ops"
 else
   printf 'sanitizers\tFAIL\t0\tcompute-sanitizer not on PATH\n' >>"$results"
 fi

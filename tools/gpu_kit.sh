@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 kit_dir=.gpu-kit
 kit_file=$kit_dir/xmc-gpu-kit.tar.xz
 kit_max_bytes=$((40 * 1024 * 1024))
-binaries=(app/xmctrain tests/cuda/test_cuda_parity tests/cuda/test_cuda_parity_sparse
+binaries=(app/xmctrain tests/cuda/test_cuda_parity
   tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin
   tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda
   tests/cuda/bench_sparse_cuda tests/ops/test_ops)
@@ -69,7 +69,7 @@ cmd_build() {
   bash tools/build.sh "$dir" -DXMC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DXMC_SHARED_LIB=ON \
     -DXMC_MARCH=x86-64-v3 -DXMC_BUILD_TESTS=ON -DXMC_MPI=OFF
   # The kit's binaries (the test suite's other targets are built by tools/build.sh too).
-  cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity test_cuda_parity_sparse \
+  cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity \
     test_cuda_parity_sampled test_cuda_parity_fixed_fanin test_cuda_parity_group_shared \
     bench_dense_cuda bench_sparse_cuda test_ops
 }
@@ -196,7 +196,7 @@ for b in "$root"/kit/bin/*; do
     printf '  %-44s ok\n' "$n: libraries resolve in the chroot"
   fi
 done
-for n in test_cuda_parity test_cuda_parity_sparse test_cuda_parity_sampled \
+for n in test_cuda_parity test_cuda_parity_sampled \
   test_cuda_parity_fixed_fanin test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; do
   run 77 "$n: no GPU -> exit 77" -- "/kit/bin/$n"
 done

@@ -34,7 +34,7 @@ std::vector<Device> test_devices() {
   std::vector<Device> d = {Device::cpu};
   if (resolve_device("auto") == Device::cuda)
     d.push_back(Device::cuda);
-  else if (std::getenv("XMC_TEST_REQUIRE_CUDA") != nullptr)
+  else if (const char* req = std::getenv("XMC_TEST_REQUIRE_CUDA"); req != nullptr && *req != '\0')
     FAIL("XMC_TEST_REQUIRE_CUDA is set but no CUDA GPU is usable");
   return d;
 }

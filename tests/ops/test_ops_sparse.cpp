@@ -1,13 +1,14 @@
-// CPU-vs-CUDA parity of the sparse op families (kernels/sparse_ops_cuda.h): transposes,
-// fixed fan-in, group-shared fixed fan-in (fp32 and bf16) and sampled scoring. A plain
-// main(): without a CUDA GPU it prints "no CUDA GPU: skipped" and exits 77, which CTest
-// reports as skipped (SKIP_RETURN_CODE), never as passed. Every op runs on fresh random
-// inputs at several sizes, odd ones included (n not a multiple of G or of the label tile,
-// B not a multiple of the batch tile, F up to 256, all-zero gradient columns and tiles),
-// and is compared element-wise with |got - ref| <= abs + |ref|·rel.
+// The sparse op families (transposes, fixed fan-in, group-shared fp32 and bf16, sampled
+// scoring) on every device this machine has (the CPU always, CUDA where a GPU is visible;
+// bf16 only on CUDA): the former CPU-vs-CUDA parity binary test_parity_sparse as shared
+// test bodies. Every op runs on fresh random inputs at several sizes, odd ones included
+// (n not a multiple of G or of the label tile, B not a multiple of the batch tile, F up to
+// 256, all-zero gradient columns and tiles), and is compared element-wise with
+// |got - ref| <= abs + |ref|·rel.
 //
 // References: fixed fan-in and sampled against the CPU ops (kernels/fixed_fanin_ops.h,
-// kernels/sampled_ops.h); group-shared against a naive double-precision loop written here.
+// kernels/sampled_ops.h: the code CPU training runs; tests/ops/test_ops.cpp holds them to
+// a naive reference); group-shared against a naive double-precision loop written here.
 // Tolerances: fp32 sums of K terms of size ~1 get abs = 4e-6·K, rel = 1e-4 (fp32 rounding
 // of a length-K sum in another order, FMA contraction on the GPU). bf16: the reference is
 // computed from the same bf16-rounded ut, w and (for the gradients, which the kernels
@@ -15,40 +16,57 @@
 // applies; a second check against the unrounded fp32 reference bounds the bf16 error by
 // 2^-7 relative to the sum of |terms| (documented budget, three roundings of 2^-9).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "core/cuda_context.h"
-#include "core/gpu.h"
+#include "core/buffer.h"
+#include "core/context.h"
 #include "core/rng.h"
 #include "kernels/fixed_fanin_ops.h"
+#include "kernels/group_shared_ops.h"
 #include "kernels/sampled_ops.h"
-#include "kernels/sparse_ops_cuda.h"
-#include "parity_support.h"
 
 namespace {
 
 using namespace xmc;
 using gpu::Bf16;
-using gpu::CudaContext;
-using gpu::DeviceBuffer;
 
-using namespace xmc::parity;
+// XMC_TEST_REQUIRE_CUDA set (the GPU kit): a missing GPU fails instead of shrinking the list.
+std::vector<Device> sparse_devices() {
+  std::vector<Device> d = {Device::cpu};
+  if (resolve_device("auto") == Device::cuda)
+    d.push_back(Device::cuda);
+  else if (const char* req = std::getenv("XMC_TEST_REQUIRE_CUDA"); req != nullptr && *req != '\0')
+    FAIL("XMC_TEST_REQUIRE_CUDA is set but no CUDA GPU is usable");
+  return d;
+}
+
+template <class T>
+Buffer<T> put(Context& ctx, const std::vector<T>& v) {
+  Buffer<T> b(ctx, MemTag::workspace, std::max<size_t>(v.size(), 1));
+  b.copy_from_host(v.data(), v.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> get(const Buffer<T>& b, size_t n) {
+  std::vector<T> v(n);
+  b.copy_to_host(v.data(), n);
+  return v;
+}
 
 // Every element: |got - ref| <= abs + |ref|·rel (or, with `scale`, abs + scale[i]·rel).
 void expect_close(const std::string& name, const std::vector<float>& got,
                   const std::vector<double>& ref, double abs, double rel,
                   const std::vector<double>* scale = nullptr) {
-  ++g_checks;
-  if (got.size() != ref.size()) {
-    fail(name + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
-    return;
-  }
+  INFO(name);
+  REQUIRE(got.size() == ref.size());
   double worst = 0.0;
   size_t worst_i = 0;
   int64_t bad = 0;
@@ -63,15 +81,9 @@ void expect_close(const std::string& name, const std::vector<float>& got,
       }
     }
   }
-  if (bad) {
-    char buf[320];
-    std::snprintf(
-        buf, sizeof buf,
-        "%s: %lld of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g (abs %.3g rel %.3g)",
-        name.c_str(), static_cast<long long>(bad), got.size(), worst_i, got[worst_i], ref[worst_i],
-        abs, rel);
-    fail(buf);
-  }
+  INFO(bad << " of " << got.size() << " outside tolerance, e.g. [" << worst_i << "] got "
+            << (got.empty() ? 0.0f : got[worst_i]) << " ref " << (ref.empty() ? 0.0 : ref[worst_i]));
+  CHECK(bad == 0);
 }
 void expect_close(const std::string& name, const std::vector<float>& got,
                   const std::vector<float>& ref, double abs, double rel) {
@@ -79,8 +91,8 @@ void expect_close(const std::string& name, const std::vector<float>& got,
 }
 
 void expect_equal(const std::string& name, int64_t got, int64_t ref) {
-  ++g_checks;
-  if (got != ref) fail(name + ": got " + std::to_string(got) + " expected " + std::to_string(ref));
+  INFO(name);
+  CHECK(got == ref);
 }
 
 std::vector<float> random_vec(Rng& rng, size_t n, float scale = 1.0f) {
@@ -113,19 +125,6 @@ std::vector<Bf16> to_bf16(const std::vector<float>& v) {
   return o;
 }
 
-template <class T>
-DeviceBuffer<T> upload(CudaContext& ctx, const std::vector<T>& v) {
-  DeviceBuffer<T> b(ctx.ledger(), MemTag::workspace, std::max<size_t>(v.size(), 1));
-  if (!v.empty()) b.upload(v.data(), v.size(), ctx.stream());
-  return b;
-}
-template <class T>
-std::vector<T> download(CudaContext& ctx, const DeviceBuffer<T>& b, size_t n) {
-  std::vector<T> v(n);
-  if (n) b.download(v.data(), n, ctx.stream());
-  ctx.synchronize();
-  return v;
-}
 
 // rows index sets of `fan_in` distinct inputs from [0, m).
 std::vector<uint32_t> random_index_sets(Rng& rng, int64_t rows, int64_t fan_in, int64_t m) {
@@ -163,20 +162,22 @@ std::string size_tag(std::initializer_list<std::pair<const char*, int64_t>> kv) 
 }
 
 // --- transposes -----------------------------------------------------------------------
-void test_transpose(CudaContext& ctx, Rng& rng) {
+void body_transpose(Context& ctx, Rng& rng) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {33, 70}, {64, 768}, {257, 31}}) {
     const auto u = random_vec(rng, static_cast<size_t>(rows * cols));
     std::vector<float> ref(u.size());
     kernels::transpose(ConstMatrix(u.data(), rows, cols), Matrix(ref.data(), cols, rows));
-    auto du = upload(ctx, u);
-    DeviceBuffer<float> dt(ctx.ledger(), MemTag::workspace, u.size());
-    DeviceBuffer<Bf16> dt16(ctx.ledger(), MemTag::workspace, u.size());
-    gpu::transpose(ctx, ConstMatrix(du.data(), rows, cols), Matrix(dt.data(), cols, rows));
-    gpu::transpose(ctx, ConstMatrix(du.data(), rows, cols),
-                   gpu::Bf16Matrix(dt16.data(), cols, rows));
+    auto du = put(ctx, u);
+    Buffer<float> dt(ctx, MemTag::workspace, u.size());
+    Buffer<Bf16> dt16(ctx, MemTag::workspace, u.size());
+    kernels::transpose(ctx, ConstMatrix(du.data(), rows, cols), Matrix(dt.data(), cols, rows));
+    if (ctx.on_gpu())  // bf16 exists on the GPU only
+      kernels::transpose(ctx, ConstMatrix(du.data(), rows, cols),
+                         gpu::Bf16Matrix(dt16.data(), cols, rows));
     const std::string tag = size_tag({{"rows", rows}, {"cols", cols}});
-    expect_close("transpose fp32 " + tag, download(ctx, dt, u.size()), ref, 0.0, 0.0);
-    const auto t16 = download(ctx, dt16, u.size());
+    expect_close("transpose fp32 " + tag, get(dt, u.size()), ref, 0.0, 0.0);
+    if (!ctx.on_gpu()) continue;
+    const auto t16 = get(dt16, u.size());
     std::vector<float> got16(t16.size());
     for (size_t i = 0; i < t16.size(); ++i) got16[i] = from_bf16_bits(t16[i].bits);
     expect_close("transpose bf16 " + tag, got16, rounded(ref), 0.0, 0.0);
@@ -184,7 +185,7 @@ void test_transpose(CudaContext& ctx, Rng& rng) {
 }
 
 // --- fixed fan-in ---------------------------------------------------------------------
-void test_fixed_fanin(CudaContext& ctx, Rng& rng) {
+void body_fixed_fanin(Context& ctx, Rng& rng) {
   struct Size {
     int64_t batch, m, n, fan_in;
   };
@@ -213,35 +214,35 @@ void test_fixed_fanin(CudaContext& ctx, Rng& rng) {
     kernels::fixed_fanin_input_grad(idx.data(), w.data(), s.n, s.fan_in, hg,
                                     Matrix(du_ref.data(), s.batch, s.m));
 
-    auto d_idx = upload(ctx, idx);
-    auto d_w = upload(ctx, w);
-    auto d_bias = upload(ctx, bias);
-    auto d_ut = upload(ctx, ut);
-    auto d_g = upload(ctx, g);
-    auto d_z = upload(ctx, std::vector<float>(z_ref.size(), 7.0f));
-    auto d_du = upload(ctx, du0);
-    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, w.size());
-    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, bias.size());
-    auto d_zero = upload(ctx, std::vector<unsigned long long>{0});
+    auto d_idx = put(ctx, idx);
+    auto d_w = put(ctx, w);
+    auto d_bias = put(ctx, bias);
+    auto d_ut = put(ctx, ut);
+    auto d_g = put(ctx, g);
+    auto d_z = put(ctx, std::vector<float>(z_ref.size(), 7.0f));
+    auto d_du = put(ctx, du0);
+    Buffer<float> d_dw(ctx, MemTag::workspace, w.size());
+    Buffer<float> d_db(ctx, MemTag::workspace, bias.size());
+    auto d_zero = put(ctx, std::vector<unsigned long long>{0});
     const ConstMatrix gut(d_ut.data(), s.m, s.batch), gg(d_g.data(), s.batch, s.n);
-    gpu::fixed_fanin_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.fan_in, gut,
+    kernels::fixed_fanin_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.fan_in, gut,
                              Matrix(d_z.data(), s.batch, s.n, ldz));
-    gpu::fixed_fanin_weight_grad(ctx, d_idx.data(), s.n, s.fan_in, gg, gut, d_dw.data(),
+    kernels::fixed_fanin_weight_grad(ctx, d_idx.data(), s.n, s.fan_in, gg, gut, d_dw.data(),
                                  d_db.data(), d_zero.data());
-    gpu::fixed_fanin_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.fan_in, gg,
+    kernels::fixed_fanin_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.fan_in, gg,
                                 Matrix(d_du.data(), s.batch, s.m));
     const double f = static_cast<double>(s.fan_in), b = static_cast<double>(s.batch);
-    expect_close("fixed_fanin forward " + tag, download(ctx, d_z, z_ref.size()), z_ref,
+    expect_close("fixed_fanin forward " + tag, get(d_z, z_ref.size()), z_ref,
                  4e-6 * (f + 1), 1e-4);
-    expect_close("fixed_fanin weight_grad dw " + tag, download(ctx, d_dw, w.size()), dw_ref,
+    expect_close("fixed_fanin weight_grad dw " + tag, get(d_dw, w.size()), dw_ref,
                  4e-6 * b, 1e-4);
-    expect_close("fixed_fanin weight_grad db " + tag, download(ctx, d_db, bias.size()), db_ref,
+    expect_close("fixed_fanin weight_grad db " + tag, get(d_db, bias.size()), db_ref,
                  4e-6 * b, 1e-4);
     expect_equal("fixed_fanin weight_grad zero labels " + tag,
-                 static_cast<int64_t>(download(ctx, d_zero, 1)[0]), zero_ref);
+                 static_cast<int64_t>(get(d_zero, 1)[0]), zero_ref);
     // du accumulates about n·F/m terms per element.
     const double terms = static_cast<double>(s.n * s.fan_in) / static_cast<double>(s.m) + 2.0;
-    expect_close("fixed_fanin input_grad " + tag, download(ctx, d_du, du0.size()), du_ref,
+    expect_close("fixed_fanin input_grad " + tag, get(d_du, du0.size()), du_ref,
                  4e-6 * terms, 1e-4);
   }
 }
@@ -288,7 +289,7 @@ GsRef group_shared_reference(const std::vector<uint32_t>& idx, const std::vector
   return r;
 }
 
-void test_group_shared(CudaContext& ctx, Rng& rng) {
+void body_group_shared(Context& ctx, Rng& rng) {
   struct Size {
     int64_t batch, m, n, group, fan_in;
   };
@@ -309,15 +310,15 @@ void test_group_shared(CudaContext& ctx, Rng& rng) {
     const double f = static_cast<double>(s.fan_in), b = static_cast<double>(s.batch);
     const double du_terms = static_cast<double>(s.n * s.fan_in) / static_cast<double>(s.m) + 2.0;
 
-    auto d_idx = upload(ctx, idx);
-    auto d_bias = upload(ctx, bias);
-    auto d_g = upload(ctx, g);
-    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, w.size());
-    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, bias.size());
+    auto d_idx = put(ctx, idx);
+    auto d_bias = put(ctx, bias);
+    auto d_g = put(ctx, g);
+    Buffer<float> d_dw(ctx, MemTag::workspace, w.size());
+    Buffer<float> d_db(ctx, MemTag::workspace, bias.size());
     const int64_t ldz = s.n + 5;
     const ConstMatrix gg(d_g.data(), s.batch, s.n);
 
-    for (int precision = 0; precision < 2; ++precision) {
+    for (int precision = 0; precision < (ctx.on_gpu() ? 2 : 1); ++precision) {  // bf16: GPU only
       const bool bf = precision == 1;
       const std::string name = std::string("group_shared ") + (bf ? "bf16 " : "fp32 ");
       // Inputs as the kernels see them: bf16 rounds ut and w, and g when staged.
@@ -328,34 +329,32 @@ void test_group_shared(CudaContext& ctx, Rng& rng) {
       const GsRef ref_g16 = bf ? group_shared_reference(idx, w_in, bias, s.n, s.group, s.fan_in,
                                                         ut_in, s.m, s.batch, rounded(g), du0)
                                : ref;
-      auto d_z = upload(ctx, std::vector<float>(static_cast<size_t>(s.batch * ldz), 7.0f));
-      auto d_du = upload(ctx, du0);
+      auto d_z = put(ctx, std::vector<float>(static_cast<size_t>(s.batch * ldz), 7.0f));
+      auto d_du = put(ctx, du0);
       const Matrix gz(d_z.data(), s.batch, s.n, ldz), gdu(d_du.data(), s.batch, s.m);
       if (bf) {
-        auto d_w = upload(ctx, to_bf16(w));
-        auto d_ut = upload(ctx, to_bf16(ut));
+        auto d_w = put(ctx, to_bf16(w));
+        auto d_ut = put(ctx, to_bf16(ut));
         const gpu::ConstBf16Matrix gut(d_ut.data(), s.m, s.batch);
-        gpu::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
+        kernels::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
                                   s.fan_in, gut, gz);
-        gpu::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
+        kernels::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
                                       d_dw.data(), d_db.data());
-        gpu::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
+        kernels::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
                                      gdu);
-        ctx.synchronize();
       } else {
-        auto d_w = upload(ctx, w);
-        auto d_ut = upload(ctx, ut);
+        auto d_w = put(ctx, w);
+        auto d_ut = put(ctx, ut);
         const ConstMatrix gut(d_ut.data(), s.m, s.batch);
-        gpu::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
+        kernels::group_shared_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.group,
                                   s.fan_in, gut, gz);
-        gpu::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
+        kernels::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, gut,
                                       d_dw.data(), d_db.data());
-        gpu::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
+        kernels::group_shared_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.group, s.fan_in, gg,
                                      gdu);
-        ctx.synchronize();
       }
       // z: compare the used columns, and check the padding was not written.
-      const auto z_all = download(ctx, d_z, static_cast<size_t>(s.batch * ldz));
+      const auto z_all = get(d_z, static_cast<size_t>(s.batch * ldz));
       std::vector<float> z(static_cast<size_t>(s.batch * s.n));
       bool pad_ok = true;
       for (int64_t r = 0; r < s.batch; ++r) {
@@ -363,11 +362,11 @@ void test_group_shared(CudaContext& ctx, Rng& rng) {
         for (int64_t c = s.n; c < ldz; ++c)
           pad_ok &= z_all[static_cast<size_t>(r * ldz + c)] == 7.0f;
       }
-      ++g_checks;
-      if (!pad_ok) fail(name + "forward wrote into the ld padding " + tag);
-      const auto dw = download(ctx, d_dw, w.size());
-      const auto db = download(ctx, d_db, bias.size());
-      const auto du = download(ctx, d_du, du0.size());
+      INFO(name << "forward wrote into the ld padding " << tag);
+      CHECK(pad_ok);
+      const auto dw = get(d_dw, w.size());
+      const auto db = get(d_db, bias.size());
+      const auto du = get(d_du, du0.size());
       expect_close(name + "forward " + tag, z, ref.z, 4e-6 * (f + 1), 1e-4);
       expect_close(name + "weight_grad dw " + tag, dw, ref_g16.dw, 4e-6 * b, 1e-4);
       expect_close(name + "weight_grad db " + tag, db, ref.db, 4e-6 * b, 1e-4);
@@ -388,7 +387,7 @@ void test_group_shared(CudaContext& ctx, Rng& rng) {
 }
 
 // --- sampled scoring ------------------------------------------------------------------
-void test_sampled(CudaContext& ctx, Rng& rng) {
+void body_sampled(Context& ctx, Rng& rng) {
   struct Size {
     int64_t batch, labels, d, max_cand;
   };
@@ -434,7 +433,6 @@ void test_sampled(CudaContext& ctx, Rng& rng) {
                                  db_ref.data());
     // The grouping is a partition of the entries, labels ascending, rows ascending.
     {
-      ++g_checks;
       bool ok = hv.nnz == nnz && hv.ptr[hv.groups] == nnz;
       std::vector<int> seen(static_cast<size_t>(nnz), 0);
       for (int64_t u = 0; ok && u < hv.groups; ++u) {
@@ -448,48 +446,49 @@ void test_sampled(CudaContext& ctx, Rng& rng) {
         }
       }
       ok &= std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; });
-      if (!ok) fail("group_entries_by_label is not a sorted partition " + tag);
+      INFO("group_entries_by_label is not a sorted partition " << tag);
+      CHECK(ok);
     }
 
-    auto d_w = upload(ctx, w);
-    auto d_bias = upload(ctx, bias);
-    auto d_h = upload(ctx, h);
-    auto d_g = upload(ctx, g);
-    auto d_dh = upload(ctx, dh0);
-    auto d_indptr = upload(ctx, indptr);
-    auto d_labels = upload(ctx, labels);
-    auto d_ul = upload(ctx, eg.labels);
-    auto d_ptr = upload(ctx, eg.ptr);
-    auto d_entry = upload(ctx, eg.entry);
-    auto d_row = upload(ctx, eg.row);
-    DeviceBuffer<float> d_scores(ctx.ledger(), MemTag::workspace, std::max<int64_t>(nnz, 1));
-    DeviceBuffer<float> d_dw(ctx.ledger(), MemTag::workspace, std::max<size_t>(dw_ref.size(), 1));
-    DeviceBuffer<float> d_db(ctx.ledger(), MemTag::workspace, std::max<size_t>(db_ref.size(), 1));
+    auto d_w = put(ctx, w);
+    auto d_bias = put(ctx, bias);
+    auto d_h = put(ctx, h);
+    auto d_g = put(ctx, g);
+    auto d_dh = put(ctx, dh0);
+    auto d_indptr = put(ctx, indptr);
+    auto d_labels = put(ctx, labels);
+    auto d_ul = put(ctx, eg.labels);
+    auto d_ptr = put(ctx, eg.ptr);
+    auto d_entry = put(ctx, eg.entry);
+    auto d_row = put(ctx, eg.row);
+    Buffer<float> d_scores(ctx, MemTag::workspace, std::max<int64_t>(nnz, 1));
+    Buffer<float> d_dw(ctx, MemTag::workspace, std::max<size_t>(dw_ref.size(), 1));
+    Buffer<float> d_db(ctx, MemTag::workspace, std::max<size_t>(db_ref.size(), 1));
     const kernels::CandidateCsr dc{d_indptr.data(), d_labels.data(), s.batch, nnz};
     const kernels::EntryGroups dv{d_ul.data(),  d_ptr.data(), d_entry.data(),
                                   d_row.data(), hv.groups,    hv.nnz};
     const ConstMatrix gh(d_h.data(), s.batch, s.d);
-    gpu::sampled_scores(ctx, d_w.data(), d_bias.data(), s.d, dc, gh, d_scores.data());
-    gpu::sampled_input_grad(ctx, d_w.data(), s.d, dc, d_g.data(),
+    kernels::sampled_scores(ctx, d_w.data(), d_bias.data(), s.d, dc, gh, d_scores.data());
+    kernels::sampled_input_grad(ctx, d_w.data(), s.d, dc, d_g.data(),
                             Matrix(d_dh.data(), s.batch, s.d));
-    gpu::sampled_weight_grad(ctx, dv, d_g.data(), gh, Matrix(d_dw.data(), hv.groups, s.d),
+    kernels::sampled_weight_grad(ctx, dv, d_g.data(), gh, Matrix(d_dw.data(), hv.groups, s.d),
                              d_db.data());
     const double dd = static_cast<double>(s.d);
-    expect_close("sampled scores " + tag, download(ctx, d_scores, static_cast<size_t>(nnz)),
+    expect_close("sampled scores " + tag, get(d_scores, static_cast<size_t>(nnz)),
                  scores_ref, 4e-6 * (dd + 1), 1e-4);
-    expect_close("sampled input_grad " + tag, download(ctx, d_dh, dh0.size()), dh_ref,
+    expect_close("sampled input_grad " + tag, get(d_dh, dh0.size()), dh_ref,
                  4e-6 * static_cast<double>(s.max_cand + 1), 1e-4);
-    expect_close("sampled weight_grad dw " + tag, download(ctx, d_dw, dw_ref.size()), dw_ref,
+    expect_close("sampled weight_grad dw " + tag, get(d_dw, dw_ref.size()), dw_ref,
                  4e-6 * static_cast<double>(s.batch), 1e-4);
-    expect_close("sampled weight_grad db " + tag, download(ctx, d_db, db_ref.size()), db_ref,
+    expect_close("sampled weight_grad db " + tag, get(d_db, db_ref.size()), db_ref,
                  4e-6 * static_cast<double>(s.batch), 1e-4);
   }
 }
 
 // Bad shapes are refused on the host with the offending value, before any launch.
-void test_shape_checks(CudaContext& ctx, Rng&) {
-  DeviceBuffer<float> buf(ctx.ledger(), MemTag::workspace, 64);
-  DeviceBuffer<uint32_t> idx(ctx.ledger(), MemTag::workspace, 64);
+void body_shape_checks(Context& ctx) {
+  Buffer<float> buf(ctx, MemTag::workspace, 64);
+  Buffer<uint32_t> idx(ctx, MemTag::workspace, 64);
   auto throws = [](const std::function<void()>& fn) {
     try {
       fn();
@@ -498,27 +497,39 @@ void test_shape_checks(CudaContext& ctx, Rng&) {
     }
     return false;
   };
-  ++g_checks;
-  if (!throws([&] {
-        gpu::fixed_fanin_forward(ctx, idx.data(), buf.data(), nullptr, 4, 2,
+  // fixed_fanin_forward with z rows != B.
+  CHECK(throws([&] {
+    kernels::fixed_fanin_forward(ctx, idx.data(), buf.data(), nullptr, 4, 2,
                                  ConstMatrix(buf.data(), 4, 2), Matrix(buf.data(), 3, 4));
-      }))
-    fail("fixed_fanin_forward accepted z rows != B");
-  ++g_checks;
-  if (!throws([&] {
-        gpu::group_shared_forward(ctx, idx.data(), reinterpret_cast<const Bf16*>(buf.data()),
+  }));
+  // bf16 group_shared_forward with F = 257 (on the CPU: bf16 at all).
+  CHECK(throws([&] {
+    kernels::group_shared_forward(ctx, idx.data(), reinterpret_cast<const Bf16*>(buf.data()),
                                   nullptr, 2, 1, 257, gpu::ConstBf16Matrix(nullptr, 4, 1),
                                   Matrix(buf.data(), 1, 2));
-      }))
-    fail("bf16 group_shared_forward accepted F = 257");
+  }));
 }
-
 }  // namespace
 
-int main() {
-  return run_parity_main({
-      {"transpose", test_transpose},       {"fixed_fanin", test_fixed_fanin},
-      {"group_shared", test_group_shared}, {"sampled", test_sampled},
-      {"shape checks", test_shape_checks},
-  });
-}
+// One Catch2 test per family, each looping over the devices ([sparse]: the GPU kit's
+// racecheck runs these).
+#define XMC_SPARSE_TEST(title, body)                                   \
+  TEST_CASE(title, "[sparse]") {                                     \
+    for (Device dev : sparse_devices()) {                            \
+      DYNAMIC_SECTION("device " << to_string(dev)) {                 \
+        Context ctx(dev);                                            \
+        Rng rng(2024);                                               \
+        body;                                                        \
+      }                                                              \
+    }                                                                \
+  }
+
+XMC_SPARSE_TEST("transposes, fp32 and (CUDA) bf16, at odd sizes", body_transpose(ctx, rng))
+XMC_SPARSE_TEST("fixed fan-in forward, weight and input gradients against the CPU ops",
+                body_fixed_fanin(ctx, rng))
+XMC_SPARSE_TEST("group-shared ops, fp32 and (CUDA) bf16, against a naive reference",
+                body_group_shared(ctx, rng))
+XMC_SPARSE_TEST("sampled scoring and gradients against the CPU ops, grouping a partition",
+                body_sampled(ctx, rng))
+XMC_SPARSE_TEST("bad shapes are refused with an error before any work",
+                (void)rng; body_shape_checks(ctx))
