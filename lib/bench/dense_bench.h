@@ -23,7 +23,8 @@ struct DenseBenchParams {
 
 nlohmann::json bench_dense(const DenseBenchParams& p);
 
-// The same step on the GPU (DenseBlockCuda), per label count and precision, adam + bce.
+// The same step on the GPU (DenseBlock on a CUDA Context), per label count and precision,
+// adam + bce.
 struct DenseCudaBenchParams {
   int64_t batch = 256;
   int64_t dim = 768;
