@@ -262,13 +262,6 @@ __global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int6
       dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
 }
 
-__global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst,
-                                 int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __bfloat162float(src[i]);
-}
-
 // Column blocks of a grid-stride loop over cols (capped: the loop covers the rest).
 unsigned col_blocks(int64_t cols, int64_t per_block) {
   return launch::grid_yz(launch::ceil_div(cols, per_block));
@@ -367,13 +360,6 @@ void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
   const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
   to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.rows, src.cols, src.ld,
                                                       as_bf16(dst.data), dst.ld);
-  XMC_CUDA_CHECK_LAUNCH();
-}
-
-void from_bf16(const CudaContext& ctx, const Bf16* src, float* dst, int64_t n) {
-  if (n == 0) return;
-  from_bf16_kernel<<<col_blocks(n, kThreads), kThreads, 0, ctx.stream()>>>(
-      reinterpret_cast<const __nv_bfloat16*>(src), dst, n);  // same 16 bits
   XMC_CUDA_CHECK_LAUNCH();
 }
 

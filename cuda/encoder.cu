@@ -1,7 +1,7 @@
 // Encoder kernels (kernels/encoder_ops_cuda.h): the sparse-input layer's CSR × dense
 // forward and its weight gradient over the touched rows (grouped by column on the host,
 // so no atomics and the CPU's summation order), bias + relu, relu's gradient, dropout
-// masks, and the row gather / scatter around the fused optimizer update of touched rows.
+// masks, and the row gather (the touched rows are updated in place by optimizer_update_rows).
 #include <cstdint>
 
 #include "core/launch_shape.h"
@@ -92,14 +92,6 @@ __global__ void enc_gather_kernel(const float* __restrict__ src, const uint32_t*
   }
 }
 
-__global__ void enc_scatter_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
-                                   int64_t width, float* __restrict__ dst) {
-  const int64_t u = blockIdx.x;
-  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < width;
-       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-    dst[static_cast<int64_t>(rows[u]) * width + j] = src[u * width + j];
-  }
-}
 
 }  // namespace
 
@@ -152,14 +144,6 @@ void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows,
   if (count == 0 || width == 0) return;
   enc_gather_kernel<<<enc_grid(count, width), kEncThreads, 0, ctx.stream()>>>(src, rows, width,
                                                                               dst);
-  XMC_CUDA_CHECK_LAUNCH();
-}
-
-void scatter_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
-                  int64_t width, float* dst) {
-  if (count == 0 || width == 0) return;
-  enc_scatter_kernel<<<enc_grid(count, width), kEncThreads, 0, ctx.stream()>>>(src, rows, width,
-                                                                               dst);
   XMC_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,7 +25,6 @@ class CandidateStaging {
   int64_t bytes() const { return static_cast<int64_t>(pack_.bytes()); }
 
  private:
-  void reserve(int64_t words);
   Context* ctx_ = nullptr;
   std::vector<int64_t> host_;  // CUDA: the packed arrays before their upload
   Buffer<int64_t> pack_;       // CUDA

@@ -7,6 +7,7 @@
 // dense_loss.cu, optimizer.cu); stubs that throw in a build without CUDA
 // (kernels/gpu_stubs.cpp).
 #include <cstdint>
+#include <cstring>
 
 #include "core/cuda_context.h"
 #include "core/matrix.h"
@@ -18,6 +19,21 @@ namespace xmc::gpu {
 struct Bf16 {
   uint16_t bits;
 };
+// Host conversions: round to nearest even, as the device's __float2bfloat16_rn (NaN stays a
+// quiet NaN), and the exact widening back.
+inline Bf16 bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+inline float bf16_widen(Bf16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 using Bf16Matrix = MatrixView<Bf16>;
 using ConstBf16Matrix = MatrixView<const Bf16>;
 
@@ -45,8 +61,6 @@ void column_sums(const CudaContext& ctx, ConstMatrix a, float* out);
 void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias);
 // dst = round-to-nearest-even bf16 of src, same shape.
 void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst);
-// dst = fp32 of src (n elements).
-void from_bf16(const CudaContext& ctx, const Bf16* src, float* dst, int64_t n);
 
 // --- loss gradients on a label chunk [lo, lo+c) ---
 // Batch targets on the device: CSR [B×L], global label ids, sorted within a row.

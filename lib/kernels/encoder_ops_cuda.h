@@ -51,10 +51,8 @@ void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, M
 // (u, output column), the entries summed in position order as on the CPU).
 void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz, Matrix g);
 
-// dst [U×width] = rows `rows[u]` of src [*×width] (gather), and the reverse (scatter).
+// dst [U×width] = rows `rows[u]` of src [*×width] (gather).
 void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
                  int64_t width, float* dst);
-void scatter_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
-                  int64_t width, float* dst);
 
 }  // namespace xmc::gpu

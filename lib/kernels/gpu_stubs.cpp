@@ -24,7 +24,6 @@ void gemm_tn(const CudaContext&, ConstBf16Matrix, ConstBf16Matrix, Matrix, float
 void column_sums(const CudaContext&, ConstMatrix, float*) { no_cuda(); }
 void add_row_vector(const CudaContext&, Matrix, const float*) { no_cuda(); }
 void to_bf16(const CudaContext&, ConstMatrix, Bf16Matrix) { no_cuda(); }
-void from_bf16(const CudaContext&, const Bf16*, float*, int64_t) { no_cuda(); }
 void elementwise_loss_grad(const CudaContext&, LossType, Matrix, const float*, const DeviceCsr&,
                            int64_t, int64_t, LossAccum*, Bf16Matrix) {
   no_cuda();
@@ -110,9 +109,6 @@ void csr_column_grad(const CudaContext&, const DeviceCsrByColumn&, ConstMatrix, 
   no_cuda();
 }
 void gather_rows(const CudaContext&, const float*, const uint32_t*, int64_t, int64_t, float*) {
-  no_cuda();
-}
-void scatter_rows(const CudaContext&, const float*, const uint32_t*, int64_t, int64_t, float*) {
   no_cuda();
 }
 

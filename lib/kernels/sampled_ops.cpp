@@ -140,14 +140,7 @@ int64_t pack_words(int64_t rows, int64_t nnz, int64_t groups) {
 
 CandidateStaging::CandidateStaging(Context& ctx, int64_t rows, int64_t nnz, int64_t groups)
     : ctx_(&ctx) {
-  if (ctx.on_gpu()) reserve(pack_words(rows, nnz, groups));
-}
-
-void CandidateStaging::reserve(int64_t words) {
-  if (words <= static_cast<int64_t>(pack_.size())) return;
-  // Freeing the old buffer waits for the work that may still read it (cudaFree).
-  pack_ = Buffer<int64_t>(*ctx_, MemTag::workspace,
-                          static_cast<size_t>(std::max<int64_t>(words, 2 * pack_.size())));
+  if (ctx.on_gpu()) ensure_size(pack_, ctx, MemTag::workspace, pack_words(rows, nnz, groups));
 }
 
 CandidateCsr CandidateStaging::stage(const CandidateCsr& cand, const EntryGroupsBuffers* groups,
@@ -167,7 +160,7 @@ CandidateCsr CandidateStaging::stage(const CandidateCsr& cand, const EntryGroups
     return cand;
   }
   const int64_t words = pack_words(cand.rows, cand.nnz, ng);
-  reserve(words);
+  ensure_size(pack_, *ctx_, MemTag::workspace, words);
   host_.resize(static_cast<size_t>(words));
   // Filled in pack_words' layout (memcpy: the uint32 part is written through bytes).
   auto* base = reinterpret_cast<char*>(host_.data());

@@ -43,8 +43,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       optim_(init.optim),
       seed_(init.seed),
       ctx_(init.ctx),
-      eval_rows_(init.ctx && init.ctx->on_gpu() ? std::max<int64_t>(init.batch_size, 1)
-                                                : std::numeric_limits<int64_t>::max()) {
+      eval_rows_(init.eval_rows()) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
   if (loss_ == LossType::softmax)
     throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");

@@ -17,7 +17,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
     : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
       ctx_(init.ctx),
       dim_(cfg.dim),
-      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
+      eval_rows_(init.eval_rows()),
       optim_(init.optim),
       block_(*init.ctx, cfg.dim, 0, init.num_labels, init.batch_size, cfg.chunk_size,
              parse_loss(cfg.loss), init.optim, init.seed,

@@ -6,7 +6,7 @@ namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
     : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
-      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
+      eval_rows_(init.eval_rows()),
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
              init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {

@@ -37,7 +37,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
       max_batch_(init.batch_size),
       chunk_(std::min(cfg.chunk_size, init.num_labels)),
-      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
+      eval_rows_(init.eval_rows()),
       dropout_(cfg.dropout),
       loss_(parse_loss(cfg.loss)),
       rewire_cfg_(cfg.rewire),

@@ -62,7 +62,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       m_(cfg.tail_projection > 0 ? cfg.tail_projection : init.input_dim),
       max_batch_(init.batch_size),
       chunk_(0),
-      eval_rows_(init.ctx->on_gpu() ? init.batch_size : std::numeric_limits<int64_t>::max()),
+      eval_rows_(init.eval_rows()),
       dropout_(cfg.dropout),
       loss_(parse_loss(cfg.loss)),
       grouping_(parse_grouping(cfg.grouping)),

@@ -1,6 +1,8 @@
 #pragma once
 // What every backend's factory receives besides its own config.
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/context.h"
@@ -24,6 +26,12 @@ struct LayerInit {
   int64_t label_lo = 0;
   int64_t label_hi = -1;  // -1: num_labels
   int64_t label_end() const { return label_hi < 0 ? num_labels : label_hi; }
+  // Rows per evaluation block (scores and top-k): all of them on the CPU, the batch size on
+  // the GPU, whose workspaces are sized for it.
+  int64_t eval_rows() const {
+    return ctx != nullptr && ctx->on_gpu() ? std::max<int64_t>(batch_size, 1)
+                                           : std::numeric_limits<int64_t>::max();
+  }
 };
 
 }  // namespace xmc

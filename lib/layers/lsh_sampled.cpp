@@ -97,8 +97,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
       chunk_(std::min(cfg.chunk_size, init.num_labels)),
-      eval_rows_(init.ctx->on_gpu() ? std::max<int64_t>(init.batch_size, 1)
-                                    : std::numeric_limits<int64_t>::max()) {
+      eval_rows_(init.eval_rows()) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
   if (loss_ == LossType::squared_hinge)
     throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);

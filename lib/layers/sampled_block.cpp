@@ -33,17 +33,10 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n
   p_.w.commit();
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_ * d));
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_));
-  reserve_entries(hint);
+  ensure_size(zg_, ctx, MemTag::workspace, hint);
   staging_ = kernels::CandidateStaging(ctx, max_batch, hint, std::min(hint, n));
   reserved_bytes_ =
       static_cast<int64_t>(zg_.bytes() + dw_.bytes() + db_.bytes()) + staging_.bytes();
-}
-
-void SampledBlock::reserve_entries(int64_t nnz) {
-  if (nnz <= static_cast<int64_t>(zg_.size())) return;
-  // Freeing the old buffer waits for the work that may still read it (cudaFree).
-  zg_ = Buffer<float>(*ctx_, MemTag::workspace,
-                      static_cast<size_t>(std::max<int64_t>(nnz, 2 * zg_.size())));
 }
 
 const std::vector<uint32_t>& SampledBlock::train_step(const kernels::CandidateCsr& cand,
@@ -57,7 +50,7 @@ const std::vector<uint32_t>& SampledBlock::train_step(const kernels::CandidateCs
   kernels::EntryGroups all;
   const kernels::CandidateCsr dc = staging_.stage(cand, &groups, &all);
   const auto nnz = static_cast<size_t>(cand.nnz);
-  reserve_entries(cand.nnz);
+  ensure_size(zg_, *ctx_, MemTag::workspace, cand.nnz);
   kernels::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   loss_grad(std::span<float>(zg_.stage(nnz), nnz));
   zg_.commit(nnz);
@@ -79,7 +72,7 @@ std::vector<float> SampledBlock::candidate_scores(const kernels::CandidateCsr& c
   XMC_CHECK(h.rows == cand.rows && h.cols == d_, "candidate scores: h [{}×{}], {} rows, d={}",
             h.rows, h.cols, cand.rows, d_);
   const kernels::CandidateCsr dc = staging_.stage(cand, nullptr, nullptr);
-  reserve_entries(cand.nnz);
+  ensure_size(zg_, *ctx_, MemTag::workspace, cand.nnz);
   kernels::sampled_scores(*ctx_, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   std::vector<float> out(static_cast<size_t>(cand.nnz));
   zg_.copy_to_host(out.data(), out.size());

@@ -85,8 +85,6 @@ class SampledBlock {
   int64_t chunk() const { return chunk_; }
 
  private:
-  void reserve_entries(int64_t nnz);
-
   Context* ctx_ = nullptr;
   OptimizerConfig optim_;
   int64_t n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;

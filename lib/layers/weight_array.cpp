@@ -1,31 +1,10 @@
 #include "layers/weight_array.h"
 
 #include <cstdint>
-#include <cstring>
 
 #include "core/error.h"
 
 namespace xmc {
-
-namespace {
-
-float widen(gpu::Bf16 v) {
-  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Round to nearest even, as the device's __float2bfloat16_rn (NaN stays a quiet NaN).
-gpu::Bf16 round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return {static_cast<uint16_t>(u >> 16)};
-}
-
-}  // namespace
 
 WeightArray::WeightArray(Context& ctx, bool bf16, size_t n) : bf16_(bf16) {
   XMC_CHECK(!bf16 || ctx.on_gpu(), "bf16 weights exist only on device cuda");
@@ -52,7 +31,7 @@ float* WeightArray::stage() {
   if (!staged_) {
     const gpu::Bf16* h = w16_.stage();
     wide_.resize(w16_.size());
-    for (size_t i = 0; i < wide_.size(); ++i) wide_[i] = widen(h[i]);
+    for (size_t i = 0; i < wide_.size(); ++i) wide_[i] = gpu::bf16_widen(h[i]);
     w16_.release();
     staged_ = true;
   }
@@ -78,7 +57,7 @@ void WeightArray::commit() {
   if (!bf16_) return w_.commit();
   XMC_CHECK(staged_, "commit() of bf16 weights that were not staged");
   gpu::Bf16* h = w16_.stage_for_write();
-  for (size_t i = 0; i < wide_.size(); ++i) h[i] = round_bf16(wide_[i]);
+  for (size_t i = 0; i < wide_.size(); ++i) h[i] = gpu::bf16_round(wide_[i]);
   w16_.commit();
   release();
 }

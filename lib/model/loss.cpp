@@ -319,9 +319,8 @@ void LossTargets::upload() {
   XMC_CHECK(t.rows + 1 <= static_cast<int64_t>(indptr_.size()),
             "loss targets: {} rows for a workspace of {}", t.rows, indptr_.size() - 1);
   const auto nnz = static_cast<size_t>(t.nnz());
-  if (indices_.size() < std::max<size_t>(nnz, 1))
-    indices_ = Buffer<uint32_t>(*ctx_, MemTag::workspace,
-                                std::max<size_t>({nnz, 2 * indices_.size(), 1024}));
+  ensure_size(indices_, *ctx_, MemTag::workspace,
+              static_cast<int64_t>(std::max<size_t>(nnz, 1024)));
   indptr_.copy_from_host(t.indptr.data(), static_cast<size_t>(t.rows + 1));
   indices_.copy_from_host(t.indices.data(), nnz);
 }
