@@ -48,20 +48,10 @@ using gpu::DeviceBuffer;
 
 using namespace xmc::parity;
 
-// Host round-to-nearest-even to bf16 (finite inputs), and back.
-uint16_t to_bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16_bits(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-float round_bf16(float x) { return from_bf16_bits(to_bf16_bits(x)); }
+// Host round-to-nearest-even to bf16, and back (the library's conversions, as bits).
+uint16_t to_bf16_bits(float x) { return gpu::bf16_round(x).bits; }
+float from_bf16_bits(uint16_t b) { return gpu::bf16_widen(Bf16{b}); }
+float round_bf16(float x) { return gpu::bf16_widen(gpu::bf16_round(x)); }
 
 template <class T>
 DeviceBuffer<T> upload(CudaContext& ctx, const std::vector<T>& v) {

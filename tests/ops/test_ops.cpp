@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/context.h"
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
@@ -24,53 +23,20 @@
 #include "model/csr_by_column.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
+#include "ops_test_util.h"
 
 using namespace xmc;
+using namespace xmc::opstest;
 
 namespace {
 
-// XMC_TEST_REQUIRE_CUDA set (the GPU kit): a missing GPU fails instead of shrinking the list.
-std::vector<Device> test_devices() {
-  std::vector<Device> d = {Device::cpu};
-  if (resolve_device("auto") == Device::cuda)
-    d.push_back(Device::cuda);
-  else if (const char* req = std::getenv("XMC_TEST_REQUIRE_CUDA"); req != nullptr && *req != '\0')
-    FAIL("XMC_TEST_REQUIRE_CUDA is set but no CUDA GPU is usable");
-  return d;
-}
-
-template <class T>
-Buffer<T> put(Context& ctx, const std::vector<T>& v) {
-  Buffer<T> b(ctx, MemTag::workspace, std::max<size_t>(v.size(), 1));
-  b.copy_from_host(v.data(), v.size());
-  return b;
-}
-
-template <class T>
-std::vector<T> get(const Buffer<T>& b, size_t n) {
-  std::vector<T> v(n);
-  b.copy_to_host(v.data(), n);
-  return v;
-}
-
-std::vector<float> random_floats(Rng& rng, size_t n, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = (2.0f * rng.uniformf() - 1.0f) * scale;
-  return v;
-}
-
-// Every entry within abs + |ref|·rel; reports the first miss.
-void check_close(const std::vector<float>& got, const std::vector<double>& ref, double abs,
-                 double rel) {
-  REQUIRE(got.size() == ref.size());
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    if (!(std::abs(got[i] - ref[i]) <= abs + std::abs(ref[i]) * rel)) {
-      if (bad++ == 0) first = i;
-    }
-  INFO("first miss at " << first << ": got " << (bad ? got[first] : 0.0f) << ", reference "
-                        << (bad ? ref[first] : 0.0));
-  CHECK(bad == 0);
+// An optimizer of the type with momentum (sgd) and weight decay, so every term is used.
+OptimizerConfig optimizer_with_decay(OptimizerType type) {
+  OptimizerConfig cfg;
+  cfg.type = type;
+  cfg.momentum = 0.9;
+  cfg.weight_decay = 0.01;
+  return cfg;
 }
 
 // Odd sizes, so no kernel's tile divides them.
@@ -107,11 +73,11 @@ TEST_CASE("the three GEMMs and the affine forms against a naive product") {
       const auto nt = ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * bt[j * kK + k]; });
       const auto tn = ref([&](int64_t i, int64_t j, int64_t k) { return double(at[k * kM + i]) * b[k * kN + j]; });
       kernels::gemm_nn(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(db.data(), kK, kN), c);
-      check_close(get(dc, kM * kN), nn, 1e-5, 1e-4);
+      expect_close("", get(dc, kM * kN), nn, 1e-5, 1e-4);
       kernels::gemm_nt(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(dbt.data(), kN, kK), c);
-      check_close(get(dc, kM * kN), nt, 1e-5, 1e-4);
+      expect_close("", get(dc, kM * kN), nt, 1e-5, 1e-4);
       kernels::gemm_tn(ctx, ConstMatrix(dat.data(), kK, kM), ConstMatrix(db.data(), kK, kN), c);
-      check_close(get(dc, kM * kN), tn, 1e-5, 1e-4);
+      expect_close("", get(dc, kM * kN), tn, 1e-5, 1e-4);
       // affine: relu(bias + x·w) with w [K×N] (nn) or [N×K] (nt).
       auto relu_bias = [&](std::vector<double> r) {
         for (int64_t i = 0; i < kM; ++i)
@@ -119,16 +85,16 @@ TEST_CASE("the three GEMMs and the affine forms against a naive product") {
         return r;
       };
       kernels::affine_nn(ctx, ConstMatrix(da.data(), kM, kK), db.data(), dbias.data(), true, c);
-      check_close(get(dc, kM * kN), relu_bias(nn), 1e-5, 1e-4);
+      expect_close("", get(dc, kM * kN), relu_bias(nn), 1e-5, 1e-4);
       kernels::affine_nt(ctx, ConstMatrix(da.data(), kM, kK), dbt.data(), dbias.data(), true, c);
-      check_close(get(dc, kM * kN), relu_bias(nt), 1e-5, 1e-4);
+      expect_close("", get(dc, kM * kN), relu_bias(nt), 1e-5, 1e-4);
       // column sums and the row-vector add.
       Buffer<float> dsum(ctx, MemTag::workspace, kK);
       kernels::column_sums(ctx, ConstMatrix(da.data(), kM, kK), dsum.data());
       std::vector<double> sums(kK, 0.0);
       for (int64_t i = 0; i < kM; ++i)
         for (int64_t k = 0; k < kK; ++k) sums[k] += a[i * kK + k];
-      check_close(get(dsum, kK), sums, 1e-5, 1e-5);
+      expect_close("", get(dsum, kK), sums, 1e-5, 1e-5);
     }
   }
 }
@@ -148,15 +114,15 @@ TEST_CASE("mask multiply (with and without a mask), set_zero, ReLU gradient") {
       kernels::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), dmask.data(), y);
       std::vector<double> ref(kM * kN);
       for (size_t i = 0; i < ref.size(); ++i) ref[i] = double(x[i]) * mask[i];
-      check_close(get(dy, ref.size()), ref, 0, 1e-7);
+      expect_close("", get(dy, ref.size()), ref, 0, 1e-7);
       kernels::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), nullptr, y);
-      check_close(get(dy, ref.size()), std::vector<double>(x.begin(), x.end()), 0, 0);
+      expect_close("", get(dy, ref.size()), std::vector<double>(x.begin(), x.end()), 0, 0);
       kernels::activation_grad(ctx, true, ConstMatrix(dx.data(), kM, kN),
                                ConstMatrix(dg.data(), kM, kN), y);
       for (size_t i = 0; i < ref.size(); ++i) ref[i] = x[i] > 0 ? g[i] : 0.0;
-      check_close(get(dy, ref.size()), ref, 0, 0);
+      expect_close("", get(dy, ref.size()), ref, 0, 0);
       kernels::set_zero(ctx, y);
-      check_close(get(dy, ref.size()), std::vector<double>(ref.size(), 0.0), 0, 0);
+      expect_close("", get(dy, ref.size()), std::vector<double>(ref.size(), 0.0), 0, 0);
     }
   }
 }
@@ -199,7 +165,7 @@ TEST_CASE("the sparse-input layer's forward and weight gradient") {
             s += double(x.values[k]) * w[x.indices[k] * out + j];
           h[r * out + j] = std::max(0.0, s);
         }
-      check_close(get(dh, h.size()), h, 1e-6, 1e-5);
+      expect_close("", get(dh, h.size()), h, 1e-6, 1e-5);
       // g [U×out]: row u = Σ_{entries of column cols[u]} value · dz[row].
       auto dcols = put(ctx, xt.cols);
       auto dstart = put(ctx, xt.start);
@@ -216,7 +182,7 @@ TEST_CASE("the sparse-input layer's forward and weight gradient") {
                          xt.cols.begin();
           for (int64_t j = 0; j < out; ++j) gr[q * out + j] += double(x.values[k]) * dz[r * out + j];
         }
-      check_close(get(dgr, gr.size()), gr, 1e-6, 1e-5);
+      expect_close("", get(dgr, gr.size()), gr, 1e-6, 1e-5);
     }
   }
 }
@@ -270,22 +236,22 @@ TEST_CASE("sampled scores, input and weight gradients, row gather") {
           for (int64_t j = 0; j < d; ++j) dwr[u * d + j] += double(g[e]) * h[r * d + j];
           dbr[u] += g[e];
         }
-      check_close(get(dz, z.size()), z, 1e-5, 1e-5);
+      expect_close("", get(dz, z.size()), z, 1e-5, 1e-5);
       Buffer<float> ddh(ctx, MemTag::workspace, rows * d);
       kernels::sampled_input_grad(ctx, dw.data(), d, cand, dg.data(), Matrix(ddh.data(), rows, d));
-      check_close(get(ddh, dhr.size()), dhr, 1e-5, 1e-5);
+      expect_close("", get(ddh, dhr.size()), dhr, 1e-5, 1e-5);
       Buffer<float> ddw(ctx, MemTag::workspace, ng * d), ddb(ctx, MemTag::workspace, ng);
       const kernels::EntryGroups eg{gl.data(), gp.data(), ge.data(), grow.data(), ng, nnz};
       kernels::sampled_weight_grad(ctx, eg, dg.data(), ConstMatrix(dh.data(), rows, d),
                                    Matrix(ddw.data(), ng, d), ddb.data());
-      check_close(get(ddw, dwr.size()), dwr, 1e-5, 1e-5);
-      check_close(get(ddb, dbr.size()), dbr, 1e-5, 1e-5);
+      expect_close("", get(ddw, dwr.size()), dwr, 1e-5, 1e-5);
+      expect_close("", get(ddb, dbr.size()), dbr, 1e-5, 1e-5);
       Buffer<float> drows(ctx, MemTag::workspace, ng * d);
       kernels::gather_rows(ctx, dw.data(), gl.data(), ng, d, drows.data());
       std::vector<double> rows_ref(ng * d);
       for (int64_t u = 0; u < ng; ++u)
         for (int64_t j = 0; j < d; ++j) rows_ref[u * d + j] = w[groups.labels[u] * d + j];
-      check_close(get(drows, rows_ref.size()), rows_ref, 0, 0);
+      expect_close("", get(drows, rows_ref.size()), rows_ref, 0, 0);
     }
   }
 }
@@ -296,10 +262,7 @@ TEST_CASE("the lazy row update equals OptimizerStep::apply per row, other rows u
       DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(type)) {
         Context ctx(dev);
         Rng rng(11);
-        OptimizerConfig cfg;
-        cfg.type = type;
-        cfg.momentum = 0.9;
-        cfg.weight_decay = 0.01;
+        const OptimizerConfig cfg = optimizer_with_decay(type);
         const int64_t n = 31, width = 17;
         const std::vector<uint32_t> ids = {0, 4, 5, 17, 30};
         const auto count = static_cast<int64_t>(ids.size());
@@ -323,9 +286,9 @@ TEST_CASE("the lazy row update equals OptimizerStep::apply per row, other rows u
                    states >= 2 ? s2.data() + o : nullptr, width);
         }
         // Untouched rows stay bit-identical; touched ones within the fp32 formulas' rounding.
-        check_close(get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
+        expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
         if (states >= 1)
-          check_close(get(ds1, s1.size()), std::vector<double>(s1.begin(), s1.end()), 1e-8, 1e-6);
+          expect_close("", get(ds1, s1.size()), std::vector<double>(s1.begin(), s1.end()), 1e-8, 1e-6);
         const auto got = get(dp, p.size());
         int changed_untouched = 0;
         for (int64_t r = 0; r < n; ++r)
@@ -410,7 +373,7 @@ TEST_CASE("fixed fan-in and group-shared ops and the transpose against one refer
         std::vector<double> ut_ref(m * b);
         for (int64_t s = 0; s < b; ++s)
           for (int64_t i = 0; i < m; ++i) ut_ref[i * b + s] = u[s * m + i];
-        check_close(get(dut, ut_ref.size()), ut_ref, 0, 0);
+        expect_close("", get(dut, ut_ref.size()), ut_ref, 0, 0);
         const ConstMatrix ut(dut.data(), m, b);
         const ConstMatrix gm(dg.data(), b, n);
         Buffer<float> dz(ctx, MemTag::workspace, b * n), ddw(ctx, MemTag::workspace, n * f),
@@ -432,10 +395,10 @@ TEST_CASE("fixed fan-in and group-shared ops and the transpose against one refer
           kernels::group_shared_input_grad(ctx, didx.data(), dw.data(), n, group, f, gm,
                                            Matrix(ddu.data(), b, m));
         }
-        check_close(get(dz, ref.z.size()), ref.z, 1e-5, 1e-5);
-        check_close(get(ddw, ref.dw.size()), ref.dw, 1e-5, 1e-5);
-        check_close(get(ddb, ref.db.size()), ref.db, 1e-5, 1e-5);
-        check_close(get(ddu, ref.du.size()), ref.du, 1e-5, 1e-5);
+        expect_close("", get(dz, ref.z.size()), ref.z, 1e-5, 1e-5);
+        expect_close("", get(ddw, ref.dw.size()), ref.dw, 1e-5, 1e-5);
+        expect_close("", get(ddb, ref.db.size()), ref.db, 1e-5, 1e-5);
+        expect_close("", get(ddu, ref.du.size()), ref.du, 1e-5, 1e-5);
       }
     }
   }
@@ -522,7 +485,7 @@ TEST_CASE("losses on the device (bias first, loss and zero count accumulated) ag
           }
         }
         CHECK(a.loss == Approx(lref).epsilon(1e-5));
-        check_close(get(dz, gref.size()), gref, 1e-6, 1e-4);
+        expect_close("", get(dz, gref.size()), gref, 1e-6, 1e-4);
         if (type == LossType::squared_hinge) {
           const auto g = get(dz, gref.size());
           CHECK(a.zero_grads == static_cast<unsigned long long>(std::count(g.begin(), g.end(), 0.0f)));
@@ -539,10 +502,7 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
       DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(type)) {
         Context ctx(dev);
         Rng rng(19);
-        OptimizerConfig cfg;
-        cfg.type = type;
-        cfg.momentum = 0.9;
-        cfg.weight_decay = 0.01;
+        const OptimizerConfig cfg = optimizer_with_decay(type);
         const int64_t n = 1031;
         auto p = random_floats(rng, n), s1 = random_floats(rng, n, 0.1f), s2 = random_floats(rng, n, 0.1f);
         for (auto& v : s2) v = std::abs(v);
@@ -559,9 +519,9 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
               .apply(p.data(), grad.data(), states >= 1 ? s1.data() : nullptr,
                      states >= 2 ? s2.data() : nullptr, n);
         }
-        check_close(get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
+        expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
         if (states >= 2)
-          check_close(get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9, 1e-6);
+          expect_close("", get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9, 1e-6);
       }
     }
   }
