@@ -342,6 +342,17 @@ RunData::RunData(const ExperimentConfig& cfg, Context& ctx) {
   es.inv_prop = model_propensities(cfg.data, cfg.data.propensity, meta);
 }
 
+// Wall time of an epoch's steps by phase (metrics.jsonl `phase_seconds`). Host time: on a
+// CUDA Context the phases time launches and whatever waits, not the kernels.
+struct StepPhases {
+  double data = 0.0;              // next batch gathered and staged into the encoder
+  double encoder_forward = 0.0;   // h of the staged batch
+  double output = 0.0;            // the output layer's train_step (forward, loss, update)
+  double reduce = 0.0;            // label-sharded: dL/dh and statistics over the ranks
+  double encoder_backward = 0.0;  // the encoder's backward pass and update
+  double output_refresh = 0.0;    // on_step: rewiring, index / table rebuilds
+};
+
 // The training of a run, from the model to results.json, in the order train_run calls
 // its steps: restore (--resume), begin, run_epochs, write_results.
 class TrainLoop {
@@ -397,6 +408,7 @@ class TrainLoop {
   int64_t step_ = 0;
   double train_seconds_ = 0.0;
   double last_epoch_seconds_ = 0.0;
+  StepPhases phases_;  // of the epoch's steps run by this process
   nlohmann::json last_metrics_;
   bool evaluated_ = false;  // the final model was evaluated (every rank of a sharded run)
   // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
@@ -582,23 +594,36 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
                     batch_size_, cfg_.train.log_every_s);
   const int64_t d = model_.encoder().output_dim();
   int cur = 0;
+  phases_ = {};
+  Stopwatch lap;
+  // Adds the time since the last mark to one phase.
+  auto mark = [&](double StepPhases::*phase) {
+    phases_.*phase += lap.seconds();
+    lap.reset();
+  };
   at.rng = dropout_rng.state();
   bool have = batcher_->next(batches_[0]);
   if (have) model_.encoder().stage(batches_[0], /*training=*/true, dropout_rng);
+  mark(&StepPhases::data);
   while (have) {
     const Batch& batch = batches_[static_cast<size_t>(cur)];
     lr_factor = schedule_.factor(step_);
     ++step_;
     debug_signal_point(step_);
     ConstMatrix h = model_.encoder().forward_staged();
+    mark(&StepPhases::encoder_forward);
     at.rng = dropout_rng.state();  // before the next batch is staged
     have = batcher_->next(batches_[static_cast<size_t>(cur ^ 1)]);
     if (have) model_.encoder().stage(batches_[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
+    mark(&StepPhases::data);
     Matrix dh(dh_data_, batch.size(), d);
     StepStats s =
         model_.output().train_step(batch, h, dh, {cfg_.optim.output.lr * lr_factor, step_});
+    mark(&StepPhases::output);
     if (comm_ != nullptr) reduce_step(dh, s);
+    mark(&StepPhases::reduce);
     model_.encoder().backward_update(dh, cfg_.optim.encoder.lr * lr_factor, step_);
+    mark(&StepPhases::encoder_backward);
     if (!std::isfinite(s.loss))
       throw_error("training diverged at epoch {}, step {}: loss is {}", epoch + 1, step_, s.loss);
     at.loss_sum += s.loss;
@@ -606,6 +631,7 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     at.grads += s.grads;
     ++at.epoch_step;
     model_.output().on_step(view(epoch));
+    mark(&StepPhases::output_refresh);
     progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
     cur ^= 1;
     if (stop_signal() != 0 && have) {
@@ -634,6 +660,12 @@ nlohmann::json TrainLoop::epoch_line(int64_t epoch, const ResumePoint& at,
   line["lr_factor"] = lr_factor;
   line["zero_grad_fraction"] =
       at.grads > 0 ? static_cast<double>(at.zero_grads) / static_cast<double>(at.grads) : 0.0;
+  line["phase_seconds"] = {{"data", phases_.data},
+                           {"encoder_forward", phases_.encoder_forward},
+                           {"output", phases_.output},
+                           {"reduce", phases_.reduce},
+                           {"encoder_backward", phases_.encoder_backward},
+                           {"output_refresh", phases_.output_refresh}};
   return line;
 }
 

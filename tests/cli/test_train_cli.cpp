@@ -85,6 +85,18 @@ TEST_CASE("train then eval of the checkpoint then predict then eval of the predi
     CHECK(j["epoch"] == epochs);
     for (auto key : {"loss", "epoch_seconds", "samples_per_s", "metrics", "memory", "peak_rss_bytes"})
       CHECK(j.contains(key));
+    // The phases split the epoch's steps: each non-negative, together within its time.
+    double phases = 0.0;
+    for (auto key : {"data", "encoder_forward", "output", "reduce", "encoder_backward",
+                     "output_refresh"}) {
+      INFO(key);
+      const double t = j["phase_seconds"].at(key).get<double>();
+      CHECK(t >= 0.0);
+      phases += t;
+    }
+    CHECK(j["phase_seconds"]["output"].get<double>() > 0.0);
+    CHECK(phases <= j["epoch_seconds"].get<double>());
+    CHECK(phases >= 0.5 * j["epoch_seconds"].get<double>());
   }
   CHECK(epochs == 5);
 
