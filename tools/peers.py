@@ -21,7 +21,10 @@ train time, last evaluation time and peak RSS go into the same table; so do ense
 written by tools/ensemble.py (train time: the members' sum).
 
 Prints one Markdown table: P@1/3/5, PSP@1/3/5 (%), train s, predict s, peak RSS, and the
-load average seen before and after (the times depend on what else the machine runs).
+load average seen before and after (the times depend on what else the machine runs); then,
+for the RUN_DIRs with a metrics.jsonl, the training time to the first evaluated epoch at or
+above the best peer's P@1 and its ratio to that peer's training time (give the runs
+train.eval_every: 1 so that every epoch is evaluated).
 --json FILE writes the rows (for tools/plot_curves.py and the like).
 """
 
@@ -178,6 +181,49 @@ def xmc_eval(binary, pred, train, test, k):
     return json.loads(r.stdout)["metrics"]
 
 
+def time_to_reach(lines, metric, target):
+    """(training seconds, epoch) at the first evaluated epoch of a run's metrics.jsonl rows
+    whose `metric` is at least target, summing epoch_seconds (evaluations excluded) up to
+    it; None when no epoch reached it."""
+    seconds = 0.0
+    for x in lines:
+        if "epoch_seconds" not in x:  # config_change records
+            continue
+        seconds += x["epoch_seconds"]
+        if x.get("metrics", {}).get(metric, float("-inf")) >= target:
+            return seconds, x["epoch"]
+    return None
+
+
+def time_to_peer(rows, metric="P@1"):
+    """Markdown table: the training time each xmctrain run took to reach the best peer's
+    `metric`, and its ratio to that peer's training time; sets row["time_to_best_peer"]."""
+    peers = [r for r in rows if r["kind"] == "peer" and r["status"] == "ok"]
+    runs = [r for r in rows if r["kind"] == "xmctrain" and r.get("run_dir")
+            and os.path.exists(os.path.join(r["run_dir"], "metrics.jsonl"))]
+    if not peers or not runs:
+        return ""
+    best = max(peers, key=lambda r: r["metrics"][metric])
+    target = best["metrics"][metric]
+    out = [f"Time to the best peer's {metric} ({best['name']}: {100 * target:.2f}, trained in "
+           f"{best['train_seconds']:.1f} s):", "",
+           f"| run | epoch reaching it | train s to reach it | ratio to {best['name']} |",
+           "|---|---:|---:|---:|"]
+    for r in runs:
+        with open(os.path.join(r["run_dir"], "metrics.jsonl")) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        hit = time_to_reach(lines, metric, target)
+        r["time_to_best_peer"] = {"peer": best["name"], "metric": metric, "target": target,
+                                  "seconds": hit[0] if hit else None,
+                                  "ratio": hit[0] / best["train_seconds"] if hit else None}
+        if hit:
+            out.append(f"| {r['name']} | {hit[1]} | {hit[0]:.1f} | {hit[0] / best['train_seconds']:.1f}x |")
+        else:
+            top = max((x["metrics"].get(metric, 0) for x in lines if "metrics" in x), default=0)
+            out.append(f"| {r['name']} | not reached (best {100 * top:.2f}) | – | – |")
+    return "\n".join(out)
+
+
 def run_row(run_dir):
     with open(os.path.join(run_dir, "results.json")) as f:
         res = json.load(f)
@@ -309,6 +355,9 @@ def main():
     load_after = os.getloadavg()
     table = markdown(rows, args.k)
     print(table)
+    to_peer = time_to_peer(rows)
+    if to_peer:
+        print("\n" + to_peer)
     print(f"\nLoad average (1/5/15 min) before: {' '.join(f'{x:.1f}' for x in load_before)}, "
           f"after: {' '.join(f'{x:.1f}' for x in load_after)}; {os.cpu_count()} cores; "
           f"peers with {args.threads} threads.")
