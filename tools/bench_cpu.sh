@@ -2,7 +2,7 @@
 # Reproduces the CPU figures of docs/benchmarks.md. Usage:
 #   tools/bench_cpu.sh [BUILD_DIR] [WORK_DIR]     (defaults: build, /tmp/xmc-bench)
 # Prints each measurement; JSON results are left in WORK_DIR. Needs ~4 GB of disk and
-# several minutes on 2 cores. Not a test: timings depend on the machine and its load.
+# about ten minutes on 2 cores (PEERS=1: a few more, and PyPI). Not a test: timings depend on the machine and its load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-build}")/app/xmctrain
@@ -53,5 +53,62 @@ for name in ("dense", "bottleneck"):
           f"{r['peak_rss_bytes']/2**20:>14.1f}")
 PY
 
-echo "== bench dense (B=256, d=768, L=131072, adam, fp32)"
-"$bin" bench dense --labels 131072 --iters 2
+echo "== bench dense (B=256, d=768, L=131072, adam, fp32): five runs, min / median / max"
+for i in 1 2 3 4 5; do "$bin" bench dense --labels 131072 --iters 3 --json > "$work/bench-dense-$i.json"; done
+python3 - "$work" <<'PY'
+import json, statistics, sys
+w = sys.argv[1]
+rs = [json.load(open(f"{w}/bench-dense-{i}.json")) for i in range(1, 6)]
+def row(name, get, f="{:.1f}"):
+    v = sorted(get(r) for r in rs)
+    print(f"{name:<28}" + " / ".join(f.format(x) for x in (v[0], statistics.median(v), v[-1])))
+row("full step ms", lambda r: 1e3 * r["step"]["seconds"])
+row("full step % of sgemm", lambda r: 100 * r["step"]["gemm_ratio"])
+for op in ("forward", "loss", "backward_input", "backward_weight", "update"):
+    row(f"{op} ms", lambda r: 1e3 * r["ops"][op]["seconds"])
+row("sgemm ceiling GFLOP/s", lambda r: r["ceilings"]["sgemm_gflops"])
+row("copy ceiling GB/s", lambda r: r["ceilings"]["copy_gbps"])
+PY
+echo "== bench dense: the other losses and optimizers (one run each)"
+for v in "--loss squared_hinge" "--loss softmax" "--optimizer sgd" "--optimizer adamw"; do
+  echo "-- $v"; "$bin" bench dense --labels 131072 --iters 3 $v | tail -7
+done
+
+# Real data (issue 19): needs datasets/wordnet (/usr/bin/python3 tools/build_wordnet.py).
+if [ -f datasets/wordnet/train.txt ]; then
+  echo "== WordNet: the dense step at the winning config's shapes (B=256, d=768, L=17133)"
+  "$bin" bench dense --batch 256 --dim 768 --labels 17133 --chunk 4096 --iters 20 | tail -8
+  echo "== WordNet: one epoch of configs/wordnet_dense.yaml, split by phase"
+  "$bin" train configs/wordnet_dense.yaml --out "$work/wn-dense" --overwrite --set train.epochs=1 >/dev/null
+  echo "== WordNet: fixed_fanin vs dense with the same encoder (256) and batch (128), one epoch each"
+  "$bin" train configs/wordnet_dense.yaml --out "$work/wn-dense256" --overwrite --set train.epochs=1 \
+    --set train.batch_size=128 --set 'model.encoder=[{type: sparse_linear, out: 256, activation: none}]' >/dev/null
+  "$bin" train configs/wordnet_fixed_fanin.yaml --out "$work/wn-fixed-fanin" --overwrite --set train.epochs=1 >/dev/null
+  python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+print(f"{'run':<16}{'epoch s':>9}" + "".join(f"{k:>18}" for k in (
+    "data", "encoder_forward", "output", "encoder_backward", "output_refresh")) +
+    f"{'eval s':>9}{'P@1':>8}{'output MiB':>12}")
+for name in ("wn-dense", "wn-dense256", "wn-fixed-fanin"):
+    line = [json.loads(x) for x in open(f"{w}/{name}/metrics.jsonl")][-1]
+    res = json.load(open(f"{w}/{name}/results.json"))
+    ph = line["phase_seconds"]
+    print(f"{name:<16}{line['epoch_seconds']:>9.2f}" + "".join(f"{ph[k]:>18.2f}" for k in (
+        "data", "encoder_forward", "output", "encoder_backward", "output_refresh")) +
+        f"{line.get('eval_seconds', 0):>9.2f}{100 * line['metrics']['P@1']:>8.2f}"
+        f"{res['output_layer_bytes'] / 2**20:>12.1f}")
+PY
+  if [ "${PEERS:-0}" = 1 ]; then
+    echo "== WordNet: time to the best peer's P@1 (peers from PyPI into .peers-venv; one sitting)"
+    /usr/bin/python3 tools/peers.py --train datasets/wordnet/train.txt --test datasets/wordnet/test.txt \
+      --binary "$bin" --json "$work/peers.json" --out "$work/peers"
+    "$bin" train configs/wordnet_dense.yaml --out "$work/t2p-dense" --overwrite >/dev/null
+    /usr/bin/python3 tools/peers.py --train datasets/wordnet/train.txt --test datasets/wordnet/test.txt \
+      --binary "$bin" --reuse "$work/peers.json" --out "$work/peers" "$work/t2p-dense"
+  else
+    echo "== (PEERS=1 adds the time to the best peer's P@1: installs the peers from PyPI)"
+  fi
+else
+  echo "== no datasets/wordnet: the real-data figures need /usr/bin/python3 tools/build_wordnet.py"
+fi
