@@ -13,7 +13,7 @@ Command register_bench(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "bench",
       "Kernel microbenchmarks: per-op time, achieved GFLOP/s and GB/s beside the measured "
-      "sgemm and copy ceilings of this machine. Prints a table, or JSON with --json.");
+      "sgemm and memory-bandwidth ceilings of this machine. Prints a table, or JSON with --json.");
   sub->require_subcommand(1);
   auto p = std::make_shared<bench::DenseBenchParams>();
   auto json = std::make_shared<bool>(false);

@@ -67,7 +67,7 @@ row("full step % of sgemm", lambda r: 100 * r["step"]["gemm_ratio"])
 for op in ("forward", "loss", "backward_input", "backward_weight", "update"):
     row(f"{op} ms", lambda r: 1e3 * r["ops"][op]["seconds"])
 row("sgemm ceiling GFLOP/s", lambda r: r["ceilings"]["sgemm_gflops"])
-row("copy ceiling GB/s", lambda r: r["ceilings"]["copy_gbps"])
+row("memory ceiling GB/s", lambda r: r["ceilings"]["memory_gbps"])
 PY
 echo "== bench dense: the other losses and optimizers (one run each)"
 for v in "--loss squared_hinge" "--loss softmax" "--optimizer sgd" "--optimizer adamw"; do

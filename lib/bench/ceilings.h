@@ -11,22 +11,25 @@ namespace xmc::bench {
 
 // sgemm throughput (GFLOP/s) on an n×n×n product, best of a few runs.
 double measure_sgemm_gflops(int n = 2048);
-// Copy bandwidth (GB/s, bytes read + written) of a buffer much larger than the caches.
-double measure_copy_gbps(long long bytes = 1LL << 29);
+// Memory bandwidth (GB/s, bytes read + written) over buffers much larger than the caches:
+// the faster of a block-wise memcpy (2 arrays; its stores also read the destination
+// lines first, which memcpy's count leaves out) and an in-place a += s·b (3 arrays, the
+// read-modify-write pattern of the optimizer updates and the in-place losses).
+double measure_memory_gbps(long long bytes = 1LL << 29);
 
 // Seconds per repetition of op(c0, c) over the blocks [c0, c0+c) of n labels in blocks of
 // `chunk`, averaged over `iters` repetitions.
 double time_over_blocks(int iters, int64_t n, int64_t chunk,
                         const std::function<void(int64_t, int64_t)>& op);
 // One op: {"seconds": per call}, plus "gflops" and "gemm_ratio" (of gemm_gflops) when
-// flops > 0, "gbps" and "copy_ratio" (of copy_gbps) when bytes > 0.
+// flops > 0, "gbps" and "memory_ratio" (of memory_gbps) when bytes > 0.
 nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
-                          double copy_gbps);
-// "ceilings: sgemm … GFLOP/s, copy … GB/s" from a benchmark's JSON (its "ceilings"), and
+                          double memory_gbps);
+// "ceilings: sgemm … GFLOP/s, memory … GB/s" from a benchmark's JSON (its "ceilings"), and
 // the column header of op_row's table.
 std::string ceilings_line(const nlohmann::json& j);
 std::string op_header(int name_width);
-// Its table row: name (left, name_width), ms, GFLOP/s, %gemm, GB/s, %copy ("-" where absent).
+// Its table row: name (left, name_width), ms, GFLOP/s, %gemm, GB/s, %mem ("-" where absent).
 std::string op_row(const std::string& name, const nlohmann::json& o, int name_width);
 
 }  // namespace xmc::bench

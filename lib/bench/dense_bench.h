@@ -1,7 +1,7 @@
 #pragma once
 // `xmctrain bench dense`: per-op time of one dense training step (forward, loss,
 // backward, update) at B, d, L, with achieved GFLOP/s and GB/s beside the measured sgemm
-// and copy ceilings.
+// and memory-bandwidth ceilings.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 // input gradient — with every output gradient nonzero, and with only a fraction nonzero
 // as squared hinge leaves them) at B, m, L, F, beside a dense GEMM of the same shape
 // (B×m · m×L) and a FLOPs-matched dense GEMM (inner dimension F), with achieved GB/s
-// against the measured copy ceiling.
+// against the measured memory-bandwidth ceiling.
 #include <cstdint>
 #include <string>
 

@@ -18,7 +18,7 @@ namespace xmc::bench {
 nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
   Context ctx(Device::cpu, p.threads);
   const int64_t b = p.batch, m = p.dim, n = p.labels;
-  const double copy = measure_copy_gbps();
+  const double mem = measure_memory_gbps();
   Rng rng(3);
   std::vector<float> ut(static_cast<size_t>(m * b)), du(static_cast<size_t>(b * m));
   for (auto& x : ut) x = static_cast<float>(rng.normal());
@@ -28,7 +28,7 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
   j["device"] = "cpu";
   j["threads"] = ctx.threads();
   j["params"] = {{"batch", b}, {"dim", m}, {"labels", n}, {"chunk", p.chunk}, {"iters", p.iters}};
-  j["ceilings"] = {{"copy_gbps", copy}};
+  j["ceilings"] = {{"memory_gbps", mem}};
   j["fixed_fanin"] = nlohmann::json::object();
   j["configs"] = nlohmann::json::array();
   for (int64_t f : p.fan_ins) {
@@ -84,7 +84,7 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
         return nlohmann::json{{"seconds", s},
                               {"gflops", flops / s / 1e9},
                               {"gbps", bytes / s / 1e9},
-                              {"copy_ratio", bytes / s / 1e9 / copy},
+                              {"memory_ratio", bytes / s / 1e9 / mem},
                               {"speedup_vs_fixed_fanin", fops[ff_name]["seconds"].get<double>() / s},
                               {"time_vs_dense_matched", s / matched}};
       };
@@ -108,7 +108,7 @@ std::string group_shared_bench_table(const nlohmann::json& j) {
       pr["labels"].get<int64_t>());
   out += ceilings_line(j);
   out += fmt::format("{:>4} {:>4} {:<12} {:>9} {:>9} {:>8} {:>7} {:>10} {:>11} {:>11}\n", "G",
-                     "F", "op", "ms", "GFLOP/s", "GB/s", "%copy", "ff ms", "x vs ff", "x dense-F");
+                     "F", "op", "ms", "GFLOP/s", "GB/s", "%mem", "ff ms", "x vs ff", "x dense-F");
   for (const auto& c : j["configs"]) {
     const auto f = c["fan_in"].get<int64_t>();
     const auto& ff = j["fixed_fanin"][std::to_string(f)];
@@ -117,7 +117,7 @@ std::string group_shared_bench_table(const nlohmann::json& j) {
       out += fmt::format("{:>4} {:>4} {:<12} {:>9.2f} {:>9.1f} {:>8.1f} {:>7.1f} {:>10.2f} {:>11.2f} {:>11.2f}\n",
                          c["group"].get<int64_t>(), f, name, o["seconds"].get<double>() * 1e3,
                          o["gflops"].get<double>(), o["gbps"].get<double>(),
-                         100 * o["copy_ratio"].get<double>(), ff[name]["seconds"].get<double>() * 1e3,
+                         100 * o["memory_ratio"].get<double>(), ff[name]["seconds"].get<double>() * 1e3,
                          o["speedup_vs_fixed_fanin"].get<double>(),
                          o["time_vs_dense_matched"].get<double>());
     }

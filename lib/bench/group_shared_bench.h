@@ -3,7 +3,7 @@
 // input gradient, every output gradient nonzero) for each G and F at B, m, L, beside the
 // fixed fan-in ops and the FLOPs-matched dense GEMM at the same B, m, L, F (measured by
 // bench_fixed_fanin, lib/bench/fixed_fanin_bench.h), with achieved GB/s against the
-// measured copy ceiling.
+// measured memory-bandwidth ceiling.
 #include <cstdint>
 #include <string>
 #include <vector>
