@@ -265,11 +265,12 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     }
     acc_.reset(loss);  // the tail's chunk losses are added to the head's
     train_tail(u, du, bsz, lr);
+    sw.reset();  // train_tail marked its own phases
     const gpu::LossAccum acc = acc_.read();
     loss = acc.loss;
     stats.zero_grads += static_cast<int64_t>(acc.zero_grads);
     stats.grads += bsz * tail_labels();
-    mark(&GroupSharedTimings::update);
+    mark(&GroupSharedTimings::loss);
     if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
     mark(&GroupSharedTimings::projection_backward);
   }
