@@ -19,6 +19,10 @@ struct TensorRef {
   std::string name;            // e.g. "encoder/0/weight", "output/dense/adam_m"
   std::vector<int64_t> shape;  // row-major
   std::variant<float*, uint32_t*, int64_t*> data;
+  // The same on every process of a label-sharded run (e.g. a projection shared by all
+  // labels): one process reading the shards takes it from the first. Otherwise an output
+  // tensor is per label (its first dimension the labels of the shard).
+  bool replicated = false;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -20,6 +20,7 @@ class SingleComm final : public Comm {
   void allreduce_sum(std::span<float>) override {}
   void allreduce_sum(std::span<double>) override {}
   void allreduce_max(std::span<float>) override {}
+  void allreduce_max(std::span<double>) override {}
   void broadcast(std::span<std::byte>, int root) override {
     XMC_CHECK(root == 0, "broadcast from rank {} of 1", root);
   }
@@ -68,6 +69,9 @@ class MpiComm final : public Comm {
     reduce(x.data(), x.size(), MPI_DOUBLE, MPI_SUM);
   }
   void allreduce_max(std::span<float> x) override { reduce(x.data(), x.size(), MPI_FLOAT, MPI_MAX); }
+  void allreduce_max(std::span<double> x) override {
+    reduce(x.data(), x.size(), MPI_DOUBLE, MPI_MAX);
+  }
   void broadcast(std::span<std::byte> x, int root) override {
     Timed t(seconds_);
     MPI_Bcast(x.data(), to_count(x.size()), MPI_BYTE, root, MPI_COMM_WORLD);

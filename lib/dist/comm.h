@@ -26,6 +26,7 @@ class Comm {
   virtual void allreduce_sum(std::span<float> x) = 0;
   virtual void allreduce_sum(std::span<double> x) = 0;
   virtual void allreduce_max(std::span<float> x) = 0;
+  virtual void allreduce_max(std::span<double> x) = 0;
   // Rank `root`'s bytes to every rank.
   virtual void broadcast(std::span<std::byte> x, int root) = 0;
   // Every rank's `mine` (the same size on every rank), concatenated in rank order, on

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
 #include "layers/param_refs.h"
@@ -14,15 +15,26 @@
 namespace xmc {
 
 BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       ctx_(init.ctx),
+      comm_(init.comm),
       dim_(cfg.dim),
       eval_rows_(init.eval_rows()),
       optim_(init.optim),
-      block_(*init.ctx, cfg.dim, 0, init.num_labels, init.batch_size, cfg.chunk_size,
-             parse_loss(cfg.loss), init.optim, init.seed,
+      block_(*init.ctx, cfg.dim, init.label_lo, init.label_end() - init.label_lo,
+             init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   Context& ctx = *init.ctx;
+  // Label-sharded: every process holds all of P (the same initial values: same seed) and
+  // its own labels' dense rows; dP is summed over the processes before each update, so
+  // the copies of P stay identical, and softmax normalises over every label.
+  if (label_lo() != 0 || label_hi() != num_labels()) {
+    XMC_CHECK(comm_ != nullptr, "bottleneck: labels [{}, {}) of {} without the other processes",
+              label_lo(), label_hi(), num_labels());
+    block_.set_comm(comm_);
+  } else {
+    comm_ = nullptr;
+  }
   if (ctx.on_gpu()) set_device_views(true);
   const int64_t d = init.input_dim;
   const auto pn = static_cast<size_t>(dim_ * d);
@@ -54,6 +66,8 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   // dh = du·P (before P's update), dP = duᵀ·h.
   kernels::gemm_nn(ctx, du, p, dh);
   kernels::gemm_tn(ctx, du, h, Matrix(dp_.data(), dim_, d));
+  if (comm_ != nullptr)
+    comm_->allreduce_sum(std::span<float>(dp_.data(), static_cast<size_t>(dim_ * d)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
                    data_or_null(p_s2_), dim_ * d);
   return s;
@@ -80,19 +94,24 @@ TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
   Buffer<float> u;
   int64_t rows_now = 0;
   return xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, num_labels(), block_.chunk(), 0,
+      *ctx_, h.rows, k, eval_rows_, label_hi() - label_lo(), block_.chunk(), label_lo(),
       [&](int64_t r0, int64_t rows) {
         u = project(h.rows_range(r0, rows));
         rows_now = rows;
       },
-      [&](int64_t lo, Matrix z) { block_.scores(ConstMatrix(u.data(), rows_now, dim_), lo, z); });
+      [&](int64_t c0, Matrix z) {
+        block_.scores(ConstMatrix(u.data(), rows_now, dim_), label_lo() + c0, z);
+      });
 }
 
 std::vector<TensorRef> BottleneckLayer::state_impl() {
   auto out = block_.state("output/dense/");
-  out.push_back({"output/projection", {dim_, input_dim()}, p_.host_data()});
-  if (!p_s1_.empty()) out.push_back({"output/projection_opt1", {dim_, input_dim()}, p_s1_.host_data()});
-  if (!p_s2_.empty()) out.push_back({"output/projection_opt2", {dim_, input_dim()}, p_s2_.host_data()});
+  // P and its state: the same on every process of a label-sharded run.
+  out.push_back({"output/projection", {dim_, input_dim()}, p_.host_data(), true});
+  if (!p_s1_.empty())
+    out.push_back({"output/projection_opt1", {dim_, input_dim()}, p_s1_.host_data(), true});
+  if (!p_s2_.empty())
+    out.push_back({"output/projection_opt2", {dim_, input_dim()}, p_s2_.host_data(), true});
   return out;
 }
 

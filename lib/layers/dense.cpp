@@ -11,10 +11,12 @@ DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
              init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   set_device_views(init.ctx->on_gpu());
-  // Softmax normalises over every label: a shard alone would need the other ranks' sums.
-  if (cfg.loss == "softmax" && (label_lo() != 0 || label_hi() != num_labels()))
-    throw_input("dense: loss softmax cannot train a label shard yet (mpirun): use bce or "
-                "squared_hinge");
+  // Softmax normalises over every label: a shard merges its statistics with the others'.
+  if (label_lo() != 0 || label_hi() != num_labels()) {
+    XMC_CHECK(init.comm != nullptr, "dense: labels [{}, {}) of {} without the other processes",
+              label_lo(), label_hi(), num_labels());
+    block_.set_comm(init.comm);
+  }
 }
 
 StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
+#include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
 #include "layers/param_refs.h"
@@ -120,6 +121,9 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       softmax_accumulate(ctx, z, p_.b.data() + c0, smax_);
       mark(&DenseTimings::loss);
     }
+    if (comm_ != nullptr)
+      smax_.merge([&](std::span<double> x) { comm_->allreduce_max(x); },
+                  [&](std::span<double> x) { comm_->allreduce_sum(x); });
   }
   kernels::set_zero(ctx, dh);
   mark(&DenseTimings::backward_input);

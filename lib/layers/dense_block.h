@@ -27,6 +27,8 @@
 
 namespace xmc {
 
+class Comm;
+
 // Per-op wall time of train_step, summed over chunks (CPU benchmarks; off by default; on
 // a CUDA Context the marks time the launches, not the kernels).
 struct DenseTimings {
@@ -77,6 +79,11 @@ class DenseBlock {
   // sync_state(to_host) (bf16 weights as fp32).
   std::vector<TensorRef> state(const std::string& prefix);
   void sync_state(StateSync s);
+  // Label-sharded run (CPU ranks): the processes holding the other labels. Softmax then
+  // normalises over every label: pass 1's per-row statistics are merged over them before
+  // pass 2 (the loss and dL/dh of each process are its labels' share; the trainer sums
+  // them). nullptr (the default): this block's labels are all there are.
+  void set_comm(Comm* comm) { comm_ = comm; }
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;
@@ -112,6 +119,7 @@ class DenseBlock {
   LossTargets targets_;
   LossAccumulator acc_;
   DenseTimings* timings_ = nullptr;
+  Comm* comm_ = nullptr;
 };
 
 }  // namespace xmc

@@ -10,6 +10,8 @@
 
 namespace xmc {
 
+class Comm;
+
 struct LayerInit {
   Context* ctx = nullptr;
   int64_t input_dim = 0;            // d
@@ -26,6 +28,9 @@ struct LayerInit {
   int64_t label_lo = 0;
   int64_t label_hi = -1;  // -1: num_labels
   int64_t label_end() const { return label_hi < 0 ? num_labels : label_hi; }
+  // The processes of a label-sharded run (each holding one range), nullptr for one process:
+  // what a backend needs to combine label-wide quantities (softmax's normaliser).
+  Comm* comm = nullptr;
   // Rows per evaluation block (scores and top-k): all of them on the CPU, the batch size on
   // the GPU, whose workspaces are sized for it.
   int64_t eval_rows() const {

@@ -370,6 +370,18 @@ void SoftmaxState::reset(int64_t rows) {
   }
 }
 
+void SoftmaxState::merge(const std::function<void(std::span<double>)>& reduce_max,
+                         const std::function<void(std::span<double>)>& reduce_sum) {
+  XMC_CHECK(ctx_ != nullptr && !ctx_->on_gpu(), "softmax over label shards runs on CPU ranks only");
+  std::vector<double> global = host_.max;
+  reduce_max(global);
+  // Each process's sum relative to its own max, rescaled to the global one, then summed.
+  for (size_t r = 0; r < global.size(); ++r)
+    host_.sumexp[r] = host_.sumexp[r] == 0.0 ? 0.0 : host_.sumexp[r] * std::exp(host_.max[r] - global[r]);
+  host_.max = std::move(global);
+  reduce_sum(host_.sumexp);
+}
+
 gpu::DeviceSoftmaxStats SoftmaxState::device() const {
   return {const_cast<float*>(max_.data()), const_cast<float*>(sum_.data())};
 }

@@ -4,6 +4,8 @@
 // per label chunk [lo, lo+c) so a B×L logit matrix never exists.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -145,6 +147,11 @@ class SoftmaxState {
   SoftmaxState(Context& ctx, int64_t max_batch);
   // Starts pass 1 for a batch of `rows` rows.
   void reset(int64_t rows);
+  // Label-sharded run, after pass 1 (CPU): this process's per-row running max and sum of
+  // exps merged with the other processes' into those over every label. reduce_max /
+  // reduce_sum: element-wise in-place reductions over the processes (dist/comm.h).
+  void merge(const std::function<void(std::span<double>)>& reduce_max,
+             const std::function<void(std::span<double>)>& reduce_sum);
   int64_t bytes() const { return static_cast<int64_t>(max_.bytes() + sum_.bytes()); }
 
  private:

@@ -117,6 +117,7 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
     const LabelRange r = shard_labels(meta_.num_labels, comm_->rank(), comm_->size());
     init.label_lo = r.lo;
     init.label_hi = r.hi;
+    init.comm = comm_;
   }
   // Host and device together: a layer on the GPU keeps its parameters in device memory.
   const auto ledger_total = [&ctx] {
@@ -171,6 +172,10 @@ void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shard
   sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) shards[0]->read(t);
   for (const auto& t : output_->state()) {
+    if (t.replicated) {
+      shards[0]->read(t);
+      continue;
+    }
     if (t.shape.empty() || t.shape[0] != output_->label_hi() - output_->label_lo())
       throw_input("{}: output tensor '{}' is not per label, so the shards of a label-sharded "
                   "checkpoint cannot be merged into one model",

@@ -30,6 +30,9 @@ int main() {
   std::vector<float> m{static_cast<float>(r), static_cast<float>(-r)};
   comm->allreduce_max(std::span<float>(m));
   check(m[0] == 1.0f && m[1] == 0.0f, "allreduce_max", r);
+  std::vector<double> md{0.25 * r, -0.25 * r - 1e300};
+  comm->allreduce_max(std::span<double>(md));
+  check(md[0] == 0.25 && md[1] == -1e300, "allreduce_max double", r);
   std::vector<std::byte> b(3, std::byte{static_cast<unsigned char>(r == 1 ? 7 : 0)});
   comm->broadcast(std::span<std::byte>(b), 1);
   check(b[2] == std::byte{7}, "broadcast from rank 1", r);
