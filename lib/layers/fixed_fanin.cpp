@@ -31,12 +31,12 @@ constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
 }  // namespace
 
 FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       ctx_(init.ctx),
       fan_in_(cfg.fan_in),
       m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
       max_batch_(init.batch_size),
-      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      chunk_(std::min(cfg.chunk_size, init.label_end() - init.label_lo)),
       eval_rows_(init.eval_rows()),
       dropout_(cfg.dropout),
       loss_(parse_loss(cfg.loss)),
@@ -45,7 +45,9 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       seed_(init.seed),
       total_steps_(init.total_steps),
       time_ops_(!init.ctx->on_gpu() || cfg.gpu_timing) {
-  const int64_t d = init.input_dim, n = init.num_labels, f = fan_in_;
+  // Label-sharded (mpirun): this process's labels [lo, lo + n); every per-label draw uses
+  // the global label id, so a shard starts as the same rows of a one-process layer.
+  const int64_t d = init.input_dim, n = shard_labels(), f = fan_in_, lo = label_lo();
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
     throw_input("fixed_fanin: loss '{}' is not supported (squared_hinge, bce)", cfg.loss);
@@ -59,6 +61,11 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   p_ = LabelParams(ctx, optim_, n, f);
   inter_ = Projection(ctx, d, cfg.intermediate, true, optim_, max_batch_,
                       Rng::stream(seed_, kInterStream).next());
+  if (n != init.num_labels) {
+    XMC_CHECK(init.comm != nullptr, "fixed_fanin: labels [{}, {}) of {} without the other "
+              "processes", label_lo(), label_hi(), init.num_labels);
+    inter_.set_comm(init.comm);  // the intermediate layer's gradient summed over them
+  }
   if (dropout_ > 0.0) {
     mask_ = DropoutMask(ctx, max_batch_, d);
     xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
@@ -83,7 +90,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
     std::vector<uint32_t> pool;  // partial Fisher-Yates when F is a large share of m
 #pragma omp for schedule(static)
     for (int64_t l = 0; l < n; ++l) {
-      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(l));
+      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(lo + l));
       uint32_t* il = idx + l * f;
       if (2 * f > m_) {
         pool.resize(static_cast<size_t>(m_));
@@ -103,7 +110,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
         }
       }
       std::sort(il, il + f);
-      Rng wrng = Rng::stream(w_seed, static_cast<uint64_t>(l));
+      Rng wrng = Rng::stream(w_seed, static_cast<uint64_t>(lo + l));
       float* wl = w + l * f;
       for (int64_t j = 0; j < f; ++j) wl[j] = (2.0f * wrng.uniformf() - 1.0f) * wscale;
     }
@@ -130,7 +137,7 @@ void FixedFaninLayer::mark(Stopwatch& sw, double FixedFaninTimings::*field) {
 StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const Context& ctx = *ctx_;
-  const int64_t bsz = h.rows, d = input_dim(), n = num_labels(), f = fan_in_;
+  const int64_t bsz = h.rows, d = input_dim(), n = shard_labels(), f = fan_in_;
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
   StepStats stats;
   Stopwatch sw;
@@ -164,7 +171,7 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     forward(c0, ut.data, z);
     mark(sw, &FixedFaninTimings::forward);
     // z becomes G = dL/dz (already divided by B).
-    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, c0, bsz, acc_);
+    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, label_lo() + c0, bsz, acc_);
     mark(sw, &FixedFaninTimings::loss);
     // With the weights before this step's update.
     kernels::fixed_fanin_input_grad(ctx, idx, w, c, f, z, du);
@@ -217,7 +224,7 @@ void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
   for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
     const int64_t rows = std::min(eval_rows_, h.rows - r0);
     const Buffer<float> ut = eval_input_t(h.rows_range(r0, rows));
-    forward(lo, ut.data(), out.rows_range(r0, rows));
+    forward(lo - label_lo(), ut.data(), out.rows_range(r0, rows));
     ctx_->synchronize();  // ut is freed at the end of the iteration
   }
 }
@@ -225,9 +232,9 @@ void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
   Buffer<float> ut;
   return xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, num_labels(), chunk_, 0,
+      *ctx_, h.rows, k, eval_rows_, shard_labels(), chunk_, label_lo(),
       [&](int64_t r0, int64_t rows) { ut = eval_input_t(h.rows_range(r0, rows)); },
-      [&](int64_t lo, Matrix z) { forward(lo, ut.data(), z); });
+      [&](int64_t c0, Matrix z) { forward(c0, ut.data(), z); });
 }
 
 bool FixedFaninLayer::rewire_due(int64_t step, int64_t total_steps) const {
@@ -238,7 +245,7 @@ void FixedFaninLayer::on_step_impl(const TrainerView& t) {
   const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
   if (!rewire_due(t.step, total)) return;
   const RewireStats s = rewire(t.step);
-  const int64_t nf = num_labels() * fan_in_;
+  const int64_t nf = shard_labels() * fan_in_;
   spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s",
                s.pruned, nf, 100.0 * static_cast<double>(s.pruned) / static_cast<double>(nf),
                s.step, s.seconds);
@@ -268,7 +275,9 @@ void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
 
 RewireStats FixedFaninLayer::rewire(int64_t step) {
   Stopwatch sw;
-  const int64_t n = num_labels(), f = fan_in_, nf = n * f;
+  // Label-sharded: each process prunes the fraction of its own slots (not the lowest of
+  // every process's slots together) and regrows from its own label streams.
+  const int64_t n = shard_labels(), f = fan_in_, nf = n * f;
   RewireStats out;
   out.step = step;
   const int64_t k = rewire_count(rewire_cfg_, nf);
@@ -300,7 +309,7 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
-  const int64_t n = num_labels(), f = fan_in_;
+  const int64_t n = shard_labels(), f = fan_in_;
   std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.host_data()}};
   p_.append_refs(out);
   inter_.append_state(out, "output/intermediate");
@@ -314,7 +323,7 @@ void FixedFaninLayer::sync_state_impl(StateSync s) {
 }
 
 int64_t FixedFaninLayer::analytic_bytes_impl() const {
-  const int64_t n = num_labels(), f = fan_in_, bsz = max_batch_;
+  const int64_t n = shard_labels(), f = fan_in_, bsz = max_batch_;
   int64_t bytes = p_.bytes() + 4 * n * f;  // parameters, state, indices
   bytes += inter_.bytes();
   if (dropout_ > 0.0) bytes += mask_.bytes() + 4 * bsz * input_dim();  // mask (GPU: + host), x

@@ -83,6 +83,8 @@ class OutputLayer {
   int64_t num_labels() const { return num_labels_; }
   int64_t label_lo() const { return lo_; }
   int64_t label_hi() const { return hi_; }
+  // The labels this layer holds: hi − lo (all of num_labels() unless label-sharded).
+  int64_t shard_labels() const { return hi_ - lo_; }
 
  protected:
   OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);

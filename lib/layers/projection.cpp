@@ -1,6 +1,7 @@
 #include "layers/projection.h"
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "layers/param_refs.h"
 #include "layers/weight_init.h"
@@ -49,6 +50,7 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta,
   kernels::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
   kernels::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
   kernels::column_sums(ctx, du, dp + out_ * in_);
+  if (comm_ != nullptr) comm_->allreduce_sum(std::span<float>(dp, static_cast<size_t>(pn)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p, dp, data_or_null(s1_), data_or_null(s2_), pn);
 }
 
@@ -56,10 +58,10 @@ void Projection::append_state(std::vector<TensorRef>& out, const std::string& pr
   if (out_ <= 0) return;
   const int64_t pn = out_ * in_ + out_;
   float* p = p_.host_data();
-  out.push_back({prefix + "/weight", {out_, in_}, p});
-  out.push_back({prefix + "/bias", {out_}, p + out_ * in_});
-  if (!s1_.empty()) out.push_back({prefix + "/opt1", {pn}, s1_.host_data()});
-  if (!s2_.empty()) out.push_back({prefix + "/opt2", {pn}, s2_.host_data()});
+  out.push_back({prefix + "/weight", {out_, in_}, p, true});
+  out.push_back({prefix + "/bias", {out_}, p + out_ * in_, true});
+  if (!s1_.empty()) out.push_back({prefix + "/opt1", {pn}, s1_.host_data(), true});
+  if (!s2_.empty()) out.push_back({prefix + "/opt2", {pn}, s2_.host_data(), true});
 }
 
 void Projection::sync_state(StateSync s) {

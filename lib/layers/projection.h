@@ -18,6 +18,8 @@
 
 namespace xmc {
 
+class Comm;
+
 class Projection {
  public:
   Projection() = default;
@@ -35,13 +37,19 @@ class Projection {
   // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
   // then one optimizer step of P and c.
   void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
-  // Host copies (sync_state(to_host) first on the GPU).
+  // Label-sharded run (CPU ranks): the processes holding the other labels, each with a
+  // copy of this projection; backward_update sums dP and dc over them before the update,
+  // so the copies stay identical (each rank's du is its labels' share).
+  void set_comm(Comm* comm) { comm_ = comm; }
+  // Host copies (sync_state(to_host) first on the GPU); marked replicated (the same on
+  // every process of a label-sharded run).
   void append_state(std::vector<TensorRef>& out, const std::string& prefix);
   void sync_state(StateSync s);
   int64_t bytes() const;  // analytic size of every buffer above
 
  private:
   Context* ctx_ = nullptr;
+  Comm* comm_ = nullptr;
   int64_t in_ = 0, out_ = 0, max_batch_ = 0;
   bool relu_ = false;
   OptimizerConfig optim_;

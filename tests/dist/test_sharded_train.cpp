@@ -26,14 +26,18 @@ std::vector<double> epoch_losses(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("dense and bottleneck over two label shards train as one process does") {
+TEST_CASE("dense, bottleneck and fixed_fanin over two label shards train as one process does") {
   // bce and squared hinge are per label; softmax's normaliser spans both shards (its
   // pass-1 statistics merged over the processes); bottleneck's projection is on every
   // process, its gradient summed over them.
+  // fixed_fanin: the intermediate layer on every process, its gradient summed over them
+  // (no rewiring here: a shard prunes its own slots, so rewiring runs differ — below).
   const std::string output = GENERATE(as<std::string>{}, "{type: dense, loss: bce, chunk_size: 128}",
                                       "{type: dense, loss: softmax, chunk_size: 128}",
                                       "{type: bottleneck, dim: 16, loss: bce, chunk_size: 128}",
-                                      "{type: bottleneck, dim: 16, loss: softmax, chunk_size: 128}");
+                                      "{type: bottleneck, dim: 16, loss: softmax, chunk_size: 128}",
+                                      "{type: fixed_fanin, fan_in: 16, intermediate: 128, "
+                                      "dropout: 0.1, chunk_size: 128}");
   INFO("model.output " << output);
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
@@ -66,6 +70,35 @@ TEST_CASE("dense and bottleneck over two label shards train as one process does"
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
   CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == r2["metrics"]["P@1"].get<double>());
+}
+
+TEST_CASE("fixed_fanin with rewiring over two label shards stays near the one-process run") {
+  // Each shard prunes the smallest fraction of its own slots (one process: of all slots
+  // together) and regrows from its labels' streams: not the same run, the same method.
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
+  const std::vector<std::string> args = {
+      "--set", "threads=1", "--set",
+      "model.output={type: fixed_fanin, fan_in: 16, intermediate: 128, chunk_size: 128, "
+      "rewire: {interval: 10, fraction: 0.1, until: 0.66}}"};
+  auto train = [&](const std::string& out, bool sharded) {
+    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string()};
+    a.insert(a.end(), args.begin(), args.end());
+    return sharded ? run_cli(a, kRootOk, kTwo) : run_cli(a);
+  };
+  REQUIRE(train("one", false).exit_code == 0);
+  const CliResult two = train("two", true);
+  INFO(two.err);
+  REQUIRE(two.exit_code == 0);
+  // Rank 0 rewired its own 150 labels × 16 slots.
+  CHECK(two.err.find("rewired 240 of 2400 connections") != std::string::npos);
+  const json r1 = json::parse(read_file(tmp / "one" / "results.json"));
+  const json r2 = json::parse(read_file(tmp / "two" / "results.json"));
+  CHECK(std::abs(r2["metrics"]["P@1"].get<double>() - r1["metrics"]["P@1"].get<double>()) <= 0.005);
+  const auto l1 = epoch_losses(tmp / "one"), l2 = epoch_losses(tmp / "two");
+  REQUIRE(l1.size() == 3);
+  REQUIRE(l2.size() == 3);
+  for (size_t e = 0; e < l1.size(); ++e) CHECK(l2[e] == Approx(l1[e]).epsilon(0.01));
 }
 
 TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank, a signal") {
@@ -131,7 +164,7 @@ TEST_CASE("what cannot be label-sharded yet is refused on every rank with exit 2
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
   const CliResult b = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "b").string(),
-                               "--set", "model.output={type: fixed_fanin, fan_in: 8}"},
+                               "--set", "model.output={type: group_shared, group_size: 4, fan_in: 8}"},
                               kRootOk, kTwo);
   CHECK(b.exit_code == 2);
   CHECK(b.err.find("cannot train a label shard yet") != std::string::npos);
