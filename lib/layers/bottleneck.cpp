@@ -94,7 +94,7 @@ TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
   Buffer<float> u;
   int64_t rows_now = 0;
   return xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, label_hi() - label_lo(), block_.chunk(), label_lo(),
+      *ctx_, h.rows, k, eval_rows_, shard_labels(), block_.chunk(), label_lo(),
       [&](int64_t r0, int64_t rows) {
         u = project(h.rows_range(r0, rows));
         rows_now = rows;

@@ -733,6 +733,29 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
       summary_.metrics_table = ev.metrics.table();
     }
   }
+  // Label-sharded: every rank's figures, gathered for rank 0's results.json (a collective).
+  nlohmann::json ranks = nlohmann::json::array();
+  if (comm_ != nullptr) {
+    constexpr int kFields = 5;
+    std::vector<double> all(static_cast<size_t>(kFields * comm_->size()), 0.0);
+    const double mine[kFields] = {
+        static_cast<double>(peak_rss_bytes()),
+        static_cast<double>(ctx_.ledger().total_peak(MemSpace::host) +
+                            ctx_.ledger().total_peak(MemSpace::device)),
+        static_cast<double>(model_.output_ledger_bytes()), comm_->comm_seconds(),
+        static_cast<double>(model_.output().shard_labels())};
+    std::copy(mine, mine + kFields, all.begin() + kFields * comm_->rank());
+    comm_->allreduce_sum(std::span<double>(all));
+    for (int r = 0; r < comm_->size(); ++r) {
+      const double* f = all.data() + kFields * r;
+      ranks.push_back({{"rank", r},
+                       {"peak_rss_bytes", static_cast<int64_t>(f[0])},
+                       {"ledger_peak_bytes", static_cast<int64_t>(f[1])},
+                       {"output_layer_bytes", static_cast<int64_t>(f[2])},
+                       {"comm_seconds", f[3]},
+                       {"labels", static_cast<int64_t>(f[4])}});
+    }
+  }
   if (run_ == nullptr) return;  // rank > 0 of a label-sharded run: rank 0 reports
   const Dataset& train = data_.train;
   nlohmann::json& res = summary_.results;
@@ -761,6 +784,7 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
     res["processes"] = comm_->size();
     res["labels_per_process"] = model_.output().label_hi() - model_.output().label_lo();
     res["comm_seconds"] = comm_->comm_seconds();  // rank 0's
+    res["ranks"] = ranks;  // each rank's peak RSS, ledger peak, layer bytes, comm time
   }
   res["run_dir"] = run_->path().string();
   write_text_atomic(run_->file(run_file::results), res.dump(2) + "\n");

@@ -26,7 +26,7 @@ std::vector<double> epoch_losses(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("dense, bottleneck and fixed_fanin over two label shards train as one process does") {
+TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one process does") {
   // bce and squared hinge are per label; softmax's normaliser spans both shards (its
   // pass-1 statistics merged over the processes); bottleneck's projection is on every
   // process, its gradient summed over them.
@@ -56,6 +56,18 @@ TEST_CASE("dense, bottleneck and fixed_fanin over two label shards train as one 
   CHECK(r2["processes"] == 2);
   CHECK(r2["labels_per_process"] == 150);
   CHECK(r2["comm_seconds"].get<double>() > 0.0);
+  // Every rank's figures, in rank order: 150 labels each, the same layer size.
+  REQUIRE(r2["ranks"].size() == 2);
+  for (int r = 0; r < 2; ++r) {
+    const json& k = r2["ranks"][r];
+    CHECK(k["rank"] == r);
+    CHECK(k["labels"] == 150);
+    CHECK(k["peak_rss_bytes"].get<int64_t>() > 0);
+    CHECK(k["ledger_peak_bytes"].get<int64_t>() >= k["output_layer_bytes"].get<int64_t>());
+    CHECK(k["comm_seconds"].get<double>() > 0.0);
+  }
+  CHECK(r2["ranks"][0]["output_layer_bytes"] == r2["ranks"][1]["output_layer_bytes"]);
+  CHECK(r2["ranks"][0]["output_layer_bytes"] == r2["output_layer_bytes"]);
   CHECK(std::abs(r2["metrics"]["P@1"].get<double>() - r1["metrics"]["P@1"].get<double>()) <= 0.005);
   const auto l1 = epoch_losses(tmp / "one"), l2 = epoch_losses(tmp / "two");
   REQUIRE(l1.size() == 3);
