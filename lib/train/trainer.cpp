@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "config/config_loader.h"
+#include "core/buffer.h"
 #include "core/cuda_context.h"
 #include "core/debug_hooks.h"
 #include "core/error.h"
@@ -412,9 +413,7 @@ class TrainLoop {
   nlohmann::json last_metrics_;
   bool evaluated_ = false;  // the final model was evaluated (every rank of a sharded run)
   // dL/dh: host memory on the CPU, device memory on the GPU (the layers' device views).
-  HostBuffer<float> dh_host_;
-  gpu::DeviceBuffer<float> dh_dev_;
-  float* dh_data_ = nullptr;
+  Buffer<float> dh_;
   std::optional<Batcher> batcher_;
   std::optional<StopSignals> stop_;
   std::function<DenseMatrix()> embed_;
@@ -497,14 +496,8 @@ void TrainLoop::begin(fs::path& begun) {
 
 void TrainLoop::allocate_dh() {
   const auto n = static_cast<size_t>(batch_size_ * model_.encoder().output_dim());
-  if (ctx_.on_gpu()) {
-    dh_dev_ = gpu::DeviceBuffer<float>(ctx_.ledger(), MemTag::activations, n);
-    dh_data_ = dh_dev_.data();
-    spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
-  } else {
-    dh_host_ = HostBuffer<float>(ctx_.ledger(), MemTag::activations, n);
-    dh_data_ = dh_host_.data();
-  }
+  dh_ = Buffer<float>(ctx_, MemTag::activations, n);
+  if (ctx_.on_gpu()) spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
 }
 
 void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
@@ -616,7 +609,7 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     have = batcher_->next(batches_[static_cast<size_t>(cur ^ 1)]);
     if (have) model_.encoder().stage(batches_[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
     mark(&StepPhases::data);
-    Matrix dh(dh_data_, batch.size(), d);
+    Matrix dh(dh_.data(), batch.size(), d);
     StepStats s =
         model_.output().train_step(batch, h, dh, {cfg_.optim.output.lr * lr_factor, step_});
     mark(&StepPhases::output);
