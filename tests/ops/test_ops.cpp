@@ -19,7 +19,6 @@
 #include "kernels/encoder_ops.h"
 #include "kernels/fixed_fanin_ops.h"
 #include "kernels/group_shared_ops.h"
-#include "kernels/sampled_ops.h"
 #include "model/csr_by_column.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
@@ -37,6 +36,16 @@ OptimizerConfig optimizer_with_decay(OptimizerType type) {
   cfg.momentum = 0.9;
   cfg.weight_decay = 0.01;
   return cfg;
+}
+
+// Parameters and two optimizer-state arrays [n] (the second non-negative, as Adam's v).
+struct OptArrays {
+  std::vector<float> p, s1, s2;
+};
+OptArrays random_opt_arrays(Rng& rng, size_t n) {
+  OptArrays a{random_floats(rng, n), random_floats(rng, n, 0.1f), random_floats(rng, n, 0.1f)};
+  for (auto& v : a.s2) v = std::abs(v);
+  return a;
 }
 
 // Odd sizes, so no kernel's tile divides them.
@@ -187,75 +196,6 @@ TEST_CASE("the sparse-input layer's forward and weight gradient") {
   }
 }
 
-TEST_CASE("sampled scores, input and weight gradients, row gather") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      Context ctx(dev);
-      Rng rng(9);
-      const int64_t n = 67, d = 23, rows = 9;
-      std::vector<int64_t> ptr = {0};
-      std::vector<uint32_t> labels;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (uint32_t l = 0; l < n; ++l)
-          if (rng.below(6) == 0) labels.push_back(l);
-        ptr.push_back(static_cast<int64_t>(labels.size()));
-      }
-      const auto nnz = static_cast<int64_t>(labels.size());
-      const auto w = random_floats(rng, n * d), bias = random_floats(rng, n),
-                 h = random_floats(rng, rows * d), g = random_floats(rng, nnz);
-      const kernels::CandidateCsr host{ptr.data(), labels.data(), rows, nnz};
-      const kernels::EntryGroupsBuffers groups = kernels::group_entries_by_label(host, n);
-      auto dptr = put(ctx, ptr);
-      auto dlab = put(ctx, labels);
-      auto dw = put(ctx, w);
-      auto dbias = put(ctx, bias);
-      auto dh = put(ctx, h);
-      auto dg = put(ctx, g);
-      auto gl = put(ctx, groups.labels);
-      auto gp = put(ctx, groups.ptr);
-      auto ge = put(ctx, groups.entry);
-      auto grow = put(ctx, groups.row);
-      const kernels::CandidateCsr cand{dptr.data(), dlab.data(), rows, nnz};
-      Buffer<float> dz(ctx, MemTag::workspace, nnz);
-      kernels::sampled_scores(ctx, dw.data(), dbias.data(), d, cand, ConstMatrix(dh.data(), rows, d),
-                              dz.data());
-      std::vector<double> z(nnz), dhr(rows * d, 0.0);
-      const auto ng = static_cast<int64_t>(groups.labels.size());
-      std::vector<double> dwr(ng * d, 0.0), dbr(ng, 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t e = ptr[r]; e < ptr[r + 1]; ++e) {
-          const uint32_t l = labels[e];
-          double s = bias[l];
-          for (int64_t j = 0; j < d; ++j) {
-            s += double(w[l * d + j]) * h[r * d + j];
-            dhr[r * d + j] += double(g[e]) * w[l * d + j];
-          }
-          z[e] = s;
-          const auto u = std::lower_bound(groups.labels.begin(), groups.labels.end(), l) -
-                         groups.labels.begin();
-          for (int64_t j = 0; j < d; ++j) dwr[u * d + j] += double(g[e]) * h[r * d + j];
-          dbr[u] += g[e];
-        }
-      expect_close("", get(dz, z.size()), z, 1e-5, 1e-5);
-      Buffer<float> ddh(ctx, MemTag::workspace, rows * d);
-      kernels::sampled_input_grad(ctx, dw.data(), d, cand, dg.data(), Matrix(ddh.data(), rows, d));
-      expect_close("", get(ddh, dhr.size()), dhr, 1e-5, 1e-5);
-      Buffer<float> ddw(ctx, MemTag::workspace, ng * d), ddb(ctx, MemTag::workspace, ng);
-      const kernels::EntryGroups eg{gl.data(), gp.data(), ge.data(), grow.data(), ng, nnz};
-      kernels::sampled_weight_grad(ctx, eg, dg.data(), ConstMatrix(dh.data(), rows, d),
-                                   Matrix(ddw.data(), ng, d), ddb.data());
-      expect_close("", get(ddw, dwr.size()), dwr, 1e-5, 1e-5);
-      expect_close("", get(ddb, dbr.size()), dbr, 1e-5, 1e-5);
-      Buffer<float> drows(ctx, MemTag::workspace, ng * d);
-      kernels::gather_rows(ctx, dw.data(), gl.data(), ng, d, drows.data());
-      std::vector<double> rows_ref(ng * d);
-      for (int64_t u = 0; u < ng; ++u)
-        for (int64_t j = 0; j < d; ++j) rows_ref[u * d + j] = w[groups.labels[u] * d + j];
-      expect_close("", get(drows, rows_ref.size()), rows_ref, 0, 0);
-    }
-  }
-}
-
 TEST_CASE("the lazy row update equals OptimizerStep::apply per row, other rows untouched") {
   for (Device dev : test_devices()) {
     for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
@@ -266,9 +206,7 @@ TEST_CASE("the lazy row update equals OptimizerStep::apply per row, other rows u
         const int64_t n = 31, width = 17;
         const std::vector<uint32_t> ids = {0, 4, 5, 17, 30};
         const auto count = static_cast<int64_t>(ids.size());
-        auto p = random_floats(rng, n * width), s1 = random_floats(rng, n * width, 0.1f),
-             s2 = random_floats(rng, n * width, 0.1f);
-        for (auto& v : s2) v = std::abs(v);
+        auto [p, s1, s2] = random_opt_arrays(rng, n * width);
         const auto grad = random_floats(rng, count * width);
         auto dp = put(ctx, p);
         auto ds1 = put(ctx, s1);
@@ -504,8 +442,7 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
         Rng rng(19);
         const OptimizerConfig cfg = optimizer_with_decay(type);
         const int64_t n = 1031;
-        auto p = random_floats(rng, n), s1 = random_floats(rng, n, 0.1f), s2 = random_floats(rng, n, 0.1f);
-        for (auto& v : s2) v = std::abs(v);
+        auto [p, s1, s2] = random_opt_arrays(rng, n);
         const auto grad = random_floats(rng, n);
         auto dp = put(ctx, p);
         auto ds1 = put(ctx, s1);

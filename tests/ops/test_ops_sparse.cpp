@@ -6,9 +6,9 @@
 // 256, all-zero gradient columns and tiles), and is compared element-wise with
 // |got - ref| <= abs + |ref|·rel.
 //
-// References: fixed fan-in and sampled against the CPU ops (kernels/fixed_fanin_ops.h,
-// kernels/sampled_ops.h: the code CPU training runs; tests/ops/test_ops.cpp holds them to
-// a naive reference); group-shared against a naive double-precision loop written here.
+// References: fixed fan-in against the CPU ops (kernels/fixed_fanin_ops.h: the code CPU
+// training runs; tests/ops/test_ops.cpp holds them to a naive reference); group-shared and
+// sampled scoring against naive double-precision loops written here.
 // Tolerances: fp32 sums of K terms of size ~1 get abs = 4e-6·K, rel = 1e-4 (fp32 rounding
 // of a length-K sum in another order, FMA contraction on the GPU). bf16: the reference is
 // computed from the same bf16-rounded ut, w and (for the gradients, which the kernels
@@ -331,16 +331,33 @@ void body_sampled(Context& ctx, Rng& rng) {
     const auto dh0 = random_floats(rng, static_cast<size_t>(s.batch * s.d));
     const ConstMatrix hh(h.data(), s.batch, s.d);
 
-    std::vector<float> scores_ref(static_cast<size_t>(nnz));
-    kernels::sampled_scores(w.data(), bias.data(), s.d, hc, hh, scores_ref.data());
-    std::vector<float> dh_ref = dh0;
-    kernels::sampled_input_grad(w.data(), s.d, hc, g.data(), Matrix(dh_ref.data(), s.batch, s.d));
     const kernels::EntryGroupsBuffers eg = kernels::group_entries_by_label(hc, s.labels);
     const kernels::EntryGroups hv = eg.view();
-    std::vector<float> dw_ref(static_cast<size_t>(hv.groups * s.d)),
-        db_ref(static_cast<size_t>(hv.groups));
-    kernels::sampled_weight_grad(hv, g.data(), hh, Matrix(dw_ref.data(), hv.groups, s.d),
-                                 db_ref.data());
+    // Naive double-precision reference: scores (bias + w_l·h_r), dh0 + Σ g·w_l per row,
+    // dW / db per distinct label (Σ g·h_r, Σ g), and the gathered rows w_l.
+    const auto ds = static_cast<size_t>(s.d);
+    std::vector<double> scores_ref(static_cast<size_t>(nnz)), dh_ref(dh0.begin(), dh0.end()),
+        dw_ref(static_cast<size_t>(hv.groups) * ds, 0.0), db_ref(static_cast<size_t>(hv.groups), 0.0),
+        rows_ref(static_cast<size_t>(hv.groups) * ds);
+    for (int64_t r = 0; r < s.batch; ++r)
+      for (int64_t e = indptr[r]; e < indptr[r + 1]; ++e) {
+        const size_t l = labels[static_cast<size_t>(e)], ru = static_cast<size_t>(r) * ds;
+        const size_t u = static_cast<size_t>(
+            std::lower_bound(hv.labels, hv.labels + hv.groups, labels[static_cast<size_t>(e)]) -
+            hv.labels);
+        const double ge = g[static_cast<size_t>(e)];
+        double z = bias[l];
+        for (size_t j = 0; j < ds; ++j) {
+          z += double(w[l * ds + j]) * h[ru + j];
+          dh_ref[ru + j] += ge * w[l * ds + j];
+          dw_ref[u * ds + j] += ge * h[ru + j];
+        }
+        scores_ref[static_cast<size_t>(e)] = z;
+        db_ref[u] += ge;
+      }
+    for (int64_t u = 0; u < hv.groups; ++u)
+      for (size_t j = 0; j < ds; ++j)
+        rows_ref[static_cast<size_t>(u) * ds + j] = w[size_t{hv.labels[u]} * ds + j];
     // The grouping is a partition of the entries, labels ascending, rows ascending.
     {
       bool ok = hv.nnz == nnz && hv.ptr[hv.groups] == nnz;
@@ -392,6 +409,9 @@ void body_sampled(Context& ctx, Rng& rng) {
                  4e-6 * static_cast<double>(s.batch), 1e-4);
     expect_close("sampled weight_grad db " + tag, get(d_db, db_ref.size()), db_ref,
                  4e-6 * static_cast<double>(s.batch), 1e-4);
+    Buffer<float> d_rows(ctx, MemTag::workspace, std::max<size_t>(rows_ref.size(), 1));
+    kernels::gather_rows(ctx, d_w.data(), d_ul.data(), hv.groups, s.d, d_rows.data());
+    expect_close("gather_rows " + tag, get(d_rows, rows_ref.size()), rows_ref, 0, 0);
   }
 }
 
@@ -439,7 +459,7 @@ XMC_SPARSE_TEST("fixed fan-in forward, weight and input gradients against the CP
                 body_fixed_fanin(ctx, rng))
 XMC_SPARSE_TEST("group-shared ops, fp32 and (CUDA) bf16, against a naive reference",
                 body_group_shared(ctx, rng))
-XMC_SPARSE_TEST("sampled scoring and gradients against the CPU ops, grouping a partition",
+XMC_SPARSE_TEST("sampled scoring, gradients and row gather against a naive reference, grouping a partition",
                 body_sampled(ctx, rng))
 XMC_SPARSE_TEST("bad shapes are refused with an error before any work",
                 (void)rng; body_shape_checks(ctx))
