@@ -41,8 +41,7 @@ double measure_memory_gbps(long long bytes) {
       const size_t len = std::min<size_t>(1 << 16, n - static_cast<size_t>(i));
       std::memcpy(dst.data() + i, src.data() + i, len * sizeof(float));
     }
-    copy = std::min(copy, sw.seconds());
-    sw.reset();
+    copy = std::min(copy, sw.lap());
     float* d = dst.data();
     const float* s = src.data();
 #pragma omp parallel for simd schedule(static)

@@ -17,7 +17,7 @@ namespace xmc {
 BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& cfg)
     : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       ctx_(init.ctx),
-      comm_(init.comm),
+      comm_(init.shard_comm()),
       dim_(cfg.dim),
       eval_rows_(init.eval_rows()),
       optim_(init.optim),
@@ -28,13 +28,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
   // Label-sharded: every process holds all of P (the same initial values: same seed) and
   // its own labels' dense rows; dP is summed over the processes before each update, so
   // the copies of P stay identical, and softmax normalises over every label.
-  if (label_lo() != 0 || label_hi() != num_labels()) {
-    XMC_CHECK(comm_ != nullptr, "bottleneck: labels [{}, {}) of {} without the other processes",
-              label_lo(), label_hi(), num_labels());
-    block_.set_comm(comm_);
-  } else {
-    comm_ = nullptr;
-  }
+  if (comm_ != nullptr) block_.set_comm(comm_);
   if (ctx.on_gpu()) set_device_views(true);
   const int64_t d = init.input_dim;
   const auto pn = static_cast<size_t>(dim_ * d);

@@ -1,7 +1,5 @@
 #include "layers/dense.h"
 
-#include "core/error.h"
-
 namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
@@ -12,11 +10,7 @@ DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   set_device_views(init.ctx->on_gpu());
   // Softmax normalises over every label: a shard merges its statistics with the others'.
-  if (label_lo() != 0 || label_hi() != num_labels()) {
-    XMC_CHECK(init.comm != nullptr, "dense: labels [{}, {}) of {} without the other processes",
-              label_lo(), label_hi(), num_labels());
-    block_.set_comm(init.comm);
-  }
+  if (Comm* c = init.shard_comm()) block_.set_comm(c);
 }
 
 StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

@@ -102,10 +102,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
   Stopwatch sw;
   // Adds the time since the last mark to one of the timings.
   auto mark = [&](double DenseTimings::*field) {
-    if (timings_) {
-      timings_->*field += sw.seconds();
-      sw.reset();
-    }
+    if (timings_) timings_->*field += sw.lap();
   };
   targets_.assign(targets);
   acc_.reset();

@@ -61,11 +61,8 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   p_ = LabelParams(ctx, optim_, n, f);
   inter_ = Projection(ctx, d, cfg.intermediate, true, optim_, max_batch_,
                       Rng::stream(seed_, kInterStream).next());
-  if (n != init.num_labels) {
-    XMC_CHECK(init.comm != nullptr, "fixed_fanin: labels [{}, {}) of {} without the other "
-              "processes", label_lo(), label_hi(), init.num_labels);
-    inter_.set_comm(init.comm);  // the intermediate layer's gradient summed over them
-  }
+  // Label-sharded: the intermediate layer's gradient summed over the processes.
+  if (Comm* c = init.shard_comm()) inter_.set_comm(c);
   if (dropout_ > 0.0) {
     mask_ = DropoutMask(ctx, max_batch_, d);
     xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
@@ -130,8 +127,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
 void FixedFaninLayer::mark(Stopwatch& sw, double FixedFaninTimings::*field) {
   if (!time_ops_) return;
   ctx_->synchronize();
-  timings_.*field += sw.seconds();
-  sw.reset();
+  timings_.*field += sw.lap();
 }
 
 StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

@@ -214,11 +214,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   const int64_t bsz = h.rows, d = input_dim();
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
   StepStats stats;
-  Stopwatch sw;
-  auto mark = [&](double GroupSharedTimings::*field) {
-    timings_.*field += sw.seconds();
-    sw.reset();
-  };
+  Stopwatch sw;  // each phase adds sw.lap() to its timing
 
   build_targets(batch, bsz);
 
@@ -233,7 +229,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     kernels::multiply_mask(ctx, h, mask, xd);
     x = xd;
   }
-  mark(&GroupSharedTimings::forward);
+  timings_.forward += sw.lap();
 
   // Head: overwrites dh with its part of dL/dx (or zeroes dh without a head).
   double loss = 0.0;
@@ -253,7 +249,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   } else {
     kernels::set_zero(ctx, dh);
   }
-  mark(&GroupSharedTimings::head);
+  timings_.head += sw.lap();
 
   if (tail_labels() > 0) {
     ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
@@ -270,9 +266,9 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     loss = acc.loss;
     stats.zero_grads += static_cast<int64_t>(acc.zero_grads);
     stats.grads += bsz * tail_labels();
-    mark(&GroupSharedTimings::loss);
+    timings_.loss += sw.lap();
     if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
-    mark(&GroupSharedTimings::projection_backward);
+    timings_.projection_backward += sw.lap();
   }
   if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
   timings_.zero_grads += stats.zero_grads;
@@ -284,11 +280,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
 void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr) {
   const Context& ctx = *ctx_;
   const int64_t t = tail_labels(), g = group_, f = fan_in_;
-  Stopwatch sw;
-  auto mark = [&](double GroupSharedTimings::*field) {
-    timings_.*field += sw.seconds();
-    sw.reset();
-  };
+  Stopwatch sw;  // each phase adds sw.lap() to its timing
   const bool bf16 = p_.w.bf16();
   const ConstMatrix ut(ut_.data(), m_, rows);
   const gpu::ConstBf16Matrix ut16(ut16_.data(), m_, rows);
@@ -297,30 +289,30 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
   else
     kernels::transpose(ctx, u, Matrix(ut_.data(), m_, rows));
   targets_.upload();
-  mark(&GroupSharedTimings::forward);
+  timings_.forward += sw.lap();
   for (int64_t c0 = 0; c0 < t; c0 += chunk_) {
     const int64_t c = std::min(chunk_, t - c0);
     const uint32_t* idx = idx_.data() + (c0 / g) * f;
     const int64_t wo = c0 * f;
     Matrix z(z_.data(), rows, c);
     tail_forward(c0, ut.data, ut16.data, z);  // logits with the bias
-    mark(&GroupSharedTimings::forward);
+    timings_.forward += sw.lap();
     elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, head_ + c0, rows, acc_);
-    mark(&GroupSharedTimings::loss);
+    timings_.loss += sw.lap();
     // Both gradients with the weights before this chunk's update.
     if (bf16)
       kernels::group_shared_input_grad(ctx, idx, p_.w.b16() + wo, c, g, f, z, du);
     else
       kernels::group_shared_input_grad(ctx, idx, p_.w.f32() + wo, c, g, f, z, du);
-    mark(&GroupSharedTimings::backward_input);
+    timings_.backward_input += sw.lap();
     if (bf16)
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut16, dw_.data(), db_.data());
     else
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
-    mark(&GroupSharedTimings::backward_weight);
+    timings_.backward_weight += sw.lap();
     p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
               WeightArray::rounding_key(stochastic_rounding_, seed_, c0));
-    mark(&GroupSharedTimings::update);
+    timings_.update += sw.lap();
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/error.h"
 #include "model/optimizer.h"
 
 namespace xmc {
@@ -29,8 +30,17 @@ struct LayerInit {
   int64_t label_hi = -1;  // -1: num_labels
   int64_t label_end() const { return label_hi < 0 ? num_labels : label_hi; }
   // The processes of a label-sharded run (each holding one range), nullptr for one process:
-  // what a backend needs to combine label-wide quantities (softmax's normaliser).
+  // what a backend needs to combine label-wide quantities (softmax's normaliser, the
+  // gradients of parameters every label shares).
   Comm* comm = nullptr;
+  // comm when this process holds only part of the labels, nullptr when it holds them all
+  // (a part without its processes is a bug: checked).
+  Comm* shard_comm() const {
+    if (label_lo == 0 && label_end() == num_labels) return nullptr;
+    XMC_CHECK(comm != nullptr, "labels [{}, {}) of {} without the other processes", label_lo,
+              label_end(), num_labels);
+    return comm;
+  }
   // Rows per evaluation block (scores and top-k): all of them on the CPU, the batch size on
   // the GPU, whose workspaces are sized for it.
   int64_t eval_rows() const {

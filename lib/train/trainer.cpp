@@ -588,35 +588,30 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
   const int64_t d = model_.encoder().output_dim();
   int cur = 0;
   phases_ = {};
-  Stopwatch lap;
-  // Adds the time since the last mark to one phase.
-  auto mark = [&](double StepPhases::*phase) {
-    phases_.*phase += lap.seconds();
-    lap.reset();
-  };
+  Stopwatch lap;  // each phase adds lap.lap(), the time since the previous one
   at.rng = dropout_rng.state();
   bool have = batcher_->next(batches_[0]);
   if (have) model_.encoder().stage(batches_[0], /*training=*/true, dropout_rng);
-  mark(&StepPhases::data);
+  phases_.data += lap.lap();
   while (have) {
     const Batch& batch = batches_[static_cast<size_t>(cur)];
     lr_factor = schedule_.factor(step_);
     ++step_;
     debug_signal_point(step_);
     ConstMatrix h = model_.encoder().forward_staged();
-    mark(&StepPhases::encoder_forward);
+    phases_.encoder_forward += lap.lap();
     at.rng = dropout_rng.state();  // before the next batch is staged
     have = batcher_->next(batches_[static_cast<size_t>(cur ^ 1)]);
     if (have) model_.encoder().stage(batches_[static_cast<size_t>(cur ^ 1)], true, dropout_rng);
-    mark(&StepPhases::data);
+    phases_.data += lap.lap();
     Matrix dh(dh_.data(), batch.size(), d);
     StepStats s =
         model_.output().train_step(batch, h, dh, {cfg_.optim.output.lr * lr_factor, step_});
-    mark(&StepPhases::output);
+    phases_.output += lap.lap();
     if (comm_ != nullptr) reduce_step(dh, s);
-    mark(&StepPhases::reduce);
+    phases_.reduce += lap.lap();
     model_.encoder().backward_update(dh, cfg_.optim.encoder.lr * lr_factor, step_);
-    mark(&StepPhases::encoder_backward);
+    phases_.encoder_backward += lap.lap();
     if (!std::isfinite(s.loss))
       throw_error("training diverged at epoch {}, step {}: loss is {}", epoch + 1, step_, s.loss);
     at.loss_sum += s.loss;
@@ -624,7 +619,7 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
     at.grads += s.grads;
     ++at.epoch_step;
     model_.output().on_step(view(epoch));
-    mark(&StepPhases::output_refresh);
+    phases_.output_refresh += lap.lap();
     progress.update(at.epoch_step, at.loss_sum / static_cast<double>(at.epoch_step));
     cur ^= 1;
     if (stop_signal() != 0 && have) {
