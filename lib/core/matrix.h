@@ -66,6 +66,24 @@ struct CsrMatrix {
     return indptr.size() * sizeof(int64_t) + indices.size() * sizeof(uint32_t) +
            values.size() * sizeof(float);
   }
+  // The columns [lo, hi) of every row, renumbered 0..hi-lo-1 (a label shard's view of a
+  // batch's labels), in their order, values kept.
+  CsrMatrix column_range(int64_t lo, int64_t hi) const {
+    CsrMatrix out;
+    out.rows = rows;
+    out.cols = hi - lo;
+    out.indptr.reserve(static_cast<size_t>(rows + 1));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t e = indptr[r]; e < indptr[r + 1]; ++e) {
+        const uint32_t c = indices[static_cast<size_t>(e)];
+        if (c < lo || c >= hi) continue;
+        out.indices.push_back(static_cast<uint32_t>(c - lo));
+        if (!values.empty()) out.values.push_back(values[static_cast<size_t>(e)]);
+      }
+      out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
+    }
+    return out;
+  }
 };
 
 }  // namespace xmc

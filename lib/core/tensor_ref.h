@@ -23,6 +23,10 @@ struct TensorRef {
   // labels): one process reading the shards takes it from the first. Otherwise an output
   // tensor is per label (its first dimension the labels of the shard).
   bool replicated = false;
+  // A process's own state of a label-sharded run that no other layout can use (e.g. LSH
+  // tables over its labels' local ids): one process merging the shards skips it and asks
+  // the layer to rebuild it (OutputLayer::on_shards_merged).
+  bool shard_local = false;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -32,16 +32,17 @@ void insert_sorted(std::vector<uint32_t>& v, uint32_t x) {
 }  // namespace
 
 AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       d_(init.input_dim),
       n_train_(init.num_train),
-      k_h_(cfg.hard_negatives),
-      k_r_(cfg.random_negatives),
-      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      k_h_(init.shard_share(cfg.hard_negatives)),
+      k_r_(init.shard_share(cfg.random_negatives)),
+      chunk_(std::min(cfg.chunk_size, shard_labels())),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
       seed_(init.seed),
+      draw_seed_(init.seed ^ (static_cast<uint64_t>(init.label_lo) * 0x9E3779B97F4A7C15ULL)),
       ctx_(init.ctx),
       eval_rows_(init.eval_rows()) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
@@ -49,12 +50,14 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
     throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");
   if (n_train_ < 1)
     throw_input("anns_sampled needs the number of training points (got {})", n_train_);
-  const int64_t num_labels = init.num_labels;
+  // Label-sharded (mpirun): this process's labels [lo, lo + n), local ids 0..n-1 in the
+  // block, the candidate lists and the hard sets; its share of k_h and k_r.
+  const int64_t n = shard_labels();
   auto& ledger = ctx_->ledger();
   // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
-  const int64_t per_point = std::min(num_labels, k_h_ + k_r_ + 8);
-  block_ = SampledBlock(*ctx_, optim_, num_labels, d_, seed_, batch, chunk_, batch * per_point);
+  const int64_t per_point = std::min(n, k_h_ + k_r_ + 8);
+  block_ = SampledBlock(*ctx_, optim_, label_lo(), n, d_, seed_, batch, chunk_, batch * per_point);
   set_device_views(ctx_->on_gpu());
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
@@ -82,7 +85,12 @@ std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const 
 
 SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
   const int64_t rows = batch.size();
-  const auto nlab = static_cast<uint64_t>(num_labels());
+  const auto nlab = static_cast<uint64_t>(shard_labels());
+  // The positives among this layer's labels, in local ids (one process: all of them).
+  const bool sharded = shard_labels() != num_labels();
+  const CsrMatrix shard_pos =
+      sharded ? batch.labels.column_range(label_lo(), label_hi()) : CsrMatrix{};
+  const CsrMatrix& labels = sharded ? shard_pos : batch.labels;
   std::vector<std::vector<uint32_t>> cand(static_cast<size_t>(rows));
   std::vector<int64_t> npos(static_cast<size_t>(rows));
   std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives
@@ -95,8 +103,7 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t id = batch.ids[static_cast<size_t>(i)];
-    std::vector<uint32_t> pos(batch.labels.row_indices(i),
-                              batch.labels.row_indices(i) + batch.labels.row_nnz(i));
+    std::vector<uint32_t> pos(labels.row_indices(i), labels.row_indices(i) + labels.row_nnz(i));
     std::sort(pos.begin(), pos.end());
     pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
     std::vector<uint32_t>& out = cand[static_cast<size_t>(i)];
@@ -123,7 +130,7 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
       for (uint32_t l = 0; l < nlab; ++l)
         if (!contains_sorted(taken, l)) out.push_back(l);
     } else {
-      Rng rng = Rng::stream(seed_ ^ (static_cast<uint64_t>(step) * 0xA24BAED4963EE407ULL),
+      Rng rng = Rng::stream(draw_seed_ ^ (static_cast<uint64_t>(step) * 0xA24BAED4963EE407ULL),
                             static_cast<uint64_t>(id));
       int64_t drawn = 0;
       while (drawn < k_r_) {
@@ -182,7 +189,7 @@ void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
 }
 
 DenseMatrix AnnsSampledLayer::augmented_weights() const {
-  const int64_t nl = num_labels();
+  const int64_t nl = shard_labels();
   DenseMatrix v(nl, d_ + 1);
   // Host W and b: the arrays themselves on the CPU, copies (L×d + L floats) on the GPU.
   const float* w = block_.host_weights().data;
@@ -209,7 +216,7 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
     index_version_ = version_;
     recall_hits_ = recall_total_ = recall_points_ = 0;
     recall_logged_ = false;
-    spdlog::info("anns_sampled: eval index over {} labels built in {:.2f}s", num_labels(),
+    spdlog::info("anns_sampled: eval index over {} labels built in {:.2f}s", shard_labels(),
                  sw.seconds());
   }
   // The index is on the host: a device layer downloads the query rows (rows×d floats).
@@ -226,6 +233,8 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   out.labels.resize(static_cast<size_t>(h.rows * k));
   out.scores.resize(static_cast<size_t>(h.rows * k));
   eval_index_->search(q.view(), k, out.labels.data(), out.scores.data());
+  for (uint32_t& l : out.labels)  // the index's local ids to global ones
+    if (l != TopK::kNoLabel) l = static_cast<uint32_t>(l + label_lo());
   // Recall against exact top-k on the first recall_sample rows of this call.
   const int64_t sample = std::min(cfg_.recall_sample, h.rows);
   if (sample > 0) {
@@ -360,13 +369,15 @@ void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
     const int64_t rows = std::min(block, queries.rows - r0);
     const ConstMatrix q = queries.rows_range(r0, rows);
+    // stream_topk runs over the global ids [label_lo, label_hi); vectors and out are local.
     const TopK t = stream_topk(rows, k, chunk_, [&](int64_t lo, Matrix s) {
-      kernels::gemm_nt(q, vectors.rows_range(lo, s.cols), s);
+      kernels::gemm_nt(q, vectors.rows_range(lo - label_lo(), s.cols), s);
     });
     for (int64_t i = 0; i < rows; ++i)
       for (int j = 0; j < k; ++j) {
         const uint32_t l = t.row_labels(i)[j];
-        out[(r0 + i) * k_h_ + j] = l == TopK::kNoLabel ? kNone : l;
+        out[(r0 + i) * k_h_ + j] =
+            l == TopK::kNoLabel ? kNone : static_cast<uint32_t>(l - label_lo());
       }
   }
 }
@@ -396,12 +407,25 @@ void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
 std::vector<TensorRef> AnnsSampledLayer::state_impl() {
   // The same names and shapes on both devices (a device layer's from its host copies).
   std::vector<TensorRef> out = block_.state();
-  if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
-  out.push_back({"output/anns_meta", {2}, meta_});
+  // Per training point, in the shard's local label ids: a process merging the shards of a
+  // label-sharded run (evaluation) leaves its own hard sets empty (kNone, never drawn).
+  if (k_h_ > 0) {
+    TensorRef hard{"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()};
+    hard.shard_local = true;
+    out.push_back(hard);
+  }
+  TensorRef meta{"output/anns_meta", {2}, meta_};
+  meta.replicated = true;  // refreshes happen after the same epochs on every process
+  out.push_back(meta);
   return out;
 }
 
-void AnnsSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
+void AnnsSampledLayer::sync_state_impl(StateSync s) {
+  block_.sync_state(s);
+  // After a checkpoint was read: the next refresh seeds its index as the uninterrupted run
+  // did (every installed refresh was started; one in flight at the save is not saved).
+  if (s == StateSync::to_device) started_ = meta_[1];
+}
 
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {
   return block_.analytic_bytes() + 2 * 4 * n_train_ * k_h_;

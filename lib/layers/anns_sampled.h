@@ -20,6 +20,11 @@
 // the index from one thread, so the graph is the same every run). A checkpoint
 // holds the set in use; a refresh still in flight when it is written is not saved.
 //
+// Label-sharded (mpirun, docs/distributed.md): each process holds its labels' rows and its
+// share of k_h and k_r (LayerInit::shard_share), builds its own index over them (as ASTRA
+// keeps one index per GPU shard) and draws a point's candidates among its labels; bce and
+// squared hinge decompose over labels, so nothing else crosses between the processes.
+//
 // Both devices run this one path (W, b and their optimizer state in a SampledBlock,
 // layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
 // drawn on the host as above (they need only the batch's ids and labels); the loss
@@ -176,6 +181,7 @@ class AnnsSampledLayer final : public OutputLayer {
   LossType loss_;
   OptimizerConfig optim_;
   uint64_t seed_;
+  uint64_t draw_seed_;  // uniform negatives: seed_, mixed with the first label of a shard
   Context* ctx_;
   int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   // mutable: augmented_weights() reads W and b through host copies on the GPU.

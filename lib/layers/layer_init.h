@@ -41,6 +41,14 @@ struct LayerInit {
               label_end(), num_labels);
     return comm;
   }
+  // A per-point budget of k labels drawn over all labels (sampled negatives), this
+  // process's part of it: k itself in one process, ⌈k·(its labels)/L⌉ in a label-sharded
+  // run, so that the processes together draw about k.
+  int64_t shard_share(int64_t k) const {
+    const int64_t n = label_end() - label_lo;
+    if (n == num_labels) return k;
+    return (k * n + num_labels - 1) / num_labels;
+  }
   // Rows per evaluation block (scores and top-k): all of them on the CPU, the batch size on
   // the GPU, whose workspaces are sized for it.
   int64_t eval_rows() const {

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
+#include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
 
@@ -46,10 +47,10 @@ struct LshEntries {
 };
 
 // dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
-// entries flagged positive from each point's labels); returns the loss summed over the
+// entries flagged positive from each point's labels, in the candidates' ids); returns the loss summed over the
 // points (not divided by B) and counts the zero gradients.
 double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
-                     float* zg, int64_t& zeros) {
+                     float* zg, int64_t& zeros, const CandidateShards* shards) {
   std::vector<uint8_t> positive(static_cast<size_t>(csr.nnz));
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < csr.rows; ++i) {
@@ -59,7 +60,7 @@ double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::Cand
       positive[static_cast<size_t>(e)] = std::binary_search(pos.begin(), pos.end(), csr.labels[e]);
   }
   return candidate_loss_grad(loss, csr.indptr, csr.rows, positive.data(), nullptr, csr.rows, zg,
-                             &zeros);
+                             &zeros, shards);
 }
 
 bool uses_tables(const LshSampledConfig& cfg) {
@@ -71,17 +72,18 @@ bool uses_tables(const LshSampledConfig& cfg) {
 // LSH tables, whose 2^bits buckets per table grow fastest (k: 24 asks for 2^24 buckets).
 void check_memory_plan_lsh(const LayerInit& init, const LshSampledConfig& cfg, const LshParams& p,
                            bool on_gpu) {
-  const double n = static_cast<double>(init.num_labels), d = static_cast<double>(init.input_dim);
+  const int64_t labels = init.label_end() - init.label_lo;
+  const double n = static_cast<double>(labels), d = static_cast<double>(init.input_dim);
   const double states = optimizer_state_arrays(init.optim);
   const double params = on_gpu ? 4.0 * n * d : 4.0 * (n * d + n) * (1.0 + states);
-  const double tables = uses_tables(cfg) ? LshTables::planned_bytes(init.num_labels, p) : 0.0;
+  const double tables = uses_tables(cfg) ? LshTables::planned_bytes(labels, p) : 0.0;
   const int64_t bits = LshHasher::bits_for(p);
   check_memory_plan(
       params + 4.0 * n + tables,
       fmt::format("model.output (lsh_sampled): {} for {} labels × d = {} ({}) and {} LSH "
                   "tables × 2^{} buckets × {} slots ({})",
                   on_gpu ? "the initial weights" : "the weights and optimizer state",
-                  init.num_labels, init.input_dim, format_bytes(params), p.tables, bits, p.capacity,
+                  labels, init.input_dim, format_bytes(params), p.tables, bits, p.capacity,
                   format_bytes(tables)),
       "lower model.output.k (each table has 2^k buckets" +
           std::string(p.family == LshFamily::dwta ? ", 2^(k·⌈log2 dwta_bin⌉) for dwta" : "") +
@@ -91,17 +93,22 @@ void check_memory_plan_lsh(const LayerInit& init, const LshSampledConfig& cfg, c
 }  // namespace
 
 LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       ctx_(init.ctx),
+      comm_(init.shard_comm()),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
-      chunk_(std::min(cfg.chunk_size, init.num_labels)),
+      chunk_(std::min(cfg.chunk_size, shard_labels())),
+      eval_candidates_(init.shard_share(cfg.eval_candidates)),
       eval_rows_(init.eval_rows()) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
   if (loss_ == LossType::squared_hinge)
     throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);
-  const int64_t n = init.num_labels, d = init.input_dim;
+  // Label-sharded (mpirun): this process's labels [lo, lo + n) with their own tables, in
+  // local ids 0..n-1 inside the block, the tables and the sampler; its share of the
+  // per-point candidate budget (LayerInit::shard_share).
+  const int64_t n = shard_labels(), d = init.input_dim;
   auto& ledger = init.ctx->ledger();
   LshParams p;
   p.family = parse_lsh_family(cfg.hash);
@@ -116,8 +123,11 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   check_memory_plan_lsh(init, cfg, p, init.ctx->on_gpu());
   // Per-step entries reserved up front: B points × (the cap, or the padding target).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
-  const int64_t per_point = std::min(n, std::max(cfg.max_candidates, cfg.min_candidates));
-  block_ = SampledBlock(*init.ctx, optim_, n, d, init.seed, batch, chunk_, batch * per_point);
+  const int64_t max_cand = init.shard_share(cfg.max_candidates);
+  const int64_t min_cand = init.shard_share(cfg.min_candidates);
+  const int64_t per_point = std::min(n, std::max(max_cand, min_cand));
+  block_ = SampledBlock(*init.ctx, optim_, label_lo(), n, d, init.seed, batch, chunk_,
+                        batch * per_point);
   set_device_views(init.ctx->on_gpu());
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
@@ -125,10 +135,11 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
 
   CandidateParams cp;
   cp.query = parse_lsh_query(cfg.query);
-  cp.max_candidates = cfg.max_candidates;
-  cp.min_candidates = cfg.min_candidates;
+  cp.max_candidates = max_cand;
+  cp.min_candidates = min_cand;
   cp.shared = cfg.shared_candidates;
-  cp.seed = init.seed ^ 0xC4D1DA7E5ULL;
+  // Each shard its own random draws (one process: lo = 0, the seed as before).
+  cp.seed = init.seed ^ 0xC4D1DA7E5ULL ^ (static_cast<uint64_t>(label_lo()) * 0x9E3779B97F4A7C15ULL);
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
   if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
@@ -138,35 +149,79 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
+  return draw(batch, shard_positives(batch), h, step);
+}
+
+CsrMatrix LshSampledLayer::shard_positives(const Batch& batch) const {
+  // One process: the batch's own labels (copied only in a shard, which renumbers them).
+  return comm_ != nullptr ? batch.labels.column_range(label_lo(), label_hi()) : CsrMatrix{};
+}
+
+CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& shard_pos, ConstMatrix h,
+                                int64_t step) {
   const int64_t nb = h.rows, d = input_dim();
   const LshQuery query = sampler_->params().query;
   // Host inputs of the table queries: h for embedding queries, the current vectors of the
   // batch's positives for label queries (downloads on the GPU: B×d, |positives|×d floats).
   const HostView hq(*ctx_, query == LshQuery::embedding ? h : ConstMatrix(nullptr, nb, d));
-  std::vector<uint32_t> pos_ids;
+  std::vector<uint32_t> pos_ids;  // global ids
   if (query == LshQuery::label) {
     pos_ids = batch.labels.indices;
     std::sort(pos_ids.begin(), pos_ids.end());
     pos_ids.erase(std::unique(pos_ids.begin(), pos_ids.end()), pos_ids.end());
   }
-  const std::vector<float> w_pos = block_.rows_to_host(pos_ids);
+  const std::vector<float> w_pos = label_vectors(pos_ids);
   const LabelVectors wq{ConstMatrix(w_pos.data(), static_cast<int64_t>(pos_ids.size()), d),
                         pos_ids};
-  return sampler_->sample(tables_.get(), hq.view(), wq, batch.labels, static_cast<uint64_t>(step));
+  // A shard keeps its own positives (local ids) and queries with all of the point's.
+  const CsrMatrix& positives = comm_ != nullptr ? shard_pos : batch.labels;
+  return sampler_->sample(tables_.get(), hq.view(), wq, positives, static_cast<uint64_t>(step),
+                          &batch.labels);
+}
+
+std::vector<float> LshSampledLayer::label_vectors(std::span<const uint32_t> ids) const {
+  if (comm_ == nullptr) return block_.rows_to_host(ids);
+  // Label-sharded: each process fills the rows it holds, the sum over the processes has
+  // them all (|ids|×d floats all-reduced; every process lists the same ids).
+  const int64_t d = input_dim();
+  std::vector<uint32_t> mine;
+  std::vector<size_t> at;
+  for (size_t q = 0; q < ids.size(); ++q)
+    if (ids[q] >= label_lo() && ids[q] < label_hi()) {
+      mine.push_back(static_cast<uint32_t>(ids[q] - label_lo()));
+      at.push_back(q);
+    }
+  const std::vector<float> rows = block_.rows_to_host(mine);
+  std::vector<float> out(ids.size() * static_cast<size_t>(d), 0.0f);
+  for (size_t j = 0; j < at.size(); ++j)
+    std::copy(rows.begin() + static_cast<std::ptrdiff_t>(j * d),
+              rows.begin() + static_cast<std::ptrdiff_t>((j + 1) * d),
+              out.begin() + static_cast<std::ptrdiff_t>(at[j] * d));
+  comm_->allreduce_sum(std::span<float>(out));
+  return out;
 }
 
 StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const int64_t nb = h.rows;
-  const CsrMatrix cand = candidates(batch, h, lr.step);
+  const CsrMatrix shard_pos = shard_positives(batch);
+  const CsrMatrix& positives = comm_ != nullptr ? shard_pos : batch.labels;
+  const CsrMatrix cand = draw(batch, shard_pos, h, lr.step);
   const LshEntries entries(cand, nb, cfg_.shared_candidates);
   const kernels::CandidateCsr csr = entries.csr();
   double loss_sum = 0.0;
   int64_t zeros = 0;
+  // Label-sharded softmax: the normaliser over every process's candidates.
+  CandidateShards shards;
+  if (comm_ != nullptr) {
+    shards.reduce_max = [this](std::span<double> x) { comm_->allreduce_max(x); };
+    shards.reduce_sum = [this](std::span<double> x) { comm_->allreduce_sum(x); };
+  }
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then
   // the update of the touched rows.
   auto loss_grad = [&](std::span<float> zg) {
-    loss_sum = lsh_loss_grad(loss_, batch.labels, csr, zg.data(), zeros);
+    loss_sum = lsh_loss_grad(loss_, positives, csr, zg.data(), zeros,
+                             comm_ != nullptr ? &shards : nullptr);
   };
   for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
 
@@ -179,7 +234,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 
 void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
-  const int64_t n = num_labels(), d = input_dim();
+  const int64_t n = shard_labels(), d = input_dim();
   if (cfg_.reinsert == "all") {
     // W on the host (a copy of L×d floats on the GPU), every rebuild interval.
     tables_->build(block_.host_weights());
@@ -222,7 +277,7 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
     const int th = omp_get_thread_num();
 #pragma omp for schedule(dynamic, 8)
     for (int64_t i = 0; i < h.rows; ++i)
-      sampler_->retrieve(*tables_, hq.row(i), cfg_.eval_candidates, th,
+      sampler_->retrieve(*tables_, hq.row(i), eval_candidates_, th,
                          retrieved[static_cast<size_t>(i)]);
   }
   std::vector<int64_t> ptr(static_cast<size_t>(h.rows + 1), 0);
@@ -239,7 +294,8 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < h.rows; ++i)
     for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e)
-      acc.add(i, labels[static_cast<size_t>(e)], z[static_cast<size_t>(e)]);
+      acc.add(i, static_cast<uint32_t>(label_lo() + labels[static_cast<size_t>(e)]),
+              z[static_cast<size_t>(e)]);
   TopK approx = acc.result();
   // Recall@k against exact scoring, reported so the approximation is never silent.
   const TopK exact = block_.topk(h, k, eval_rows_);
@@ -260,21 +316,34 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
 }
 
 std::vector<TensorRef> LshSampledLayer::state_impl() {
-  const int64_t n = num_labels();
+  const int64_t n = shard_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
   std::vector<TensorRef> out = block_.state();
   out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
-  out.push_back({"output/lsh/schedule", {2}, sched_.data()});
+  TensorRef sched{"output/lsh/schedule", {2}, sched_.data()};
+  sched.replicated = true;  // the same steps on every process
+  out.push_back(sched);
+  // A shard's tables hold its own labels (local ids): rebuilt from the weights when one
+  // process merges the shards (on_shards_merged).
   if (tables_)
-    for (auto& t : tables_->state("output/lsh/")) out.push_back(std::move(t));
+    for (auto& t : tables_->state("output/lsh/")) {
+      t.shard_local = true;
+      out.push_back(std::move(t));
+    }
   return out;
+}
+
+void LshSampledLayer::on_shards_merged_impl() {
+  if (!tables_) return;
+  tables_->build(block_.host_weights());
+  block_.release_host();
 }
 
 void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
 
 int64_t LshSampledLayer::analytic_bytes_impl() const {
   int64_t bytes = block_.analytic_bytes();
-  bytes += 4 * num_labels() + 16;  // dirty flags, schedule
+  bytes += 4 * shard_labels() + 16;  // dirty flags, schedule
   bytes += sampler_->scratch_bytes();
   if (tables_) bytes += tables_->bytes();
   return bytes;

@@ -14,6 +14,13 @@
 // Evaluation: exact top-k over all labels (default), or `eval_search: lsh` — top-k over
 // the labels retrieved by h, with its recall@k against exact logged.
 //
+// Label-sharded (mpirun, docs/distributed.md): each process holds its labels' rows, its
+// own tables over them and its share of max_candidates / min_candidates /
+// eval_candidates; a point's
+// candidates there are its positives among those labels ∪ the labels its tables retrieve
+// (label queries hash the vectors of all the point's positives, all-reduced) ∪ uniform
+// padding. Softmax normalises over every process's candidates (pass-1 statistics merged).
+//
 // Both devices run this one path (W, b and their optimizer state in a SampledBlock,
 // layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
 // drawn on the host from the host tables: on the GPU, embedding queries download h (B×d
@@ -22,7 +29,9 @@
 // the host from the downloaded scores. Table refreshes read the rows they re-insert
 // (reinsert: updated) or all of W (reinsert: all) — host copies on the GPU.
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "config/field_constraints.h"
 #include "core/memory_ledger.h"
@@ -105,7 +114,8 @@ class LshSampledLayer final : public OutputLayer {
  public:
   LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg);
 
-  // The candidate sets train_step uses at `step` for this batch (tests, benchmarks).
+  // The candidate sets train_step uses at `step` for this batch (tests, benchmarks), in
+  // local label ids (label - label_lo()).
   CsrMatrix candidates(const Batch& batch, ConstMatrix h, int64_t step);
   // Refresh the tables now (what on_step does when the schedule says so).
   void refresh_tables();
@@ -125,13 +135,24 @@ class LshSampledLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
+  void on_shards_merged_impl() override;
+
   TopK lsh_topk(ConstMatrix h, int k) const;
+  // The batch's positives among this shard's labels in local ids (label-sharded); empty in
+  // one process, where the batch's own labels are used.
+  CsrMatrix shard_positives(const Batch& batch) const;
+  // The step's candidate sets (local ids); shard_pos: shard_positives(batch).
+  CsrMatrix draw(const Batch& batch, const CsrMatrix& shard_pos, ConstMatrix h, int64_t step);
+  // Host rows [|ids|×d] of W for the global label ids (label-sharded: from every process).
+  std::vector<float> label_vectors(std::span<const uint32_t> ids) const;
 
   Context* ctx_;
+  Comm* comm_;  // the label shards' processes; nullptr in one process
   LshSampledConfig cfg_;
   LossType loss_;
   OptimizerConfig optim_;
   int64_t chunk_;
+  int64_t eval_candidates_;  // eval_search lsh: this process's share of eval_candidates
   int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   // mutable: evaluation scores the candidates through the block's staging workspace.
   mutable SampledBlock block_;  // W, b and their optimizer state

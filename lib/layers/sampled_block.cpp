@@ -12,16 +12,19 @@
 
 namespace xmc {
 
-SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n, int64_t d,
-                           uint64_t seed, int64_t max_batch, int64_t chunk, int64_t nnz_hint)
+SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t lo, int64_t n,
+                           int64_t d, uint64_t seed, int64_t max_batch, int64_t chunk,
+                           int64_t nnz_hint)
     : ctx_(&ctx),
       optim_(optim),
+      lo_(lo),
       n_(n),
       d_(d),
       max_batch_(max_batch),
       chunk_(std::min(chunk, n)) {
-  XMC_CHECK(n > 0 && d > 0 && max_batch > 0 && chunk > 0 && nnz_hint >= 0,
-            "sampled block L={} d={} B={} chunk={} nnz hint {}", n, d, max_batch, chunk, nnz_hint);
+  XMC_CHECK(lo >= 0 && n > 0 && d > 0 && max_batch > 0 && chunk > 0 && nnz_hint >= 0,
+            "sampled block labels [{}, +{}) d={} B={} chunk={} nnz hint {}", lo, n, d, max_batch,
+            chunk, nnz_hint);
   XMC_CHECK(n <= int64_t{std::numeric_limits<uint32_t>::max()},
             "sampled block: {} labels do not fit uint32 ids", n);
   // Touched rows per weight-gradient block: a [block×d] workspace instead of [touched×d]
@@ -29,7 +32,7 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
   block_ = std::min(n, ctx.on_gpu() ? hint : int64_t{1024});
   p_ = LabelParams(ctx, optim, n, d);
-  init_uniform_rows(p_.w.stage_for_write(), n, d, seed);  // same initialisation as `dense`
+  init_uniform_rows(p_.w.stage_for_write(), n, d, seed, lo);  // same initialisation as `dense`
   p_.w.commit();
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_ * d));
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_));
@@ -80,20 +83,21 @@ std::vector<float> SampledBlock::candidate_scores(const kernels::CandidateCsr& c
 }
 
 void SampledBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
-  XMC_CHECK(lo >= 0 && lo + out.cols <= n_ && h.cols == d_ && out.rows == h.rows,
-            "sampled scores: h [{}×{}], out [{}×{}] at label {}, L={} d={}", h.rows, h.cols,
-            out.rows, out.cols, lo, n_, d_);
-  kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + lo * d_, out.cols, d_), out);
-  kernels::add_row_vector(*ctx_, out, p_.b.data() + lo);
+  XMC_CHECK(lo >= lo_ && lo + out.cols <= lo_ + n_ && h.cols == d_ && out.rows == h.rows,
+            "sampled scores: h [{}×{}], out [{}×{}] at label {}, labels [{}, {}) d={}", h.rows,
+            h.cols, out.rows, out.cols, lo, lo_, lo_ + n_, d_);
+  const int64_t r0 = lo - lo_;
+  kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + r0 * d_, out.cols, d_), out);
+  kernels::add_row_vector(*ctx_, out, p_.b.data() + r0);
 }
 
 TopK SampledBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
   XMC_CHECK(h.cols == d_, "top-k: h has {} columns, d = {}", h.cols, d_);
   ConstMatrix hb;
   return stream_topk(
-      *ctx_, h.rows, k, block_rows, n_, chunk_, 0,
+      *ctx_, h.rows, k, block_rows, n_, chunk_, lo_,
       [&](int64_t r0, int64_t rows) { hb = h.rows_range(r0, rows); },
-      [&](int64_t c0, Matrix z) { scores(hb, c0, z); });
+      [&](int64_t c0, Matrix z) { scores(hb, lo_ + c0, z); });
 }
 
 std::vector<float> SampledBlock::rows_to_host(std::span<const uint32_t> labels) const {

@@ -21,7 +21,11 @@
 // (table / index rebuilds, checkpoints) goes through host copies (Buffer::stage; none on
 // the CPU) or rows_to_host.
 //
-// Initial weights: init_uniform_rows(seed), as `dense`, drawn on the host on both devices.
+// Labels: the block holds labels [lo, lo + n) (all of them, lo = 0, unless label-sharded);
+// its rows, candidate lists and the labels it returns are local ids 0..n-1, except where a
+// method says global (scores' lo, top-k's labels).
+// Initial weights: init_uniform_rows(seed) of the global label ids, as `dense`, drawn on
+// the host on both devices.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -44,11 +48,11 @@ namespace xmc {
 class SampledBlock {
  public:
   SampledBlock() = default;
-  // n labels × d; max_batch: the largest batch / rows per top-k block on the GPU; chunk:
+  // n labels [lo, lo + n) × d; max_batch: the largest batch / rows per top-k block on the GPU; chunk:
   // labels per chunk of the exact scoring; nnz_hint: candidate entries per step reserved up
   // front (the workspaces grow past it when a step needs more).
-  SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t n, int64_t d, uint64_t seed,
-               int64_t max_batch, int64_t chunk, int64_t nnz_hint);
+  SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t lo, int64_t n, int64_t d,
+               uint64_t seed, int64_t max_batch, int64_t chunk, int64_t nnz_hint);
 
   // zg [nnz]: the entries' scores on entry (in cand's order), dLoss/dz / B on return.
   using LossGrad = std::function<void(std::span<float> zg)>;
@@ -60,9 +64,9 @@ class SampledBlock {
   // Host scores [nnz] of the listed candidates (host CSR over the rows of h).
   std::vector<float> candidate_scores(const kernels::CandidateCsr& cand, ConstMatrix h);
 
-  // out [B×c] = scores of labels [lo, lo+c).
+  // out [B×c] = scores of labels [lo, lo+c) (global ids within the block's range).
   void scores(ConstMatrix h, int64_t lo, Matrix out) const;
-  // Exact top-k of every row of h, in blocks of block_rows rows.
+  // Exact top-k (global ids) of every row of h, in blocks of block_rows rows.
   TopK topk(ConstMatrix h, int k, int64_t block_rows) const;
 
   // Host copy of the rows `labels` of W -> [count×d].
@@ -81,13 +85,14 @@ class SampledBlock {
   // reserved at construction (growth past nnz_hint not included).
   int64_t analytic_bytes() const;
   int64_t labels() const { return n_; }
+  int64_t first_label() const { return lo_; }
   int64_t dim() const { return d_; }
   int64_t chunk() const { return chunk_; }
 
  private:
   Context* ctx_ = nullptr;
   OptimizerConfig optim_;
-  int64_t n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;
+  int64_t lo_ = 0, n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;
   LabelParams p_;                      // W [n×d], bias [n], their optimizer state
   Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
   Buffer<float> dw_, db_;              // [block×d], [block]

@@ -242,11 +242,60 @@ double candidate_point(LossType type, const uint8_t* flag, const float* wt, int6
 
 }  // namespace
 
+namespace {
+
+// candidate_loss_grad's softmax over label shards: pass 1 on every point, the statistics
+// merged over the processes, pass 2 with the global normaliser and positive count.
+double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positive,
+                                 double inv_b, float* zg, int64_t* zeros,
+                                 const CandidateShards& sh) {
+  SoftmaxStats st(rows);
+  std::vector<double> npos(static_cast<size_t>(rows));  // positives over every process
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto ri = static_cast<size_t>(i);
+    softmax_row_accumulate(zg + ptr[i], ptr[i + 1] - ptr[i], st.max[ri], st.sumexp[ri]);
+    npos[ri] = static_cast<double>(std::count_if(positive + ptr[i], positive + ptr[i + 1],
+                                                 [](uint8_t f) { return f != 0; }));
+  }
+  merge_softmax_stats(st, sh.reduce_max, sh.reduce_sum);
+  sh.reduce_sum(npos);
+  double ls = 0.0;
+  int64_t zs = 0;
+#pragma omp parallel reduction(+ : ls, zs)
+  {
+    std::vector<uint32_t> pos_at;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
+      float* g = zg + e0;
+      const auto ri = static_cast<size_t>(i);
+      if (npos[ri] == 0.0) {
+        std::fill(g, g + nc, 0.0f);  // points without positives contribute nothing
+      } else {
+        pos_at.clear();
+        for (int64_t j = 0; j < nc; ++j)
+          if (positive[e0 + j]) pos_at.push_back(static_cast<uint32_t>(j));
+        softmax_row_loss_grad(g, nc, 0, {pos_at.data(), pos_at.data() + pos_at.size()},
+                              static_cast<int64_t>(npos[ri]), st.max[ri], st.logsumexp(i), inv_b,
+                              ls);
+      }
+      zs += std::count(g, g + nc, 0.0f);
+    }
+  }
+  if (zeros) *zeros = zs;
+  return ls;
+}
+
+}  // namespace
+
 double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                            const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros) {
+                           float* zg, int64_t* zeros, const CandidateShards* shards) {
   XMC_CHECK(batch_size > 0, "candidate loss over a batch of {}", batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
+  if (shards != nullptr && type == LossType::softmax)
+    return sharded_candidate_softmax(ptr, rows, positive, inv_b, zg, zeros, *shards);
   double ls = 0.0;
   int64_t zs = 0;
 #pragma omp parallel reduction(+ : ls, zs)
@@ -284,6 +333,17 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
     const auto ri = static_cast<size_t>(r);
     softmax_row_accumulate(logits.row(r), c, stats.max[ri], stats.sumexp[ri]);
   }
+}
+
+void merge_softmax_stats(SoftmaxStats& stats, const RowReduce& reduce_max,
+                         const RowReduce& reduce_sum) {
+  std::vector<double> global = stats.max;
+  reduce_max(global);
+  // Each process's sum relative to its own max, rescaled to the global one, then summed.
+  for (size_t r = 0; r < global.size(); ++r)
+    stats.sumexp[r] = stats.sumexp[r] == 0.0 ? 0.0 : stats.sumexp[r] * std::exp(stats.max[r] - global[r]);
+  stats.max = std::move(global);
+  reduce_sum(stats.sumexp);
 }
 
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
@@ -370,16 +430,9 @@ void SoftmaxState::reset(int64_t rows) {
   }
 }
 
-void SoftmaxState::merge(const std::function<void(std::span<double>)>& reduce_max,
-                         const std::function<void(std::span<double>)>& reduce_sum) {
+void SoftmaxState::merge(const RowReduce& reduce_max, const RowReduce& reduce_sum) {
   XMC_CHECK(ctx_ != nullptr && !ctx_->on_gpu(), "softmax over label shards runs on CPU ranks only");
-  std::vector<double> global = host_.max;
-  reduce_max(global);
-  // Each process's sum relative to its own max, rescaled to the global one, then summed.
-  for (size_t r = 0; r < global.size(); ++r)
-    host_.sumexp[r] = host_.sumexp[r] == 0.0 ? 0.0 : host_.sumexp[r] * std::exp(host_.max[r] - global[r]);
-  host_.max = std::move(global);
-  reduce_sum(host_.sumexp);
+  merge_softmax_stats(host_, reduce_max, reduce_sum);
 }
 
 gpu::DeviceSoftmaxStats SoftmaxState::device() const {

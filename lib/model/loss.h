@@ -43,6 +43,12 @@ struct SoftmaxStats {
   double logsumexp(int64_t row) const;
 };
 void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats);
+// Label-sharded run: this process's per-row running max and sum of exps merged in place
+// with the other processes' into those over every label. reduce_max / reduce_sum:
+// element-wise in-place reductions over the processes (dist/comm.h).
+using RowReduce = std::function<void(std::span<double>)>;
+void merge_softmax_stats(SoftmaxStats& stats, const RowReduce& reduce_max,
+                         const RowReduce& reduce_sum);
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
                          int64_t lo, int64_t batch_size);
 
@@ -56,9 +62,17 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
 //   without positives contribute nothing; weights ignored).
 // Returns the loss summed over the points (not divided by B); *zeros receives the count of
 // exactly-zero gradients. Points in parallel (OpenMP), each summed in entry order.
+// shards (softmax in a label-sharded run; nullptr otherwise): each process holds its part
+// of every point's candidates; the normaliser spans every process's part and t = 1/(the
+// point's flagged positives over all processes) (pass-1 statistics and positive counts
+// merged through shards->reduce_*); the loss returned is this process's positives' share
+// (the processes' sum is the loss).
+struct CandidateShards {
+  RowReduce reduce_max, reduce_sum;
+};
 double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                            const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros);
+                           float* zg, int64_t* zeros, const CandidateShards* shards = nullptr);
 
 // --- the same on the Context's device ------------------------------------------------
 
@@ -147,11 +161,8 @@ class SoftmaxState {
   SoftmaxState(Context& ctx, int64_t max_batch);
   // Starts pass 1 for a batch of `rows` rows.
   void reset(int64_t rows);
-  // Label-sharded run, after pass 1 (CPU): this process's per-row running max and sum of
-  // exps merged with the other processes' into those over every label. reduce_max /
-  // reduce_sum: element-wise in-place reductions over the processes (dist/comm.h).
-  void merge(const std::function<void(std::span<double>)>& reduce_max,
-             const std::function<void(std::span<double>)>& reduce_sum);
+  // Label-sharded run, after pass 1 (CPU): merge_softmax_stats of the host statistics.
+  void merge(const RowReduce& reduce_max, const RowReduce& reduce_sum);
   int64_t bytes() const { return static_cast<int64_t>(max_.bytes() + sum_.bytes()); }
 
  private:

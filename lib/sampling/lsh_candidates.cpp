@@ -181,18 +181,21 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, Const
 }
 
 CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,
-                                   const CsrMatrix& positives, uint64_t step) {
+                                   const CsrMatrix& positives, uint64_t step,
+                                   const CsrMatrix* query_labels) {
   XMC_CHECK(tables || p_.query == LshQuery::none, "LSH query without tables");
   XMC_CHECK(positives.rows == h.rows, "candidates: {} label rows for {} points", positives.rows,
             h.rows);
   XMC_CHECK(w.ids.empty() || w.ids.size() == static_cast<size_t>(w.w.rows),
             "label vectors: {} ids for {} rows", w.ids.size(), w.w.rows);
-  for (uint32_t l : positives.indices) {
+  for (uint32_t l : positives.indices)
     XMC_CHECK(l < num_labels_, "positive label {} >= {}", l, num_labels_);
-    // Checked here, outside the parallel region that reads the vectors.
-    XMC_CHECK(p_.query != LshQuery::label || w.has(l),
-              "label query: no weight vector for positive label {}", l);
-  }
+  const CsrMatrix& ql = query_labels != nullptr ? *query_labels : positives;
+  XMC_CHECK(ql.rows == h.rows, "candidates: {} query label rows for {} points", ql.rows, h.rows);
+  // Checked here, outside the parallel region that reads the vectors.
+  if (p_.query == LshQuery::label)
+    for (uint32_t l : ql.indices)
+      XMC_CHECK(w.has(l), "label query: no weight vector for label {}", l);
   const LshTables* retrieval = p_.query == LshQuery::none ? nullptr : tables;
   const int64_t batch = h.rows;
   const uint64_t step_seed = mix64(p_.seed ^ mix64(step));
@@ -207,7 +210,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
       if (p_.query == LshQuery::embedding) queries.push_back(h.row(i));
     }
     if (p_.query == LshQuery::label) {
-      std::vector<uint32_t> u = pos;
+      std::vector<uint32_t> u = ql.indices;
       std::sort(u.begin(), u.end());
       u.erase(std::unique(u.begin(), u.end()), u.end());
       for (uint32_t l : u) queries.push_back(w.row(l));
@@ -233,7 +236,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
       queries.clear();
       if (p_.query == LshQuery::embedding) queries.push_back(h.row(i));
       if (p_.query == LshQuery::label)
-        for (int64_t q = 0; q < np; ++q) queries.push_back(w.row(pi[q]));
+        for (int64_t q = 0; q < ql.row_nnz(i); ++q) queries.push_back(w.row(ql.row_indices(i)[q]));
       Rng rng = Rng::stream(step_seed, static_cast<uint64_t>(i));
       build_row(retrieval, queries, pi, np, p_.max_candidates, p_.min_candidates, rng, s,
                 rows[i]);

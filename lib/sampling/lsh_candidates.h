@@ -54,9 +54,13 @@ class CandidateSampler {
   // positives first (in their order), then retrieved (best ranked first), then random.
   CsrMatrix sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
                    const CsrMatrix& positives, uint64_t step);
-  // The same, the label queries reading w's rows through `w` (every positive present).
+  // The same, the label queries reading w's rows through `w` (every query label present).
+  // query_labels (nullptr: the positives): the labels whose vectors label queries hash,
+  // when they are not the positives kept in the sets — a label shard keeps its own
+  // positives (its local ids) and queries with every positive of the point (global ids).
   CsrMatrix sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,
-                   const CsrMatrix& positives, uint64_t step);
+                   const CsrMatrix& positives, uint64_t step,
+                   const CsrMatrix* query_labels = nullptr);
 
   // Labels retrieved for one query vector x [d] (no positives, no padding), ranked, at
   // most `cap` (evaluation through the tables). Uses the scratch of thread `thread`.

@@ -172,6 +172,7 @@ void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shard
   sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) shards[0]->read(t);
   for (const auto& t : output_->state()) {
+    if (t.shard_local) continue;  // rebuilt below
     if (t.replicated) {
       shards[0]->read(t);
       continue;
@@ -189,6 +190,7 @@ void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shard
     }
   }
   sync_state(StateSync::to_device);
+  output_->on_shards_merged();
 }
 
 void Model::load_state(const CheckpointReader& r) {

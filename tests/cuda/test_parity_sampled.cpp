@@ -124,12 +124,12 @@ void test_block_memory(CudaContext&, Rng&) {
   for (const OptimizerConfig& cfg : optimizers()) {
     {
       const int64_t at = ledger.total_current(MemSpace::device);
-      SampledBlock block(local, cfg, n, d, 77, 29, 257, 29 * 40);
+      SampledBlock block(local, cfg, 0, n, d, 77, 29, 257, 29 * 40);
       expect_scalar("ledger device bytes of a sampled block (" + describe(cfg) + ") == analytic",
                     static_cast<double>(ledger.total_current(MemSpace::device) - at),
                     static_cast<double>(block.analytic_bytes()), 0, 0);
       // The same initial weights as the CPU block of the same seed.
-      SampledBlock ref(cpu, cfg, n, d, 77, 29, 257, 29 * 40);
+      SampledBlock ref(cpu, cfg, 0, n, d, 77, 29, 257, 29 * 40);
       const ConstMatrix wg = block.host_weights(), wr = ref.host_weights();
       expect_close("sampled block initial weights", std::vector<float>(wg.data, wg.data + n * d),
                    std::vector<float>(wr.data, wr.data + n * d), 0, 0);

@@ -4,8 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <span>
+#include <thread>
 
 #include "core/error.h"
 #include "model/loss.h"
@@ -326,4 +329,69 @@ TEST_CASE("candidate softmax: a point without positives contributes neither loss
   CHECK(g[4] == 0.0f);
   CHECK(zeros == 2);
   CHECK(g[1] == Approx((std::exp(2.0 - lse) - 1.0) / 2.0).epsilon(1e-6));
+}
+
+TEST_CASE("candidate softmax over two label shards equals the softmax over their union") {
+  // Two processes emulated by two threads that reduce through shared slots (the same sum
+  // order on both, as MPI_Allreduce gives). Row r's labels [0, split[r]) are shard 0's
+  // candidates, the rest shard 1's: row 0's positives on both sides, row 1 entirely on
+  // shard 0 (shard 1 holds no entry of it), row 2 without positives, row 3 entirely on
+  // shard 1.
+  const CsrMatrix t = test_targets();
+  const auto z = to_float(test_logits(LossType::softmax));
+  const AllCandidates all(t);
+  std::vector<float> g_one = z;
+  int64_t zeros_one = 0;
+  const double loss_one = candidate_loss_grad(LossType::softmax, all.ptr.data(), kB,
+                                              all.positive.data(), nullptr, kB, g_one.data(),
+                                              &zeros_one);
+  const int64_t split[kB] = {3, kL, 3, 0};
+  struct Shard {
+    std::vector<int64_t> ptr{0};
+    std::vector<uint8_t> positive;
+    std::vector<float> g;
+    double loss = 0.0;
+    int64_t zeros = 0;
+  } part[2];
+  for (int64_t r = 0; r < kB; ++r)
+    for (int s = 0; s < 2; ++s) {
+      const int64_t l0 = s == 0 ? 0 : split[r], l1 = s == 0 ? split[r] : kL;
+      for (int64_t l = l0; l < l1; ++l) {
+        part[s].positive.push_back(all.positive[static_cast<size_t>(r * kL + l)]);
+        part[s].g.push_back(z[static_cast<size_t>(r * kL + l)]);
+      }
+      part[s].ptr.push_back(static_cast<int64_t>(part[s].g.size()));
+    }
+  std::barrier<> sync(2);
+  std::vector<double> slot[2];
+  auto reduce = [&](int me, std::span<double> x, bool is_max) {
+    slot[me].assign(x.begin(), x.end());
+    sync.arrive_and_wait();
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = is_max ? std::max(slot[0][i], slot[1][i]) : slot[0][i] + slot[1][i];
+    sync.arrive_and_wait();
+  };
+  std::vector<std::thread> procs;
+  for (int s = 0; s < 2; ++s)
+    procs.emplace_back([&, s] {
+      CandidateShards sh;
+      sh.reduce_max = [&, s](std::span<double> x) { reduce(s, x, true); };
+      sh.reduce_sum = [&, s](std::span<double> x) { reduce(s, x, false); };
+      Shard& p = part[s];
+      p.loss = candidate_loss_grad(LossType::softmax, p.ptr.data(), kB, p.positive.data(),
+                                   nullptr, kB, p.g.data(), &p.zeros, &sh);
+    });
+  for (auto& th : procs) th.join();
+  CHECK(part[0].loss + part[1].loss == Approx(loss_one).epsilon(1e-6));
+  CHECK(part[0].loss > 0.0);  // both shards hold positives' loss terms
+  CHECK(part[1].loss > 0.0);
+  CHECK(part[0].zeros + part[1].zeros == zeros_one);
+  for (int64_t r = 0; r < kB; ++r)
+    for (int64_t l = 0; l < kL; ++l) {
+      const int s = l < split[r] ? 0 : 1;
+      const int64_t e = part[s].ptr[static_cast<size_t>(r)] + (s == 0 ? l : l - split[r]);
+      INFO("row " << r << " label " << l);
+      CHECK(part[s].g[static_cast<size_t>(e)] ==
+            Approx(g_one[static_cast<size_t>(r * kL + l)]).epsilon(1e-6).margin(1e-9));
+    }
 }
