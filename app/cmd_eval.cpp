@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "eval/evaluate.h"
 #include "eval/filter.h"
 #include "eval/propensity.h"
@@ -43,6 +44,59 @@ void print(const MetricsResult& m, bool json, const nlohmann::json& extra) {
   }
 }
 
+struct EvalOpts {
+  std::string checkpoint, predictions, data, train, filter, family = "auto", device;
+  int k = 5, index_base = 0, threads = 0;
+  double a = 0.0, b = 0.0;
+  bool json = false;
+};
+
+// eval --checkpoint; comm: the processes of an mpirun job (nullptr: one process).
+void evaluate_checkpoint(const EvalOpts& o, Comm* comm) {
+  LoadedModel lm = load_model(o.checkpoint, o.device, o.threads, comm);
+  const auto& cfg = lm.config;
+  Dataset test;
+  if (!o.data.empty()) {
+    io::DataSource src;
+    src.path = o.data;
+    src.read.index_base = o.index_base;
+    test = io::load_dataset(src);
+  } else {
+    io::DataSource src;
+    src.path = cfg.data.test.path;
+    src.features = cfg.data.test.features;
+    src.labels = cfg.data.test.labels;
+    src.format = cfg.data.test.format;
+    src.hdf5_dataset = cfg.data.test.hdf5_dataset;
+    src.read.index_base = static_cast<int>(cfg.data.test.index_base);
+    src.read.use_cache = cfg.data.cache;
+    test = io::load_dataset(src);
+  }
+  const auto& meta = lm.model->meta();
+  if (test.num_features() != meta.input_dim || test.num_labels() != meta.num_labels)
+    throw_input("test data '{}' is D={}, L={}; the checkpoint was trained with D={}, L={}",
+                test.source, test.num_features(), test.num_labels(), meta.input_dim,
+                meta.num_labels);
+  FilterSet filter;
+  const std::string filter_path = o.filter.empty() ? cfg.data.filter : o.filter;
+  if (!filter_path.empty()) filter = read_filter_file(filter_path);
+  EvalSettings es;
+  es.k = o.k;
+  es.batch_size = cfg.eval.batch_size;
+  es.filter = filter.empty() ? nullptr : &filter;
+  PropensityConfig prop = cfg.data.propensity;
+  if (o.a != 0.0 || o.b != 0.0) {
+    prop.a = o.a;
+    prop.b = o.b;
+  }
+  if (o.family != "auto") prop.family = o.family;
+  es.inv_prop = model_propensities(cfg.data, prop, meta);
+  EvalResult r = evaluate_dataset(*lm.model, test, es);
+  if (comm != nullptr && !comm->is_root()) return;  // rank 0 has the metrics
+  print(r.metrics, o.json,
+        {{"checkpoint", o.checkpoint}, {"data", test.source}, {"eval_seconds", r.seconds}});
+}
+
 }  // namespace
 
 Command register_eval(CLI::App& app) {
@@ -51,13 +105,7 @@ Command register_eval(CLI::App& app) {
       "Evaluate a checkpoint on test data (--checkpoint), or score a predictions file "
       "written by any tool (--predictions, XC label format of label:score pairs) against the "
       "true labels (--data) with propensities from the training labels (--train).");
-  struct Opts {
-    std::string checkpoint, predictions, data, train, filter, family = "auto", device;
-    int k = 5, index_base = 0, threads = 0;
-    double a = 0.0, b = 0.0;
-    bool json = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<EvalOpts>();
   auto* ck = sub->add_option("--checkpoint", o->checkpoint, "Checkpoint written by train");
   auto* pr = sub->add_option("--predictions", o->predictions,
                              "Predictions file: header 'N L', then per row label:score pairs");
@@ -111,48 +159,16 @@ Command register_eval(CLI::App& app) {
             }
             if (o->checkpoint.empty())
               throw_input("eval needs --checkpoint FILE or --predictions FILE");
-            LoadedModel lm = load_model(o->checkpoint, o->device, o->threads);
-            const auto& cfg = lm.config;
-            Dataset test;
-            if (!o->data.empty()) {
-              io::DataSource src;
-              src.path = o->data;
-              src.read.index_base = o->index_base;
-              test = io::load_dataset(src);
-            } else {
-              io::DataSource src;
-              src.path = cfg.data.test.path;
-              src.features = cfg.data.test.features;
-              src.labels = cfg.data.test.labels;
-              src.format = cfg.data.test.format;
-              src.hdf5_dataset = cfg.data.test.hdf5_dataset;
-              src.read.index_base = static_cast<int>(cfg.data.test.index_base);
-              src.read.use_cache = cfg.data.cache;
-              test = io::load_dataset(src);
+            // Under mpirun: each process evaluates its shards of a checkpoint set, rank 0
+            // merges the top-k lists, scores and prints (docs/distributed.md).
+            const std::unique_ptr<Comm> world = world_comm();
+            quiet_unless_root(*world);
+            try {
+              evaluate_checkpoint(*o, world->size() > 1 ? world.get() : nullptr);
+            } catch (const std::exception& e) {
+              end_job_on_error(*world, e);
+              throw;
             }
-            const auto& meta = lm.model->meta();
-            if (test.num_features() != meta.input_dim || test.num_labels() != meta.num_labels)
-              throw_input("test data '{}' is D={}, L={}; the checkpoint was trained with D={}, L={}",
-                          test.source, test.num_features(), test.num_labels(), meta.input_dim,
-                          meta.num_labels);
-            FilterSet filter;
-            const std::string filter_path = o->filter.empty() ? cfg.data.filter : o->filter;
-            if (!filter_path.empty()) filter = read_filter_file(filter_path);
-            EvalSettings es;
-            es.k = o->k;
-            es.batch_size = cfg.eval.batch_size;
-            es.filter = filter.empty() ? nullptr : &filter;
-            PropensityConfig prop = cfg.data.propensity;
-            if (o->a != 0.0 || o->b != 0.0) {
-              prop.a = o->a;
-              prop.b = o->b;
-            }
-            if (o->family != "auto") prop.family = o->family;
-            es.inv_prop = model_propensities(cfg.data, prop, meta);
-            EvalResult r = evaluate_dataset(*lm.model, test, es);
-            print(r.metrics, o->json,
-                  {{"checkpoint", o->checkpoint}, {"data", test.source},
-                   {"eval_seconds", r.seconds}});
             return 0;
           }};
 }

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "io/file_util.h"
 #include "io/io.h"
 #include "io/load.h"
@@ -13,17 +14,49 @@
 
 namespace xmc::app {
 
+namespace {
+
+struct PredictOpts {
+  std::string checkpoint, data, features, labels, out, device;
+  int k = 10, index_base = 0, threads = 0;
+};
+
+// comm: the processes of an mpirun job (nullptr: one process).
+void predict_checkpoint(const PredictOpts& o, Comm* comm) {
+  const bool root = comm == nullptr || comm->is_root();
+  // Fail on an unwritable output before the work starts.
+  if (root) io::check_output_file(o.out, "--out");
+  if (o.data.empty() == o.features.empty())
+    throw_input("predict needs exactly one of --data or --features");
+  LoadedModel lm = load_model(o.checkpoint, o.device, o.threads, comm);
+  io::DataSource src;
+  src.path = o.data;
+  src.features = o.features;
+  src.labels = o.labels;
+  src.read.index_base = o.index_base;
+  const Dataset data = io::load_dataset(src);
+  const auto& meta = lm.model->meta();
+  if (data.num_features() != meta.input_dim)
+    throw_input("'{}' has D={} features; the checkpoint was trained with D={}", data.source,
+                data.num_features(), meta.input_dim);
+  EvalSettings es;
+  es.k = o.k;
+  es.batch_size = lm.config.eval.batch_size;
+  const TopK top = predict_dataset(*lm.model, data, es);
+  if (!root) return;  // rank 0 has the merged lists
+  io::write_xc_sparse(o.out, topk_to_csr(top, meta.num_labels), o.index_base);
+  spdlog::info("wrote top-{} predictions of {} points to {}", o.k, data.num_points(), o.out);
+}
+
+}  // namespace
+
 Command register_predict(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "predict",
       "Write the top-k labels with scores of every point of --data to --out, in XC label "
       "format: header 'N L', then one row per point of label:score pairs in descending score "
       "order. The file can be scored with 'xmctrain eval --predictions'.");
-  struct Opts {
-    std::string checkpoint, data, features, labels, out, device;
-    int k = 10, index_base = 0, threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<PredictOpts>();
   sub->add_option("--checkpoint", o->checkpoint, "Checkpoint written by train")->required();
   sub->add_option("--data", o->data, "Points to predict: XC combined file (labels ignored)");
   sub->add_option("--features", o->features,
@@ -40,28 +73,16 @@ Command register_predict(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   sub->add_option("--threads", o->threads, "Threads (0 = all cores)");
   return {sub, [o]() -> int {
-            // Fail on an unwritable output before the work starts.
-            io::check_output_file(o->out, "--out");
-            if (o->data.empty() == o->features.empty())
-              throw_input("predict needs exactly one of --data or --features");
-            LoadedModel lm = load_model(o->checkpoint, o->device, o->threads);
-            io::DataSource src;
-            src.path = o->data;
-            src.features = o->features;
-            src.labels = o->labels;
-            src.read.index_base = o->index_base;
-            const Dataset data = io::load_dataset(src);
-            const auto& meta = lm.model->meta();
-            if (data.num_features() != meta.input_dim)
-              throw_input("'{}' has D={} features; the checkpoint was trained with D={}",
-                          data.source, data.num_features(), meta.input_dim);
-            EvalSettings es;
-            es.k = o->k;
-            es.batch_size = lm.config.eval.batch_size;
-            const TopK top = predict_dataset(*lm.model, data, es);
-            io::write_xc_sparse(o->out, topk_to_csr(top, meta.num_labels), o->index_base);
-            spdlog::info("wrote top-{} predictions of {} points to {}", o->k, data.num_points(),
-                         o->out);
+            // Under mpirun: each process predicts over its shards of a checkpoint set, rank
+            // 0 merges the top-k lists and writes the file (docs/distributed.md).
+            const std::unique_ptr<Comm> world = world_comm();
+            quiet_unless_root(*world);
+            try {
+              predict_checkpoint(*o, world->size() > 1 ? world.get() : nullptr);
+            } catch (const std::exception& e) {
+              end_job_on_error(*world, e);
+              throw;
+            }
             return 0;
           }};
 }

@@ -19,14 +19,6 @@ struct TensorRef {
   std::string name;            // e.g. "encoder/0/weight", "output/dense/adam_m"
   std::vector<int64_t> shape;  // row-major
   std::variant<float*, uint32_t*, int64_t*> data;
-  // The same on every process of a label-sharded run (e.g. a projection shared by all
-  // labels): one process reading the shards takes it from the first. Otherwise an output
-  // tensor is per label (its first dimension the labels of the shard).
-  bool replicated = false;
-  // A process's own state of a label-sharded run that no other layout can use (e.g. LSH
-  // tables over its labels' local ids): one process merging the shards skips it and asks
-  // the layer to rebuild it (OutputLayer::on_shards_merged).
-  bool shard_local = false;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 
 #if defined(XMC_WITH_MPI)
@@ -139,6 +141,16 @@ std::unique_ptr<Comm> world_comm() {
   }
 #endif
   return single_process_comm();
+}
+
+void quiet_unless_root(const Comm& world) {
+  if (!world.is_root()) spdlog::set_level(spdlog::level::warn);
+}
+
+void end_job_on_error(Comm& world, const std::exception& e) {
+  if (world.size() <= 1) return;
+  spdlog::error("rank {} of {}: {}", world.rank(), world.size(), e.what());
+  world.abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
 }
 
 bool built_with_mpi() {

@@ -7,6 +7,7 @@
 // so no rank waits forever on a dead peer.
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <vector>
@@ -52,6 +53,12 @@ std::unique_ptr<Comm> single_process_comm();
 std::unique_ptr<Comm> world_comm();
 // Whether this build has the MPI path (CMake XMC_MPI).
 bool built_with_mpi();
+// A command's process in its job (train, eval, predict): the ranks other than 0 log
+// warnings and errors only. on_error(e) — for the command's catch — logs e with the rank
+// and ends every process of the job (exit 2 for an InputError, else 1) when there are
+// several, since the others may wait in a collective; returns in one process.
+void quiet_unless_root(const Comm& world);
+void end_job_on_error(Comm& world, const std::exception& e);
 
 // The labels rank `rank` of `size` owns: a contiguous range [lo, hi), the ranges in rank
 // order covering [0, num_labels), sizes differing by at most `align` (boundaries on

@@ -407,16 +407,8 @@ void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
 std::vector<TensorRef> AnnsSampledLayer::state_impl() {
   // The same names and shapes on both devices (a device layer's from its host copies).
   std::vector<TensorRef> out = block_.state();
-  // Per training point, in the shard's local label ids: a process merging the shards of a
-  // label-sharded run (evaluation) leaves its own hard sets empty (kNone, never drawn).
-  if (k_h_ > 0) {
-    TensorRef hard{"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()};
-    hard.shard_local = true;
-    out.push_back(hard);
-  }
-  TensorRef meta{"output/anns_meta", {2}, meta_};
-  meta.replicated = true;  // refreshes happen after the same epochs on every process
-  out.push_back(meta);
+  if (k_h_ > 0) out.push_back({"output/hard_negatives", {n_train_, k_h_}, hard_[front_].data()});
+  out.push_back({"output/anns_meta", {2}, meta_});
   return out;
 }
 

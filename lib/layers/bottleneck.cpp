@@ -100,12 +100,11 @@ TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
 
 std::vector<TensorRef> BottleneckLayer::state_impl() {
   auto out = block_.state("output/dense/");
-  // P and its state: the same on every process of a label-sharded run.
-  out.push_back({"output/projection", {dim_, input_dim()}, p_.host_data(), true});
+  out.push_back({"output/projection", {dim_, input_dim()}, p_.host_data()});
   if (!p_s1_.empty())
-    out.push_back({"output/projection_opt1", {dim_, input_dim()}, p_s1_.host_data(), true});
+    out.push_back({"output/projection_opt1", {dim_, input_dim()}, p_s1_.host_data()});
   if (!p_s2_.empty())
-    out.push_back({"output/projection_opt2", {dim_, input_dim()}, p_s2_.host_data(), true});
+    out.push_back({"output/projection_opt2", {dim_, input_dim()}, p_s2_.host_data()});
   return out;
 }
 

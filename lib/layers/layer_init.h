@@ -33,10 +33,13 @@ struct LayerInit {
   // what a backend needs to combine label-wide quantities (softmax's normaliser, the
   // gradients of parameters every label shares).
   Comm* comm = nullptr;
-  // comm when this process holds only part of the labels, nullptr when it holds them all
-  // (a part without its processes is a bug: checked).
+  // A part of a checkpoint set loaded for evaluation only (layers/shard_set.h): no
+  // processes to train with.
+  bool inference_only = false;
+  // comm when this process trains only part of the labels, nullptr when it holds them all
+  // or only evaluates (a training part without its processes is a bug: checked).
   Comm* shard_comm() const {
-    if (label_lo == 0 && label_end() == num_labels) return nullptr;
+    if (inference_only || (label_lo == 0 && label_end() == num_labels)) return nullptr;
     XMC_CHECK(comm != nullptr, "labels [{}, {}) of {} without the other processes", label_lo,
               label_end(), num_labels);
     return comm;

@@ -320,23 +320,10 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
   // The same names and shapes on both devices (a device layer's from its host copies).
   std::vector<TensorRef> out = block_.state();
   out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
-  TensorRef sched{"output/lsh/schedule", {2}, sched_.data()};
-  sched.replicated = true;  // the same steps on every process
-  out.push_back(sched);
-  // A shard's tables hold its own labels (local ids): rebuilt from the weights when one
-  // process merges the shards (on_shards_merged).
+  out.push_back({"output/lsh/schedule", {2}, sched_.data()});
   if (tables_)
-    for (auto& t : tables_->state("output/lsh/")) {
-      t.shard_local = true;
-      out.push_back(std::move(t));
-    }
+    for (auto& t : tables_->state("output/lsh/")) out.push_back(std::move(t));
   return out;
-}
-
-void LshSampledLayer::on_shards_merged_impl() {
-  if (!tables_) return;
-  tables_->build(block_.host_weights());
-  block_.release_host();
 }
 
 void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }

@@ -135,8 +135,6 @@ class LshSampledLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
-  void on_shards_merged_impl() override;
-
   TopK lsh_topk(ConstMatrix h, int k) const;
   // The batch's positives among this shard's labels in local ids (label-sharded); empty in
   // one process, where the batch's own labels are used.

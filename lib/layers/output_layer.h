@@ -63,9 +63,6 @@ class OutputLayer {
 
   void on_step(const TrainerView& t) { on_step_impl(t); }
   void on_epoch(const TrainerView& t) { on_epoch_impl(t); }
-  // After one process read a label-sharded checkpoint set (every tensor but the
-  // shard_local ones): rebuild what those held from the parameters.
-  void on_shards_merged() { on_shards_merged_impl(); }
 
   // Parameters and optimizer state, for checkpoints (names begin with "output/"). A
   // device-resident layer returns host copies: call sync_state(to_host) first.
@@ -107,7 +104,6 @@ class OutputLayer {
   virtual int64_t chunk_labels() const { return 8192; }
   virtual void on_step_impl(const TrainerView&) {}
   virtual void on_epoch_impl(const TrainerView&) {}
-  virtual void on_shards_merged_impl() {}
   virtual std::vector<TensorRef> state_impl() = 0;
   virtual void sync_state_impl(StateSync) {}
   // Writes bias [hi-lo] into the output-bias tensors among refs (state_impl() after

@@ -58,10 +58,10 @@ void Projection::append_state(std::vector<TensorRef>& out, const std::string& pr
   if (out_ <= 0) return;
   const int64_t pn = out_ * in_ + out_;
   float* p = p_.host_data();
-  out.push_back({prefix + "/weight", {out_, in_}, p, true});
-  out.push_back({prefix + "/bias", {out_}, p + out_ * in_, true});
-  if (!s1_.empty()) out.push_back({prefix + "/opt1", {pn}, s1_.host_data(), true});
-  if (!s2_.empty()) out.push_back({prefix + "/opt2", {pn}, s2_.host_data(), true});
+  out.push_back({prefix + "/weight", {out_, in_}, p});
+  out.push_back({prefix + "/bias", {out_}, p + out_ * in_});
+  if (!s1_.empty()) out.push_back({prefix + "/opt1", {pn}, s1_.host_data()});
+  if (!s2_.empty()) out.push_back({prefix + "/opt2", {pn}, s2_.host_data()});
 }
 
 void Projection::sync_state(StateSync s) {

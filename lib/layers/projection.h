@@ -41,8 +41,7 @@ class Projection {
   // copy of this projection; backward_update sums dP and dc over them before the update,
   // so the copies stay identical (each rank's du is its labels' share).
   void set_comm(Comm* comm) { comm_ = comm; }
-  // Host copies (sync_state(to_host) first on the GPU); marked replicated (the same on
-  // every process of a label-sharded run).
+  // Host copies (sync_state(to_host) first on the GPU).
   void append_state(std::vector<TensorRef>& out, const std::string& prefix);
   void sync_state(StateSync s);
   int64_t bytes() const;  // analytic size of every buffer above

@@ -6,6 +6,7 @@
 
 #include "config/experiment_config.h"
 #include "core/context.h"
+#include "dist/comm.h"
 #include "train/model.h"
 
 namespace xmc {
@@ -17,7 +18,11 @@ struct LoadedModel {
 };
 
 // device: cpu | cuda | auto ("" = the checkpoint config's device).
-LoadedModel load_model(const std::string& checkpoint, const std::string& device, int threads);
+// A label-sharded run's checkpoint set is read whole in one process, or by the processes of
+// comm (at most one per shard), each evaluating its consecutive shards (InputError for more
+// processes than shards); evaluation then merges the top-k lists on rank 0.
+LoadedModel load_model(const std::string& checkpoint, const std::string& device, int threads,
+                       Comm* comm = nullptr);
 
 // Top-k predictions as a CSR [N×L] of label:score pairs in descending score order.
 CsrMatrix topk_to_csr(const TopK& topk, int64_t num_labels);

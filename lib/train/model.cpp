@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <span>
-#include <variant>
 
 #include "core/cuda_context.h"
 #include "core/error.h"
 #include "eval/propensity.h"
 #include "layers/registry.h"
+#include "layers/shard_set.h"
 
 namespace xmc {
 
@@ -95,7 +95,7 @@ std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
 }  // namespace
 
 Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
-             Comm* comm)
+             Comm* comm, const std::vector<LabelRange>* shard_set)
     : meta_(std::move(meta)), ctx_(&ctx), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
   encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
                                        meta_.sparse_input,
@@ -110,7 +110,7 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   init.label_freq = meta_.label_freq;
   init.total_steps = total_steps;
   init.num_train = meta_.n_train;
-  if (comm_ != nullptr) {
+  if (comm_ != nullptr && shard_set == nullptr) {
     if (comm_->size() > meta_.num_labels)
       throw_input("{} processes for {} labels: a label-sharded run needs at least one label per "
                   "process", comm_->size(), meta_.num_labels);
@@ -124,6 +124,11 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
     return ctx.ledger().total_current(MemSpace::host) + ctx.ledger().total_current(MemSpace::device);
   };
   const int64_t before = ledger_total();
+  if (shard_set != nullptr) {
+    output_ = std::make_unique<ShardSetLayer>(init, cfg.model.output, *shard_set);
+    output_ledger_bytes_ = ledger_total() - before;
+    return;  // every parameter from the checkpoint set
+  }
   output_ = create_output_layer(init, cfg.model.output);
   output_ledger_bytes_ = ledger_total() - before;
   // A resumed run then reads every parameter, the bias included, from its checkpoint.
@@ -165,32 +170,15 @@ void Model::save_state(CheckpointWriter& w) {
   sync_state(StateSync::release);
 }
 
-void Model::load_sharded_state(const std::vector<const CheckpointReader*>& shards,
-                               const std::vector<LabelRange>& ranges) {
-  XMC_CHECK(!shards.empty() && shards.size() == ranges.size(), "{} shards, {} ranges",
-            shards.size(), ranges.size());
+void Model::load_shard_set(const std::vector<const CheckpointReader*>& shards) {
+  auto* set = dynamic_cast<ShardSetLayer*>(output_.get());
+  XMC_CHECK(set != nullptr && set->parts() == shards.size(), "{} shard files for {}",
+            shards.size(), set != nullptr ? set->parts() : 0);
   sync_state(StateSync::to_host);
   for (const auto& t : encoder_->state()) shards[0]->read(t);
-  for (const auto& t : output_->state()) {
-    if (t.shard_local) continue;  // rebuilt below
-    if (t.replicated) {
-      shards[0]->read(t);
-      continue;
-    }
-    if (t.shape.empty() || t.shape[0] != output_->label_hi() - output_->label_lo())
-      throw_input("{}: output tensor '{}' is not per label, so the shards of a label-sharded "
-                  "checkpoint cannot be merged into one model",
-                  shards[0]->path(), t.name);
-    const int64_t row = t.numel() / t.shape[0];
-    for (size_t s = 0; s < shards.size(); ++s) {
-      TensorRef part = t;
-      part.shape[0] = ranges[s].size();
-      std::visit([&](auto* p) { part.data = p + (ranges[s].lo - output_->label_lo()) * row; }, t.data);
-      shards[s]->read(part);
-    }
-  }
+  for (size_t s = 0; s < shards.size(); ++s)
+    for (const auto& t : set->part(s).state()) shards[s]->read(t);
   sync_state(StateSync::to_device);
-  output_->on_shards_merged();
 }
 
 void Model::load_state(const CheckpointReader& r) {

@@ -51,8 +51,11 @@ class Model {
   // total_steps: planned optimizer steps (schedules, rewiring); 0 for inference only.
   // comm (optional, kept): a label-sharded run — this process builds the output layer over
   // its own labels (shard_labels) and predict() returns top-k lists of those labels only.
+  // shard_set (optional, inference only): the label ranges of consecutive shards of a
+  // label-sharded run's checkpoint set, which this process evaluates side by side
+  // (layers/shard_set.h) instead of the labels shard_labels would give it.
   Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
-        Comm* comm = nullptr);
+        Comm* comm = nullptr, const std::vector<LabelRange>* shard_set = nullptr);
 
   Encoder& encoder() { return *encoder_; }
   OutputLayer& output() { return *output_; }
@@ -71,11 +74,9 @@ class Model {
   // Device-resident state is staged through host copies (same layout on both devices).
   void save_state(CheckpointWriter& w);
   void load_state(const CheckpointReader& r);
-  // A label-sharded run's checkpoint into this one-process model over all labels: the
-  // encoder from shards[0], each per-label output tensor's rows [lo, hi) from the shard
-  // that owns them (ranges[s]). InputError for an output tensor that is not per label.
-  void load_sharded_state(const std::vector<const CheckpointReader*>& shards,
-                          const std::vector<LabelRange>& ranges);
+  // A model built over a shard set: the encoder from shards[0] (every shard holds it), the
+  // output part s from shards[s].
+  void load_shard_set(const std::vector<const CheckpointReader*>& shards);
 
  private:
   // The encoder's and the output layer's sync_state (host copies for checkpoints).

@@ -830,19 +830,14 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
 TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
   fs::path begun;
   const std::unique_ptr<Comm> world = world_comm();
-  // The ranks other than 0 of a label-sharded run log warnings and errors only.
-  if (!world->is_root()) spdlog::set_level(spdlog::level::warn);
+  quiet_unless_root(*world);
   try {
     return train_run(cfg, opt, *world, begun);
   } catch (const std::exception& e) {
     // A run that failed after training began says why in its directory (`xmctrain
     // report` shows it); one that failed before left nothing there.
     if (!begun.empty()) record_run_failure(begun, e.what());
-    // One rank's error ends every rank (the others may wait in a collective).
-    if (world->size() > 1) {
-      spdlog::error("rank {} of {}: {}", world->rank(), world->size(), e.what());
-      world->abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
-    }
+    end_job_on_error(*world, e);
     throw;
   }
 }

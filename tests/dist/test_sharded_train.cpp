@@ -82,6 +82,12 @@ TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one p
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
   CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == r2["metrics"]["P@1"].get<double>());
+  // A one-process checkpoint is not split over processes: refused, naming why.
+  const CliResult ev2 = run_cli({"eval", "--checkpoint", (tmp / "one" / "checkpoint.h5").string(),
+                                 "--json"}, kRootOk, kTwo);
+  CHECK(ev2.exit_code == 2);
+  CHECK(ev2.err.find("a one-process checkpoint holds 1 shard: evaluate it with at most 1 "
+                     "process") != std::string::npos);
 }
 
 TEST_CASE("fixed_fanin with rewiring over two label shards stays near the one-process run") {
@@ -176,20 +182,13 @@ TEST_CASE("lsh_sampled / anns_sampled over two label shards stay near the one-pr
     CHECK(b < 0.65 * bytes1);
     CHECK(b > 0.35 * bytes1);
   }
-  // One process merges the shards (the tables rebuilt from the merged weights) and
-  // reproduces the sharded run's metrics.
+  // One process evaluates both shards side by side as they were trained (each with its
+  // own tables / index) and reproduces the sharded run's metrics.
   const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
                                 "--json"});
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
-  const double p_ev = json::parse(ev.out)["metrics"]["P@1"].get<double>();
-  if (output.find("eval_search: lsh") == std::string::npos &&
-      output.find("search: hnsw") == std::string::npos) {
-    CHECK(p_ev == p2);  // exact top-k over the same weights
-  } else {
-    // Approximate search over one process's tables / index instead of two: close.
-    CHECK(std::abs(p_ev - p2) <= 0.02);
-  }
+  CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p2);
   // A sharded run killed after epoch 3's checkpoint and resumed ends where the
   // uninterrupted one did (per-shard tables / hard sets from each rank's own file).
   CHECK(train("killed", true, {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
@@ -222,11 +221,33 @@ TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank,
   CHECK(files.size() == 2);
 
   // One process reads every shard and reproduces the sharded run's metrics.
-  const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "full" / "checkpoint.h5").string(),
-                                "--json"});
+  const std::string ckpt = (tmp / "full" / "checkpoint.h5").string();
+  const CliResult ev = run_cli({"eval", "--checkpoint", ckpt, "--json"});
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
   CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p1("full"));
+  // So do two processes, each loading the shard it owns; rank 0 alone prints.
+  const CliResult ev2 = run_cli({"eval", "--checkpoint", ckpt, "--json"}, kRootOk, kTwo);
+  INFO(ev2.err);
+  REQUIRE(ev2.exit_code == 0);
+  CHECK(json::parse(ev2.out)["metrics"] == json::parse(ev.out)["metrics"]);
+  // predict: the same file from one process and from two (rank 0 writes it).
+  const std::string test_data = (tmp / "data" / "tst_X.npy").string();
+  const std::string test_labels = (tmp / "data" / "tst_X_Y.txt").string();
+  auto predict = [&](const std::string& out, const std::vector<std::string>& launcher) {
+    return run_cli({"predict", "--checkpoint", ckpt, "--features", test_data, "--labels",
+                    test_labels, "--k", "5", "--out", (tmp / out).string()},
+                   kRootOk, launcher);
+  };
+  REQUIRE(predict("pred1.txt", {}).exit_code == 0);
+  REQUIRE(predict("pred2.txt", kTwo).exit_code == 0);
+  CHECK(read_file(tmp / "pred1.txt") == read_file(tmp / "pred2.txt"));
+  // More processes than shards: refused on every rank, nothing printed.
+  const CliResult ev3 = run_cli({"eval", "--checkpoint", ckpt, "--json"}, kRootOk,
+                                {XMC_MPIEXEC, "-np", "3", "--oversubscribe"});
+  CHECK(ev3.exit_code == 2);
+  CHECK(ev3.err.find("at most 2 processes (mpirun -np 2), not 3") != std::string::npos);
+  CHECK(ev3.out.empty());
 
   // Rank 1 killed after epoch 2's checkpoint: mpirun ends rank 0 too (no hang), the set of
   // epoch 2 is intact, and --resume with the same two processes finishes the same run.

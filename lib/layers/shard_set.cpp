@@ -1,0 +1,69 @@
+#include "layers/shard_set.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "layers/registry.h"
+
+namespace xmc {
+
+namespace {
+int64_t first_label(const std::vector<LabelRange>& ranges) {
+  XMC_CHECK(!ranges.empty(), "a shard set without shards");
+  return ranges.front().lo;
+}
+}  // namespace
+
+ShardSetLayer::ShardSetLayer(const LayerInit& init, const OutputSpec& spec,
+                             const std::vector<LabelRange>& ranges)
+    : OutputLayer(init.input_dim, init.num_labels, first_label(ranges), ranges.back().hi) {
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    XMC_CHECK(s == 0 || ranges[s].lo == ranges[s - 1].hi, "shard ranges [{}, {}) then [{}, {})",
+              ranges[s - 1].lo, ranges[s - 1].hi, ranges[s].lo, ranges[s].hi);
+    LayerInit p = init;
+    p.label_lo = ranges[s].lo;
+    p.label_hi = ranges[s].hi;
+    p.comm = nullptr;
+    p.inference_only = true;
+    parts_.push_back(create_output_layer(p, spec));
+  }
+  set_device_views(parts_.front()->device_views());
+}
+
+StepStats ShardSetLayer::train_step_impl(const Batch&, ConstMatrix, Matrix, const LrState&) {
+  throw_error("the shards of a checkpoint set are loaded for evaluation only");
+}
+
+void ShardSetLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
+  // out's columns [lo, lo + c) from the parts that hold them.
+  const int64_t hi = lo + out.cols;
+  for (const auto& p : parts_) {
+    const int64_t a = std::max(lo, p->label_lo()), b = std::min(hi, p->label_hi());
+    if (a >= b) continue;
+    XMC_CHECK(a == p->label_lo() && b == p->label_hi() && !p->device_views(),
+              "scores of labels [{}, {}) cut shard [{}, {}) (whole shards, host views only)", lo,
+              hi, p->label_lo(), p->label_hi());
+    std::vector<float> part(static_cast<size_t>(h.rows * (b - a)));
+    p->scores(h, Matrix(part.data(), h.rows, b - a));
+    for (int64_t r = 0; r < h.rows; ++r)
+      std::copy(part.begin() + r * (b - a), part.begin() + (r + 1) * (b - a), out.row(r) + (a - lo));
+  }
+}
+
+TopK ShardSetLayer::topk_impl(ConstMatrix h, int k) const {
+  TopK merged = parts_.front()->topk(h, k);
+  for (size_t s = 1; s < parts_.size(); ++s) merged = merge_topk(merged, parts_[s]->topk(h, k));
+  return merged;
+}
+
+void ShardSetLayer::sync_state_impl(StateSync s) {
+  for (auto& p : parts_) p->sync_state(s);
+}
+
+int64_t ShardSetLayer::analytic_bytes_impl() const {
+  int64_t bytes = 0;
+  for (const auto& p : parts_) bytes += p->analytic_bytes();
+  return bytes;
+}
+
+}  // namespace xmc
