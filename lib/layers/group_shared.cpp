@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 
 #include "core/error.h"
 #include "layers/device_topk.h"
@@ -13,6 +14,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"  // transpose
 #include "kernels/group_shared_ops.h"
@@ -49,16 +51,38 @@ void gs_draw_set(Rng& rng, int64_t m, int64_t f, uint32_t* out, std::vector<char
 
 }  // namespace
 
+GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
+                                    int shard, int shards) {
+  GroupSharedSplit s;
+  s.head_total = head_label_count(num_labels, head_fraction, group);
+  const int64_t groups_total = (num_labels - s.head_total + group - 1) / group;
+  const LabelRange h = shard_labels(s.head_total, shard, shards, group);
+  const LabelRange k = shard_labels(groups_total, shard, shards);
+  s.head0 = h.lo;
+  s.head = h.size();
+  s.group0 = k.lo;
+  s.groups = k.size();
+  s.tail = std::min(num_labels - s.head_total, k.hi * group) - k.lo * group;
+  if (shards > 1 && ((s.head_total > 0 && s.head_total / group < shards) || groups_total < shards))
+    throw_input("group_shared over {} processes: the head of {} labels ({} groups of G = {}) and "
+                "the tail of {} groups cannot give every process a part of each; raise "
+                "head_fraction (or 0 for no head), lower group_size, or run fewer processes",
+                shards, s.head_total, s.head_total / group, group, groups_total);
+  return s;
+}
+
 // ---------------------------------------------------------------------------------------
 // GroupSharedLayer
 
 GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, 0, init.num_labels),
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
       ctx_(init.ctx),
       group_(cfg.group_size),
       fan_in_(cfg.fan_in),
-      head_(head_label_count(init.num_labels, cfg.head_fraction, cfg.group_size)),
-      groups_((init.num_labels - head_ + cfg.group_size - 1) / cfg.group_size),
+      split_(group_shared_split(init.num_labels, cfg.head_fraction, cfg.group_size, init.shard,
+                                init.shards)),
+      head_(split_.head),
+      groups_(split_.groups),
       m_(cfg.tail_projection > 0 ? cfg.tail_projection : init.input_dim),
       max_batch_(init.batch_size),
       chunk_(0),
@@ -73,8 +97,13 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       stochastic_rounding_(cfg.stochastic_rounding),
       seed_(init.seed),
       total_steps_(init.total_steps) {
-  const int64_t d = init.input_dim, n = init.num_labels, g = group_, f = fan_in_;
-  const int64_t t = n - head_;
+  // Label-sharded (mpirun): this process holds its part of the one-process arrangement
+  // (split_: a slice of the head, whole groups of the tail), every array drawn as the
+  // one-process layer draws those rows and groups; the projections and the dropout masks
+  // the same on every process, the projections' gradients summed over them.
+  const int64_t d = init.input_dim, n = split_.head + split_.tail, g = group_, f = fan_in_;
+  const int64_t t = split_.tail;
+  set_held_labels(n);
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0 && g > 0 && f > 0,
             "group_shared: d={} L={} B={} G={} F={}", d, n, max_batch_, g, f);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
@@ -82,8 +111,9 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   if (t > 0 && f > m_)
     throw_input("group_shared: fan_in {} exceeds the {} inputs of the tail ({})", f, m_,
                 cfg.tail_projection > 0 ? "model.output.tail_projection" : "encoder output width");
-  if (!init.label_freq.empty() && static_cast<int64_t>(init.label_freq.size()) != n)
-    throw_error("group_shared: {} label frequencies for {} labels", init.label_freq.size(), n);
+  if (!init.label_freq.empty() && static_cast<int64_t>(init.label_freq.size()) != init.num_labels)
+    throw_error("group_shared: {} label frequencies for {} labels", init.label_freq.size(),
+                init.num_labels);
   if (t > 0) {
     const int64_t per_chunk = std::max(g, cfg.chunk_size / g * g);
     chunk_ = std::min(per_chunk, (t + g - 1) / g * g);
@@ -91,19 +121,21 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   Context& ctx = *init.ctx;
   MemoryLedger& ledger = ctx.ledger();
 
-  // Label order: frequency (a missing frequency list counts every label 0), then the tail
-  // arranged by the grouping; semantic starts from the frequency order (see the header).
-  order_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n));
-  pos_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n));
+  // Label order over all L labels (every process the same): frequency (a missing frequency
+  // list counts every label 0), then the tail arranged by the grouping; semantic starts
+  // from the frequency order (see the header).
+  const int64_t all = init.num_labels, h_all = split_.head_total;
+  order_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(all));
+  pos_ = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(all));
   grouped_ = HostBuffer<uint32_t>(ledger, MemTag::indices, 1);
   {
     std::vector<int64_t> freq = init.label_freq;
-    freq.resize(static_cast<size_t>(n), 0);
+    freq.resize(static_cast<size_t>(all), 0);
     auto order = frequency_order(freq);
     if (grouping_ == GroupingType::random) {
       Rng rng = Rng::stream(seed_, kGsShuffleStream);
-      for (int64_t i = n - 1; i > head_; --i) {
-        const auto j = head_ + static_cast<int64_t>(rng.below(static_cast<uint64_t>(i - head_ + 1)));
+      for (int64_t i = all - 1; i > h_all; --i) {
+        const auto j = h_all + static_cast<int64_t>(rng.below(static_cast<uint64_t>(i - h_all + 1)));
         std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
       }
     }
@@ -123,7 +155,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, optim_,
                                      max_batch_, Rng::stream(seed_, kGsProjStream).next());
   if (head_ > 0)
-    head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, 0, head_, max_batch_,
+    head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, split_.head0, head_, max_batch_,
                         cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next(),
                         precision);
 
@@ -151,6 +183,12 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     init_tail_weights(p_.w.stage_for_write(), nullptr, nullptr);
     p_.w.commit();
   }
+  // Label-sharded: every process holds a head part and a tail part when the layer has
+  // them (group_shared_split checks it), so each projection is on every process.
+  if (Comm* c = init.shard_comm()) {
+    head_proj_.set_comm(c);
+    tail_proj_.set_comm(c);
+  }
   if (dropout_ > 0.0) {
     // The mask is drawn on the host on both devices (the same draws).
     mask_ = DropoutMask(ctx, max_batch_, d);
@@ -177,7 +215,7 @@ void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
     std::vector<char> mark(static_cast<size_t>(m_), 0);
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < groups_; ++k) {
-      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(k));
+      Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(split_.group0 + k));
       gs_draw_set(rng, m_, f, idx + k * f, mark);
     }
   }
@@ -186,22 +224,27 @@ void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
 void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
   const int64_t t = tail_labels(), f = fan_in_;
   if (t == 0) return;
-  init_uniform_rows(w, t, f, Rng::stream(seed_, kGsWeightStream).next());
+  init_uniform_rows(w, t, f, Rng::stream(seed_, kGsWeightStream).next(), split_.group0 * group_);
   for (float* s : {s1, s2})
     if (s) std::fill(s, s + t * f, 0.0f);
 }
 
 void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
-  // The batch's positives at internal positions (sorted within a row, as the losses want).
+  // The batch's positives among this layer's labels at their positions in the whole
+  // arrangement (sorted within a row, as the losses want).
   CsrMatrix& tg = targets_.fill();
   tg.rows = rows;
   tg.cols = num_labels();
   tg.indptr.assign(1, 0);
   tg.indices.clear();
+  const int64_t h0 = split_.head0, h1 = h0 + head_, t0 = tail_position(0),
+                t1 = t0 + tail_labels();
   for (int64_t i = 0; i < rows; ++i) {
     const size_t start = tg.indices.size();
-    for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e)
-      tg.indices.push_back(pos_[batch.labels.indices[static_cast<size_t>(e)]]);
+    for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e) {
+      const uint32_t p = pos_[batch.labels.indices[static_cast<size_t>(e)]];
+      if ((p >= h0 && p < h1) || (p >= t0 && p < t1)) tg.indices.push_back(p);
+    }
     std::sort(tg.indices.begin() + static_cast<std::ptrdiff_t>(start),
               tg.indices.end());
     tg.indptr.push_back(static_cast<int64_t>(tg.indices.size()));
@@ -297,7 +340,7 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     Matrix z(z_.data(), rows, c);
     tail_forward(c0, ut.data, ut16.data, z);  // logits with the bias
     timings_.forward += sw.lap();
-    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, head_ + c0, rows, acc_);
+    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, tail_position(c0), rows, acc_);
     timings_.loss += sw.lap();
     // Both gradients with the weights before this chunk's update.
     if (bf16)
@@ -311,7 +354,7 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
       kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
     timings_.backward_weight += sw.lap();
     p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
-              WeightArray::rounding_key(stochastic_rounding_, seed_, c0));
+              WeightArray::rounding_key(stochastic_rounding_, seed_, split_.group0 * g + c0));
     timings_.update += sw.lap();
   }
 }
@@ -366,7 +409,7 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
   const int64_t hi = lo + out.cols;
   if (lo < head_) {
     const int64_t hn = std::min(hi, head_) - lo;
-    head_block_->scores(in.head_in, lo, Matrix(out.data, out.rows, hn, out.ld));
+    head_block_->scores(in.head_in, split_.head0 + lo, Matrix(out.data, out.rows, hn, out.ld));
   }
   const int64_t s = std::max(lo, head_);
   if (s < hi) {
@@ -380,7 +423,8 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
   // Internal scores of all labels (row blocks of eval_rows_), put in original label order
   // on the host (tests and small L only: 2·B·L floats moved on the GPU; top-k does not
   // do this).
-  XMC_CHECK(lo == 0 && out.cols == num_labels(), "group_shared scores: labels [{}, {})", lo,
+  XMC_CHECK(lo == 0 && out.cols == num_labels() && shard_labels() == num_labels(),
+            "group_shared scores: labels [{}, {}) (all labels of a one-process layer only)", lo,
             lo + out.cols);
   const int64_t n = num_labels();
   std::vector<float> internal(static_cast<size_t>(h.rows * n)), orig(internal.size());
@@ -405,7 +449,7 @@ void GroupSharedLayer::to_original_ids(TopK& top) const {
     uint32_t* lab = top.row_labels(r);
     float* sc = top.row_scores(r);
     for (int j = 0; j < k; ++j) {
-      const uint32_t l = lab[j] == TopK::kNoLabel ? lab[j] : order_[lab[j]];
+      const uint32_t l = lab[j] == TopK::kNoLabel ? lab[j] : order_[position(lab[j])];
       row[static_cast<size_t>(j)] = {sc[j], l};
     }
     std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) {
@@ -422,10 +466,10 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
   // Over internal positions in chunks (multiples of G, and H is one too, so every tail
   // chunk starts a group), ties to the lower position; then only the k kept entries per
   // row are mapped to original ids (equal scores rank by original id).
-  const int64_t chunk = chunk_ > 0 ? chunk_ : num_labels();
+  const int64_t chunk = chunk_ > 0 ? chunk_ : shard_labels();
   std::optional<EvalInputs> in;
   TopK top = xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, num_labels(), chunk, 0,
+      *ctx_, h.rows, k, eval_rows_, shard_labels(), chunk, 0,
       [&](int64_t r0, int64_t rows) { in.emplace(eval_inputs(h.rows_range(r0, rows))); },
       [&](int64_t lo, Matrix z) { internal_scores(*in, lo, z); });
   to_original_ids(top);
@@ -436,18 +480,19 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   XMC_CHECK(point_labels.cols == num_labels() && x.rows == point_labels.rows && x.cols == input_dim(),
             "group_shared semantic grouping: x [{}×{}], labels [{}×{}], expected [N×{}], [N×{}]",
             x.rows, x.cols, point_labels.rows, point_labels.cols, input_dim(), num_labels());
-  const int64_t t = tail_labels(), n = num_labels(), g = group_;
+  // Label-sharded: each process arranges its own tail labels (its segment of the order).
+  const int64_t t = tail_labels(), t0 = tail_position(0), g = group_;
   grouped_[0] = 1;
   if (t == 0) return;
   Stopwatch sw;
   LedgerEntry scratch(ctx_->ledger(), MemTag::workspace, 4 * t * input_dim());
   const DenseMatrix c =
-      label_centroids(x, point_labels, std::span<const uint32_t>(order_.data() + head_, static_cast<size_t>(t)));
+      label_centroids(x, point_labels, std::span<const uint32_t>(order_.data() + t0, static_cast<size_t>(t)));
   SemanticGroupingParams sp;
   sp.group = g;
   sp.beta = beta_;
   sp.kmeans_iters = kmeans_iters_;
-  sp.seed = Rng::stream(seed_, kGsSemanticStream).next();
+  sp.seed = Rng::stream(seed_, kGsSemanticStream).next() ^ shard_mix();
   const std::vector<int64_t> arr = semantic_arrangement(c.view(), sp);
   const double seconds = sw.seconds();
   // Cohesion against the frequency order (the arrangement before) and random groups.
@@ -463,9 +508,12 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
 
   // Move the tail labels (and their biases with their moments) to the new arrangement;
   // the weights start again from the initial draw for the new groups.
-  std::vector<uint32_t> old(order_.data() + head_, order_.data() + n);
-  for (int64_t i = 0; i < t; ++i) order_[static_cast<size_t>(head_ + i)] = old[static_cast<size_t>(arr[static_cast<size_t>(i)])];
-  for (int64_t i = 0; i < n; ++i) pos_[order_[static_cast<size_t>(i)]] = static_cast<uint32_t>(i);
+  std::vector<uint32_t> old(order_.data() + t0, order_.data() + t0 + t);
+  for (int64_t i = 0; i < t; ++i) {
+    const uint32_t l = old[static_cast<size_t>(arr[static_cast<size_t>(i)])];
+    order_[static_cast<size_t>(t0 + i)] = l;
+    pos_[l] = static_cast<uint32_t>(t0 + i);
+  }
   // On host copies of the tail (once per run; on the GPU T·(F·(1+s)+1+s) floats down and
   // up, s = optimizer state arrays).
   for (Buffer<float>* bb : {&p_.b, &p_.b_s1, &p_.b_s2}) {
@@ -563,7 +611,8 @@ int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, 
   // The k lowest scores (ties to the lower slot); each group regrows its own slots, whose
   // weights and moments restart at zero for every label of the group.
   const std::vector<char> prune = lowest_slots(score.data(), slots, k);
-  const uint64_t base = Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next();
+  const uint64_t base =
+      Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next() ^ shard_mix();
   return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
     const int64_t r0 = q * g, gn = std::min(g, t - r0);
     for (int64_t r = r0; r < r0 + gn; ++r) {
@@ -594,7 +643,8 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   return out;
 }
 
-// Biases live by position (head 0..H-1, tail H..L-1), label order_[position].
+// Biases live by this layer's position (head 0..H-1, tail H..), label order_ of the
+// position in the whole arrangement; bias [L] by label id.
 void GroupSharedLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) {
   const auto fill = [&](const std::string& name, int64_t first, int64_t count) {
     if (count == 0) return;
@@ -602,7 +652,7 @@ void GroupSharedLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<co
     XMC_CHECK(r != refs.end() && r->numel() == count, "init_bias: no {} of {} values", name, count);
     float* b = std::get<float*>(r->data);
     for (int64_t i = 0; i < count; ++i)
-      b[i] = bias[static_cast<size_t>(order_[static_cast<size_t>(first + i)] - label_lo())];
+      b[i] = bias[order_[static_cast<size_t>(position(first + i))]];
   };
   fill("output/head/bias", 0, head_);
   fill("output/bias", head_, tail_labels());

@@ -10,6 +10,14 @@
 // = i − H belongs to group r / G. label_order [L] maps positions to original ids and
 // label_position [L] back; both are saved, so topk returns original ids after a reload.
 //
+// Label-sharded (mpirun, docs/distributed.md): every process computes the same
+// arrangement and holds its part of it (GroupSharedSplit: a slice of the head, whole
+// groups of the tail — not a contiguous range of label ids, so shard_labels() is its own
+// count), each array drawn as the one-process layer draws those rows and groups; the
+// projections and dropout masks are the same on every process, the projections' gradients
+// summed over them. Rewiring prunes each process's own smallest fraction, and semantic
+// grouping arranges each process's own tail labels (both per shard, as fixed_fanin's).
+//
 // Semantic grouping needs the training data, which a layer first sees in the trainer's
 // hooks: it runs at the first on_step (after step 1), from the centroids of the layer
 // inputs h = embed_train() of every training point, and re-initialises the tail's weights
@@ -116,6 +124,19 @@ struct GroupSharedTimings {
   int64_t grads = 0;
 };
 
+// The labels one process holds in a label-sharded run: its slice of the head positions
+// [head0, head0 + head) (whole groups of G) and the tail groups [group0, group0 + groups)
+// (tail labels `tail`) of the one-process arrangement; all of them in one process.
+// InputError when a part would leave a process without a head or a tail that the layer
+// has (the projections' collectives need every process).
+struct GroupSharedSplit {
+  int64_t head_total = 0;  // H of the whole layer
+  int64_t head0 = 0, head = 0;
+  int64_t group0 = 0, groups = 0, tail = 0;
+};
+GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
+                                    int shard, int shards);
+
 class GroupSharedLayer final : public OutputLayer {
  public:
   GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg);
@@ -123,11 +144,11 @@ class GroupSharedLayer final : public OutputLayer {
   int64_t group_size() const { return group_; }
   int64_t fan_in() const { return fan_in_; }
   int64_t head_labels() const { return head_; }
-  int64_t tail_labels() const { return num_labels() - head_; }
+  int64_t tail_labels() const { return split_.tail; }
   int64_t num_groups() const { return groups_; }
   // Width m of the tail's input: the tail projection, or d.
   int64_t tail_input_dim() const { return m_; }
-  // Original label id at internal position i, and the inverse.
+  // Original label id at position i of the whole arrangement [L], and the inverse.
   std::span<const uint32_t> label_order() const { return order_.span(); }
   std::span<const uint32_t> label_position() const { return pos_.span(); }
   bool semantic_done() const { return grouped_[0] != 0; }
@@ -179,8 +200,20 @@ class GroupSharedLayer final : public OutputLayer {
   // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.
   void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
+  // This layer's position i (head 0..head_-1, then its tail) in the whole arrangement.
+  int64_t position(int64_t i) const { return i < head_ ? split_.head0 + i : tail_position(i - head_); }
+  // Tail label r of this layer in the whole arrangement.
+  int64_t tail_position(int64_t r) const {
+    return split_.head_total + split_.group0 * group_ + r;
+  }
+  // Mixed into the seeds of what a shard does on its own (rewiring, semantic grouping):
+  // 0 in one process.
+  uint64_t shard_mix() const { return static_cast<uint64_t>(split_.group0) * 0x9E3779B97F4A7C15ULL; }
+
   Context* ctx_;
-  int64_t group_, fan_in_, head_, groups_, m_, max_batch_, chunk_;
+  int64_t group_, fan_in_;
+  GroupSharedSplit split_;
+  int64_t head_, groups_, m_, max_batch_, chunk_;
   int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
   double dropout_;
   LossType loss_;

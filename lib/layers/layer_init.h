@@ -33,6 +33,11 @@ struct LayerInit {
   // what a backend needs to combine label-wide quantities (softmax's normaliser, the
   // gradients of parameters every label shares).
   Comm* comm = nullptr;
+  // Which of the label shards this is, of how many (label-sharded run, or a part of a
+  // checkpoint set): a backend whose shard is not the contiguous [label_lo, label_hi)
+  // (group_shared) splits its own arrangement by them.
+  int shard = 0;
+  int shards = 1;
   // A part of a checkpoint set loaded for evaluation only (layers/shard_set.h): no
   // processes to train with.
   bool inference_only = false;

@@ -34,8 +34,8 @@ StepStats OutputLayer::train_step(const Batch& batch, ConstMatrix h, Matrix dh,
 }
 
 void OutputLayer::init_bias(std::span<const float> bias) {
-  XMC_CHECK(static_cast<int64_t>(bias.size()) == hi_ - lo_,
-            "init_bias: {} values for the {} labels of [{}, {})", bias.size(), hi_ - lo_, lo_, hi_);
+  XMC_CHECK(static_cast<int64_t>(bias.size()) == num_labels_,
+            "init_bias: {} values for {} labels", bias.size(), num_labels_);
   sync_state(StateSync::to_host);
   std::vector<TensorRef> refs = state_impl();
   init_bias_impl(refs, bias);
@@ -51,7 +51,7 @@ void OutputLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const f
   const auto n = std::count_if(refs.begin(), refs.end(), is_bias);
   XMC_CHECK(n == 1, "init_bias: the layer's state has {} label-bias tensors, expected 1", n);
   const TensorRef& r = *std::find_if(refs.begin(), refs.end(), is_bias);
-  std::copy(bias.begin(), bias.end(), std::get<float*>(r.data));
+  std::copy(bias.begin() + lo_, bias.begin() + hi_, std::get<float*>(r.data));
 }
 
 TopK OutputLayer::topk(ConstMatrix h, int k) const {

@@ -70,9 +70,9 @@ class OutputLayer {
   // No-op on the CPU. Save: sync_state(to_host), write state(), sync_state(release).
   // Load: sync_state(to_host), read into state(), sync_state(to_device).
   void sync_state(StateSync s) { sync_state_impl(s); }
-  // Sets the output bias of every label in [lo, hi) to bias[l - lo] (initialisation, e.g.
-  // the label log-prior), on whichever device the layer lives: host copies of state(),
-  // changed, then uploaded — the path a checkpoint load takes.
+  // Sets the output bias of every label the layer holds to bias[l] (bias [L] by label id:
+  // initialisation, e.g. the label log-prior), on whichever device the layer lives: host
+  // copies of state(), changed, then uploaded — the path a checkpoint load takes.
   void init_bias(std::span<const float> bias);
   bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
@@ -83,13 +83,17 @@ class OutputLayer {
   int64_t num_labels() const { return num_labels_; }
   int64_t label_lo() const { return lo_; }
   int64_t label_hi() const { return hi_; }
-  // The labels this layer holds: hi − lo (all of num_labels() unless label-sharded).
-  int64_t shard_labels() const { return hi_ - lo_; }
+  // The labels this layer holds: hi − lo (all of num_labels() unless label-sharded), or
+  // what a backend whose shard is not [lo, hi) says (set_held_labels).
+  int64_t shard_labels() const { return held_ < 0 ? hi_ - lo_ : held_; }
 
  protected:
   OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);
   // Backends with a CUDA path call this when built on a CUDA Context.
   void set_device_views(bool on) { device_views_ = on; }
+  // A backend holding other labels than [lo, hi) (group_shared's part of its arrangement;
+  // [lo, hi) is then the shard's place in the checkpoint index only).
+  void set_held_labels(int64_t n) { held_ = n; }
   // Exact top-k of `rows` rows over labels [label_lo, label_hi) in chunks of `chunk`:
   // score_chunk(lo, out [rows×c]) fills the scores of labels [lo, lo+c).
   TopK stream_topk(int64_t rows, int k, int64_t chunk,
@@ -106,9 +110,9 @@ class OutputLayer {
   virtual void on_epoch_impl(const TrainerView&) {}
   virtual std::vector<TensorRef> state_impl() = 0;
   virtual void sync_state_impl(StateSync) {}
-  // Writes bias [hi-lo] into the output-bias tensors among refs (state_impl() after
-  // sync_state(to_host)). Default: the one ref named ".../bias" of shape {hi-lo}, in label
-  // order; a backend that stores its labels in another order or in parts overrides it.
+  // Writes bias [L] (by label id) into the output-bias tensors among refs (state_impl()
+  // after sync_state(to_host)). Default: the one ref named ".../bias" of shape {hi-lo}, in
+  // label order; a backend that stores its labels in another order or in parts overrides it.
   virtual void init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias);
   virtual int64_t analytic_bytes_impl() const = 0;
 
@@ -117,6 +121,7 @@ class OutputLayer {
   int64_t lo_;
   int64_t hi_;
   bool device_views_ = false;
+  int64_t held_ = -1;
 };
 
 }  // namespace xmc

@@ -54,11 +54,9 @@ std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const Ou
       throw_input("model.output.type '{}' has no CUDA path yet: use device cpu (--device cpu)",
                   spec.type);
     auto layer = b.create(init, spec);
-    if (layer->label_lo() != init.label_lo || layer->label_hi() != init.label_end())
-      throw_input(
-          "model.output.type '{}' cannot train a label shard yet (labels [{}, {}) of {} under "
-          "mpirun): run it in one process, or use dense",
-          spec.type, init.label_lo, init.label_end(), init.num_labels);
+    XMC_CHECK(layer->label_lo() == init.label_lo && layer->label_hi() == init.label_end(),
+              "output '{}' built over labels [{}, {}), asked for [{}, {})", spec.type,
+              layer->label_lo(), layer->label_hi(), init.label_lo, init.label_end());
     return layer;
   }
   // Same message as the config loader gives for an unknown type.

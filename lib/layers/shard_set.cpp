@@ -15,18 +15,26 @@ int64_t first_label(const std::vector<LabelRange>& ranges) {
 }  // namespace
 
 ShardSetLayer::ShardSetLayer(const LayerInit& init, const OutputSpec& spec,
-                             const std::vector<LabelRange>& ranges)
-    : OutputLayer(init.input_dim, init.num_labels, first_label(ranges), ranges.back().hi) {
+                             const ShardSelection& set)
+    : OutputLayer(init.input_dim, init.num_labels, first_label(set.ranges), set.ranges.back().hi) {
+  const std::vector<LabelRange>& ranges = set.ranges;
+  XMC_CHECK(set.first >= 0 && set.first + static_cast<int64_t>(ranges.size()) <= set.total,
+            "shards [{}, +{}) of {}", set.first, ranges.size(), set.total);
+  int64_t held = 0;
   for (size_t s = 0; s < ranges.size(); ++s) {
     XMC_CHECK(s == 0 || ranges[s].lo == ranges[s - 1].hi, "shard ranges [{}, {}) then [{}, {})",
               ranges[s - 1].lo, ranges[s - 1].hi, ranges[s].lo, ranges[s].hi);
     LayerInit p = init;
     p.label_lo = ranges[s].lo;
     p.label_hi = ranges[s].hi;
+    p.shard = set.first + static_cast<int>(s);
+    p.shards = set.total;
     p.comm = nullptr;
     p.inference_only = true;
     parts_.push_back(create_output_layer(p, spec));
+    held += parts_.back()->shard_labels();
   }
+  set_held_labels(held);
   set_device_views(parts_.front()->device_views());
 }
 

@@ -18,11 +18,19 @@
 
 namespace xmc {
 
+// Shards [first, first + ranges.size()) of a set of `total`, with their label ranges
+// (consecutive: ranges[s].hi == ranges[s+1].lo).
+struct ShardSelection {
+  std::vector<LabelRange> ranges;
+  int first = 0;
+  int total = 1;
+};
+
 class ShardSetLayer final : public OutputLayer {
  public:
-  // ranges: consecutive label ranges (ranges[s].hi == ranges[s+1].lo); init's label range
-  // is ignored (the layer covers [ranges.front().lo, ranges.back().hi)).
-  ShardSetLayer(const LayerInit& init, const OutputSpec& spec, const std::vector<LabelRange>& ranges);
+  // init's label range and shard are ignored (the layer covers [ranges.front().lo,
+  // ranges.back().hi)).
+  ShardSetLayer(const LayerInit& init, const OutputSpec& spec, const ShardSelection& set);
 
   size_t parts() const { return parts_.size(); }
   OutputLayer& part(size_t s) { return *parts_[s]; }

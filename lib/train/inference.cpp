@@ -6,6 +6,7 @@
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "layers/registry.h"
+#include "layers/shard_set.h"
 #include "train/checkpoint.h"
 #include "train/shards.h"
 
@@ -45,8 +46,11 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
       throw_input("{}: malformed shard index: shard {} holds labels [{}, {}) of {}", checkpoint, s,
                   g.lo, g.hi, meta.num_labels);
   }
-  const std::vector<LabelRange> ranges(idx.ranges.begin() + mine.lo, idx.ranges.begin() + mine.hi);
-  m.model = std::make_unique<Model>(*m.ctx, m.config, std::move(meta), 0, comm, &ranges);
+  ShardSelection set;
+  set.ranges.assign(idx.ranges.begin() + mine.lo, idx.ranges.begin() + mine.hi);
+  set.first = static_cast<int>(mine.lo);
+  set.total = idx.processes;
+  m.model = std::make_unique<Model>(*m.ctx, m.config, std::move(meta), 0, comm, &set);
   std::vector<std::unique_ptr<CheckpointReader>> files;
   std::vector<const CheckpointReader*> shards;
   for (int64_t s = mine.lo; s < mine.hi; ++s) {

@@ -95,7 +95,7 @@ std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
 }  // namespace
 
 Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
-             Comm* comm, const std::vector<LabelRange>* shard_set)
+             Comm* comm, const ShardSelection* shard_set)
     : meta_(std::move(meta)), ctx_(&ctx), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
   encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
                                        meta_.sparse_input,
@@ -117,6 +117,8 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
     const LabelRange r = shard_labels(meta_.num_labels, comm_->rank(), comm_->size());
     init.label_lo = r.lo;
     init.label_hi = r.hi;
+    init.shard = comm_->rank();
+    init.shards = comm_->size();
     init.comm = comm_;
   }
   // Host and device together: a layer on the GPU keeps its parameters in device memory.
@@ -134,9 +136,7 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   // A resumed run then reads every parameter, the bias included, from its checkpoint.
   if (cfg.model.bias_init == "log_prior") {
     const std::vector<float> prior = label_log_prior(meta_.label_freq, meta_.n_train);
-    output_->init_bias(std::span<const float>(prior).subspan(
-        static_cast<size_t>(output_->label_lo()),
-        static_cast<size_t>(output_->label_hi() - output_->label_lo())));
+    output_->init_bias(prior);
   }
 }
 

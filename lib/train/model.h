@@ -17,6 +17,8 @@
 
 namespace xmc {
 
+struct ShardSelection;  // layers/shard_set.h
+
 struct ModelMeta {
   int64_t input_dim = 0;            // D
   int64_t num_labels = 0;           // L
@@ -55,7 +57,7 @@ class Model {
   // label-sharded run's checkpoint set, which this process evaluates side by side
   // (layers/shard_set.h) instead of the labels shard_labels would give it.
   Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
-        Comm* comm = nullptr, const std::vector<LabelRange>* shard_set = nullptr);
+        Comm* comm = nullptr, const ShardSelection* shard_set = nullptr);
 
   Encoder& encoder() { return *encoder_; }
   OutputLayer& output() { return *output_; }
