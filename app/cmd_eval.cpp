@@ -161,14 +161,7 @@ Command register_eval(CLI::App& app) {
               throw_input("eval needs --checkpoint FILE or --predictions FILE");
             // Under mpirun: each process evaluates its shards of a checkpoint set, rank 0
             // merges the top-k lists, scores and prints (docs/distributed.md).
-            const std::unique_ptr<Comm> world = world_comm();
-            quiet_unless_root(*world);
-            try {
-              evaluate_checkpoint(*o, world->size() > 1 ? world.get() : nullptr);
-            } catch (const std::exception& e) {
-              end_job_on_error(*world, e);
-              throw;
-            }
+            run_in_job([&](Comm* comm) { evaluate_checkpoint(*o, comm); });
             return 0;
           }};
 }

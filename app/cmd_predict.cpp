@@ -75,14 +75,7 @@ Command register_predict(CLI::App& app) {
   return {sub, [o]() -> int {
             // Under mpirun: each process predicts over its shards of a checkpoint set, rank
             // 0 merges the top-k lists and writes the file (docs/distributed.md).
-            const std::unique_ptr<Comm> world = world_comm();
-            quiet_unless_root(*world);
-            try {
-              predict_checkpoint(*o, world->size() > 1 ? world.get() : nullptr);
-            } catch (const std::exception& e) {
-              end_job_on_error(*world, e);
-              throw;
-            }
+            run_in_job([&](Comm* comm) { predict_checkpoint(*o, comm); });
             return 0;
           }};
 }

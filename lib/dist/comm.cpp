@@ -153,6 +153,17 @@ void end_job_on_error(Comm& world, const std::exception& e) {
   world.abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
 }
 
+void run_in_job(const std::function<void(Comm*)>& f) {
+  const std::unique_ptr<Comm> world = world_comm();
+  quiet_unless_root(*world);
+  try {
+    f(world->size() > 1 ? world.get() : nullptr);
+  } catch (const std::exception& e) {
+    end_job_on_error(*world, e);
+    throw;
+  }
+}
+
 bool built_with_mpi() {
 #if defined(XMC_WITH_MPI)
   return true;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -59,6 +60,9 @@ bool built_with_mpi();
 // several, since the others may wait in a collective; returns in one process.
 void quiet_unless_root(const Comm& world);
 void end_job_on_error(Comm& world, const std::exception& e);
+// f(comm) as this process of its job: world_comm(), quiet_unless_root, and an exception
+// ending the job (end_job_on_error) before it propagates; comm is nullptr in one process.
+void run_in_job(const std::function<void(Comm*)>& f);
 
 // The labels rank `rank` of `size` owns: a contiguous range [lo, hi), the ranges in rank
 // order covering [0, num_labels), sizes differing by at most `align` (boundaries on

@@ -135,7 +135,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     if (grouping_ == GroupingType::random) {
       Rng rng = Rng::stream(seed_, kGsShuffleStream);
       for (int64_t i = all - 1; i > h_all; --i) {
-        const auto j = h_all + static_cast<int64_t>(rng.below(static_cast<uint64_t>(i - h_all + 1)));
+        const auto j =
+            h_all + static_cast<int64_t>(rng.below(static_cast<uint64_t>(i - h_all + 1)));
         std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
       }
     }
@@ -487,7 +488,8 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   Stopwatch sw;
   LedgerEntry scratch(ctx_->ledger(), MemTag::workspace, 4 * t * input_dim());
   const DenseMatrix c =
-      label_centroids(x, point_labels, std::span<const uint32_t>(order_.data() + t0, static_cast<size_t>(t)));
+      label_centroids(x, point_labels,
+                      std::span<const uint32_t>(order_.data() + t0, static_cast<size_t>(t)));
   SemanticGroupingParams sp;
   sp.group = g;
   sp.beta = beta_;

@@ -201,14 +201,18 @@ class GroupSharedLayer final : public OutputLayer {
   void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
   // This layer's position i (head 0..head_-1, then its tail) in the whole arrangement.
-  int64_t position(int64_t i) const { return i < head_ ? split_.head0 + i : tail_position(i - head_); }
+  int64_t position(int64_t i) const {
+    return i < head_ ? split_.head0 + i : tail_position(i - head_);
+  }
   // Tail label r of this layer in the whole arrangement.
   int64_t tail_position(int64_t r) const {
     return split_.head_total + split_.group0 * group_ + r;
   }
   // Mixed into the seeds of what a shard does on its own (rewiring, semantic grouping):
   // 0 in one process.
-  uint64_t shard_mix() const { return static_cast<uint64_t>(split_.group0) * 0x9E3779B97F4A7C15ULL; }
+  uint64_t shard_mix() const {
+    return static_cast<uint64_t>(split_.group0) * 0x9E3779B97F4A7C15ULL;
+  }
 
   Context* ctx_;
   int64_t group_, fan_in_;

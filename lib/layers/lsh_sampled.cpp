@@ -47,8 +47,9 @@ struct LshEntries {
 };
 
 // dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
-// entries flagged positive from each point's labels, in the candidates' ids); returns the loss summed over the
-// points (not divided by B) and counts the zero gradients.
+// entries flagged positive from each point's labels, in the candidates' ids); returns the
+// loss summed over the points (not divided by B) and counts the zero gradients; shards:
+// the label-sharded softmax's reductions (nullptr in one process).
 double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
                      float* zg, int64_t& zeros, const CandidateShards* shards) {
   std::vector<uint8_t> positive(static_cast<size_t>(csr.nnz));
@@ -139,7 +140,8 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   cp.min_candidates = min_cand;
   cp.shared = cfg.shared_candidates;
   // Each shard its own random draws (one process: lo = 0, the seed as before).
-  cp.seed = init.seed ^ 0xC4D1DA7E5ULL ^ (static_cast<uint64_t>(label_lo()) * 0x9E3779B97F4A7C15ULL);
+  cp.seed =
+      init.seed ^ 0xC4D1DA7E5ULL ^ (static_cast<uint64_t>(label_lo()) * 0x9E3779B97F4A7C15ULL);
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
   if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);

@@ -210,15 +210,20 @@ void softmax_row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, int
 
 namespace {
 
+// The flagged entries' positions among a point's nc entries, into pos_at.
+ChunkTargets flagged(const uint8_t* flag, int64_t nc, std::vector<uint32_t>& pos_at) {
+  pos_at.clear();
+  for (int64_t j = 0; j < nc; ++j)
+    if (flag[j]) pos_at.push_back(static_cast<uint32_t>(j));
+  return {pos_at.data(), pos_at.data() + pos_at.size()};
+}
+
 // One point's candidate entries (see candidate_loss_grad) through the full losses' row
 // functions: the entries are the row's "labels" 0..nc-1, its positives the flagged ones
 // (pos_at: scratch). Returns the point's loss.
 double candidate_point(LossType type, const uint8_t* flag, const float* wt, int64_t nc,
                        double inv_b, float* g, std::vector<uint32_t>& pos_at) {
-  pos_at.clear();
-  for (int64_t j = 0; j < nc; ++j)
-    if (flag[j]) pos_at.push_back(static_cast<uint32_t>(j));
-  const ChunkTargets tg{pos_at.data(), pos_at.data() + pos_at.size()};
+  const ChunkTargets tg = flagged(flag, nc, pos_at);
   int64_t zeros = 0;  // counted by the caller
   switch (type) {
     case LossType::bce:
@@ -240,12 +245,30 @@ double candidate_point(LossType type, const uint8_t* flag, const float* wt, int6
   return loss;
 }
 
-}  // namespace
-
-namespace {
+// point(i, g, nc, pos_at) -> the loss of point i, whose nc entries' scores g become their
+// gradients, over every point in parallel (each with scratch pos_at); returns the summed
+// loss and counts the exactly-zero gradients into *zeros.
+template <class Point>
+double over_points(const int64_t* ptr, int64_t rows, float* zg, int64_t* zeros, Point&& point) {
+  double ls = 0.0;
+  int64_t zs = 0;
+#pragma omp parallel reduction(+ : ls, zs)
+  {
+    std::vector<uint32_t> pos_at;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
+      float* g = zg + e0;
+      ls += point(i, g, nc, pos_at);
+      zs += std::count(g, g + nc, 0.0f);
+    }
+  }
+  if (zeros) *zeros = zs;
+  return ls;
+}
 
 // candidate_loss_grad's softmax over label shards: pass 1 on every point, the statistics
-// merged over the processes, pass 2 with the global normaliser and positive count.
+// and positive counts merged over the processes, pass 2 with the global normaliser.
 double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positive,
                                  double inv_b, float* zg, int64_t* zeros,
                                  const CandidateShards& sh) {
@@ -260,31 +283,19 @@ double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t
   }
   merge_softmax_stats(st, sh.reduce_max, sh.reduce_sum);
   sh.reduce_sum(npos);
-  double ls = 0.0;
-  int64_t zs = 0;
-#pragma omp parallel reduction(+ : ls, zs)
-  {
-    std::vector<uint32_t> pos_at;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
-      float* g = zg + e0;
-      const auto ri = static_cast<size_t>(i);
-      if (npos[ri] == 0.0) {
-        std::fill(g, g + nc, 0.0f);  // points without positives contribute nothing
-      } else {
-        pos_at.clear();
-        for (int64_t j = 0; j < nc; ++j)
-          if (positive[e0 + j]) pos_at.push_back(static_cast<uint32_t>(j));
-        softmax_row_loss_grad(g, nc, 0, {pos_at.data(), pos_at.data() + pos_at.size()},
-                              static_cast<int64_t>(npos[ri]), st.max[ri], st.logsumexp(i), inv_b,
-                              ls);
-      }
-      zs += std::count(g, g + nc, 0.0f);
-    }
-  }
-  if (zeros) *zeros = zs;
-  return ls;
+  return over_points(ptr, rows, zg, zeros,
+                     [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
+                       const auto ri = static_cast<size_t>(i);
+                       double loss = 0.0;
+                       if (npos[ri] == 0.0) {
+                         std::fill(g, g + nc, 0.0f);  // no positive on any process
+                         return loss;
+                       }
+                       softmax_row_loss_grad(g, nc, 0, flagged(positive + ptr[i], nc, pos_at),
+                                             static_cast<int64_t>(npos[ri]), st.max[ri],
+                                             st.logsumexp(i), inv_b, loss);
+                       return loss;
+                     });
 }
 
 }  // namespace
@@ -296,24 +307,13 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
   const double inv_b = 1.0 / static_cast<double>(batch_size);
   if (shards != nullptr && type == LossType::softmax)
     return sharded_candidate_softmax(ptr, rows, positive, inv_b, zg, zeros, *shards);
-  double ls = 0.0;
-  int64_t zs = 0;
-#pragma omp parallel reduction(+ : ls, zs)
-  {
-    std::vector<uint32_t> pos_at;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
-      float* g = zg + e0;
-      ls += candidate_point(type, positive + e0, weight ? weight + e0 : nullptr, nc, inv_b, g,
-                            pos_at);
-      zs += std::count(g, g + nc, 0.0f);
-    }
-  }
-  if (zeros) *zeros = zs;
-  return ls;
+  return over_points(ptr, rows, zg, zeros,
+                     [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
+                       const int64_t e0 = ptr[i];
+                       return candidate_point(type, positive + e0, weight ? weight + e0 : nullptr,
+                                              nc, inv_b, g, pos_at);
+                     });
 }
-
 
 SoftmaxStats::SoftmaxStats(int64_t batch)
     : max(static_cast<size_t>(batch), -std::numeric_limits<double>::infinity()),

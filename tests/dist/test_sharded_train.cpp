@@ -24,6 +24,53 @@ std::vector<double> epoch_losses(const fs::path& dir) {
   return out;
 }
 
+// One output layer trained in one process ("one") and over two label shards ("two") on
+// the small problem made larger and smoother (6000 / 3000 points, 6 epochs of a cosine
+// schedule to 0: at a constant lr the epochs' P@1 moved ±3 points on this set, in one
+// process too); then the set evaluated from one process and a sharded run killed after
+// epoch 3's checkpoint and resumed, both checked against "two".
+struct ShardedAgainstOne {
+  TempDir tmp;
+  std::string output;
+  json one, two;
+
+  explicit ShardedAgainstOne(std::string out) : output(std::move(out)) {
+    write_file(tmp / "c.yaml", small_train_config(tmp / "data", 6));
+    REQUIRE(train("one", false).exit_code == 0);
+    const CliResult r = train("two", true);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    one = json::parse(read_file(tmp / "one" / "results.json"));
+    two = json::parse(read_file(tmp / "two" / "results.json"));
+    REQUIRE(two["ranks"].size() == 2);
+  }
+  CliResult train(const std::string& out, bool sharded, const std::vector<std::string>& extra = {},
+                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(),
+                                  "--set", "threads=1", "--set", "model.output=" + output,
+                                  "--set", "optim.schedule={type: cosine}",
+                                  "--set", "data.synth.train=6000", "--set", "data.synth.test=3000"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::pair<std::string, std::string>> e = env;
+    e.insert(e.end(), kRootOk.begin(), kRootOk.end());
+    return sharded ? run_cli(a, e, kTwo) : run_cli(a);
+  }
+  double p1(const json& r) const { return r["metrics"]["P@1"].get<double>(); }
+  double rank_bytes(int r) const { return two["ranks"][r]["output_layer_bytes"].get<double>(); }
+  void check_eval_and_resume() {
+    const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
+                                  "--json"});
+    INFO(ev.err);
+    REQUIRE(ev.exit_code == 0);
+    CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p1(two));
+    CHECK(train("killed", true, {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
+              .exit_code != 0);
+    REQUIRE(train("killed", true, {"--resume"}).exit_code == 0);
+    CHECK(p1(json::parse(read_file(tmp / "killed" / "results.json"))) == p1(two));
+    CHECK(epoch_losses(tmp / "killed") == epoch_losses(tmp / "two"));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one process does") {
@@ -137,9 +184,7 @@ TEST_CASE("lsh_sampled / anns_sampled over two label shards stay near the one-pr
   // Each process draws its share of the candidates among its own labels (its own LSH
   // tables / HNSW index, its own uniform draws): not the same candidates as one process,
   // the same method. The sampled softmax normalises over both shards' candidates; label
-  // queries hash the vectors of every positive (all-reduced). A cosine schedule to 0 and
-  // 3000 test points keep one run's P@1 from swinging more than the sampling changes it
-  // (at a constant lr the epochs' P@1 moved ±3 points on this set, in one process too).
+  // queries hash the vectors of every positive (all-reduced).
   const std::string output = GENERATE(
       as<std::string>{},
       "{type: lsh_sampled, loss: softmax, k: 4, tables: 8, max_candidates: 64, "
@@ -150,53 +195,20 @@ TEST_CASE("lsh_sampled / anns_sampled over two label shards stay near the one-pr
       "{type: anns_sampled, loss: bce, hard_negatives: 16, random_negatives: 32, "
       "start_epoch: 1, synchronous: true, search: hnsw, chunk_size: 128}");
   INFO("model.output " << output);
-  TempDir tmp;
-  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 6));
-  auto train = [&](const std::string& out, bool sharded, const std::vector<std::string>& extra = {},
-                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
-    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(),
-                                  "--set", "threads=1", "--set", "model.output=" + output,
-                                  "--set", "optim.schedule={type: cosine}",
-                                  "--set", "data.synth.train=6000", "--set", "data.synth.test=3000"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    std::vector<std::pair<std::string, std::string>> e = env;
-    e.insert(e.end(), kRootOk.begin(), kRootOk.end());
-    return sharded ? run_cli(a, e, kTwo) : run_cli(a);
-  };
-  REQUIRE(train("one", false).exit_code == 0);
-  const CliResult two = train("two", true);
-  INFO(two.err);
-  REQUIRE(two.exit_code == 0);
-  const json r1 = json::parse(read_file(tmp / "one" / "results.json"));
-  const json r2 = json::parse(read_file(tmp / "two" / "results.json"));
-  REQUIRE(r2["ranks"].size() == 2);
-  for (int r = 0; r < 2; ++r) CHECK(r2["ranks"][r]["labels"] == 150);
-  const double p1 = r1["metrics"]["P@1"].get<double>(), p2 = r2["metrics"]["P@1"].get<double>();
-  INFO("P@1 one process " << p1 << ", two " << p2);
-  CHECK(p1 > 0.5);  // it learnt something
-  CHECK(std::abs(p2 - p1) <= 0.005);
+  ShardedAgainstOne run(output);
+  for (int r = 0; r < 2; ++r) CHECK(run.two["ranks"][r]["labels"] == 150);
+  INFO("P@1 one process " << run.p1(run.one) << ", two " << run.p1(run.two));
+  CHECK(run.p1(run.one) > 0.5);  // it learnt something
+  CHECK(std::abs(run.p1(run.two) - run.p1(run.one)) <= 0.005);
   // Half the label rows (and tables) per process: about half the layer's ledger bytes.
-  const double bytes1 = r1["output_layer_bytes"].get<double>();
+  const double bytes1 = run.one["output_layer_bytes"].get<double>();
   for (int r = 0; r < 2; ++r) {
-    const double b = r2["ranks"][r]["output_layer_bytes"].get<double>();
-    CHECK(b < 0.65 * bytes1);
-    CHECK(b > 0.35 * bytes1);
+    CHECK(run.rank_bytes(r) < 0.65 * bytes1);
+    CHECK(run.rank_bytes(r) > 0.35 * bytes1);
   }
   // One process evaluates both shards side by side as they were trained (each with its
-  // own tables / index) and reproduces the sharded run's metrics.
-  const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
-                                "--json"});
-  INFO(ev.err);
-  REQUIRE(ev.exit_code == 0);
-  CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p2);
-  // A sharded run killed after epoch 3's checkpoint and resumed ends where the
-  // uninterrupted one did (per-shard tables / hard sets from each rank's own file).
-  CHECK(train("killed", true, {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
-            .exit_code != 0);
-  REQUIRE(train("killed", true, {"--resume"}).exit_code == 0);
-  const json rk = json::parse(read_file(tmp / "killed" / "results.json"));
-  CHECK(rk["metrics"]["P@1"].get<double>() == p2);
-  CHECK(epoch_losses(tmp / "killed") == epoch_losses(tmp / "two"));
+  // own tables / index); the resumed run reads each rank's tables / hard sets.
+  run.check_eval_and_resume();
 }
 
 TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank, a signal") {
@@ -296,63 +308,30 @@ TEST_CASE("group_shared over two label shards trains as one process does") {
       "rewire: {interval: 10, fraction: 0.1, until: 0.66}, chunk_size: 128}");
   const bool per_shard = output.find("rewire") != std::string::npos;
   INFO("model.output " << output);
-  TempDir tmp;
-  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 6));
-  auto train = [&](const std::string& out, bool sharded, const std::vector<std::string>& extra = {},
-                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
-    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(),
-                                  "--set", "threads=1", "--set", "model.output=" + output,
-                                  "--set", "optim.schedule={type: cosine}",
-                                  "--set", "data.synth.train=6000", "--set", "data.synth.test=3000"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    std::vector<std::pair<std::string, std::string>> e = env;
-    e.insert(e.end(), kRootOk.begin(), kRootOk.end());
-    return sharded ? run_cli(a, e, kTwo) : run_cli(a);
-  };
-  REQUIRE(train("one", false).exit_code == 0);
-  const CliResult two = train("two", true);
-  INFO(two.err);
-  REQUIRE(two.exit_code == 0);
-  const json r1 = json::parse(read_file(tmp / "one" / "results.json"));
-  const json r2 = json::parse(read_file(tmp / "two" / "results.json"));
-  REQUIRE(r2["ranks"].size() == 2);
-  const double p1 = r1["metrics"]["P@1"].get<double>(), p2 = r2["metrics"]["P@1"].get<double>();
-  INFO("P@1 one process " << p1 << ", two " << p2);
-  CHECK(p1 > 0.5);
-  CHECK(std::abs(p2 - p1) <= 0.005);
-  const auto l1 = epoch_losses(tmp / "one"), l2 = epoch_losses(tmp / "two");
+  ShardedAgainstOne run(output);
+  INFO("P@1 one process " << run.p1(run.one) << ", two " << run.p1(run.two));
+  CHECK(run.p1(run.one) > 0.5);
+  CHECK(std::abs(run.p1(run.two) - run.p1(run.one)) <= 0.005);
+  const auto l1 = epoch_losses(run.tmp / "one"), l2 = epoch_losses(run.tmp / "two");
   REQUIRE(l1.size() == 6);
   REQUIRE(l2.size() == 6);
   for (size_t e = 0; e < l1.size(); ++e)
     CHECK(l2[e] == Approx(l1[e]).epsilon(per_shard ? 0.02 : 1e-4));
   // 300 labels: a head of 32 (16 on each side), 67 tail groups of 4 (33 + 34).
-  CHECK(r2["ranks"][0]["labels"] == 16 + 33 * 4);
-  CHECK(r2["ranks"][1]["labels"] == 16 + 34 * 4);
-  const double bytes1 = r1["output_layer_bytes"].get<double>();
+  CHECK(run.two["ranks"][0]["labels"] == 16 + 33 * 4);
+  CHECK(run.two["ranks"][1]["labels"] == 16 + 34 * 4);
+  const double bytes1 = run.one["output_layer_bytes"].get<double>();
   for (int r = 0; r < 2; ++r) {
-    const double b = r2["ranks"][r]["output_layer_bytes"].get<double>();
     if (output.find("tail_projection") == std::string::npos) {
       // Half the label arrays; the label order [L], the step's workspaces (B×chunk scores,
       // the m×B transposed input: a third of the layer at this size) on both.
-      CHECK(b < 0.8 * bytes1);
-      CHECK(b > 0.35 * bytes1);
+      CHECK(run.rank_bytes(r) < 0.8 * bytes1);
+      CHECK(run.rank_bytes(r) > 0.35 * bytes1);
     } else {  // + the projections, the dropout mask and their workspaces on both processes
-      CHECK(b < bytes1);
+      CHECK(run.rank_bytes(r) < bytes1);
     }
   }
-  // One process evaluates both shards side by side and reproduces the sharded run.
-  const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
-                                "--json"});
-  INFO(ev.err);
-  REQUIRE(ev.exit_code == 0);
-  CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p2);
-  // Killed after epoch 3's checkpoint and resumed: the uninterrupted sharded run.
-  CHECK(train("killed", true, {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
-            .exit_code != 0);
-  REQUIRE(train("killed", true, {"--resume"}).exit_code == 0);
-  const json rk = json::parse(read_file(tmp / "killed" / "results.json"));
-  CHECK(rk["metrics"]["P@1"].get<double>() == p2);
-  CHECK(epoch_losses(tmp / "killed") == l2);
+  run.check_eval_and_resume();
 }
 
 TEST_CASE("a group_shared head too small to give every process a part is refused with exit 2") {
