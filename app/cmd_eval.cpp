@@ -104,7 +104,9 @@ Command register_eval(CLI::App& app) {
       "eval",
       "Evaluate a checkpoint on test data (--checkpoint), or score a predictions file "
       "written by any tool (--predictions, XC label format of label:score pairs) against the "
-      "true labels (--data) with propensities from the training labels (--train).");
+      "true labels (--data) with propensities from the training labels (--train). The "
+      "checkpoint of a label-sharded run (mpirun) is read whole, or under mpirun -np M (M up "
+      "to the run's process count) shard by shard, rank 0 printing.");
   auto o = std::make_shared<EvalOpts>();
   auto* ck = sub->add_option("--checkpoint", o->checkpoint, "Checkpoint written by train");
   auto* pr = sub->add_option("--predictions", o->predictions,

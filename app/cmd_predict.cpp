@@ -55,7 +55,9 @@ Command register_predict(CLI::App& app) {
       "predict",
       "Write the top-k labels with scores of every point of --data to --out, in XC label "
       "format: header 'N L', then one row per point of label:score pairs in descending score "
-      "order. The file can be scored with 'xmctrain eval --predictions'.");
+      "order. The file can be scored with 'xmctrain eval --predictions'. The checkpoint of a "
+      "label-sharded run (mpirun) is read whole, or under mpirun -np M (M up to the run's "
+      "process count) shard by shard, rank 0 writing.");
   auto o = std::make_shared<PredictOpts>();
   sub->add_option("--checkpoint", o->checkpoint, "Checkpoint written by train")->required();
   sub->add_option("--data", o->data, "Points to predict: XC combined file (labels ignored)");
