@@ -246,24 +246,27 @@ double candidate_point(LossType type, const uint8_t* flag, const float* wt, int6
 }
 
 // point(i, g, nc, pos_at) -> the loss of point i, whose nc entries' scores g become their
-// gradients, over every point in parallel (each with scratch pos_at); returns the summed
-// loss and counts the exactly-zero gradients into *zeros.
+// gradients, over every point in parallel (each with scratch pos_at); returns the loss
+// summed in point order (the same for any thread count) and counts the exactly-zero
+// gradients into *zeros.
 template <class Point>
 double over_points(const int64_t* ptr, int64_t rows, float* zg, int64_t* zeros, Point&& point) {
-  double ls = 0.0;
+  std::vector<double> loss(static_cast<size_t>(rows));
   int64_t zs = 0;
-#pragma omp parallel reduction(+ : ls, zs)
+#pragma omp parallel reduction(+ : zs)
   {
     std::vector<uint32_t> pos_at;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t e0 = ptr[i], nc = ptr[i + 1] - e0;
       float* g = zg + e0;
-      ls += point(i, g, nc, pos_at);
+      loss[static_cast<size_t>(i)] = point(i, g, nc, pos_at);
       zs += std::count(g, g + nc, 0.0f);
     }
   }
   if (zeros) *zeros = zs;
+  double ls = 0.0;
+  for (double x : loss) ls += x;
   return ls;
 }
 

@@ -61,7 +61,8 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
 //   softmax: over the point's entries with t = 1/#positives on each positive (points
 //   without positives contribute nothing; weights ignored).
 // Returns the loss summed over the points (not divided by B); *zeros receives the count of
-// exactly-zero gradients. Points in parallel (OpenMP), each summed in entry order.
+// exactly-zero gradients. Points in parallel (OpenMP), each summed in entry order, the
+// points' losses summed in point order: the same result for any thread count.
 // shards (softmax in a label-sharded run; nullptr otherwise): each process holds its part
 // of every point's candidates; the normaliser spans every process's part and t = 1/(the
 // point's flagged positives over all processes) (pass-1 statistics and positive counts

@@ -395,3 +395,33 @@ TEST_CASE("candidate softmax over two label shards equals the softmax over their
             Approx(g_one[static_cast<size_t>(r * kL + l)]).epsilon(1e-6).margin(1e-9));
     }
 }
+
+TEST_CASE("candidate losses are the same to the bit at any thread count") {
+  // Points of uneven size (1..40 entries) so that the dynamic schedule hands them out
+  // differently each run: the loss is summed in point order, not per thread.
+  Rng rng(17);
+  const int64_t rows = 2000;
+  std::vector<int64_t> ptr = {0};
+  std::vector<uint8_t> positive;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t nc = 1 + static_cast<int64_t>(rng.below(40));
+    for (int64_t j = 0; j < nc; ++j) positive.push_back(rng.uniform() < 0.1 ? 1 : 0);
+    ptr.push_back(ptr.back() + nc);
+  }
+  const auto z0 = to_float(random_vector(rng, ptr.back(), -4, 4));
+  const int threads = omp_get_max_threads();
+  for (auto type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    INFO(to_string(type));
+    double loss[2];
+    std::vector<float> g[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      omp_set_num_threads(pass == 0 ? 1 : std::max(4, threads));
+      g[pass] = z0;
+      loss[pass] = candidate_loss_grad(type, ptr.data(), rows, positive.data(), nullptr, rows,
+                                       g[pass].data(), nullptr);
+    }
+    omp_set_num_threads(threads);
+    CHECK(loss[1] == loss[0]);
+    CHECK(g[1] == g[0]);
+  }
+}
