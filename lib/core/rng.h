@@ -23,6 +23,11 @@ class Rng {
       s = z ^ (z >> 31);
     }
   }
+  // seed for the label shard starting at `offset` (a first label or group): seed itself at
+  // offset 0, so that one process draws as before sharding existed.
+  static uint64_t shard_seed(uint64_t seed, int64_t offset) {
+    return seed ^ (static_cast<uint64_t>(offset) * 0x9E3779B97F4A7C15ULL);
+  }
   // An independent stream derived from this seed and a stream id (e.g. a thread or epoch).
   static Rng stream(uint64_t seed, uint64_t id) { return Rng(seed * 0x2545F4914F6CDD1DULL + id * 0x9E3779B97F4A7C15ULL + 1); }
 

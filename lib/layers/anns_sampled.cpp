@@ -42,7 +42,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       loss_(parse_loss(cfg.loss)),
       optim_(init.optim),
       seed_(init.seed),
-      draw_seed_(init.seed ^ (static_cast<uint64_t>(init.label_lo) * 0x9E3779B97F4A7C15ULL)),
+      draw_seed_(Rng::shard_seed(init.seed, init.label_lo)),
       ctx_(init.ctx),
       eval_rows_(init.eval_rows()) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
@@ -86,11 +86,9 @@ std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const 
 SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
   const int64_t rows = batch.size();
   const auto nlab = static_cast<uint64_t>(shard_labels());
-  // The positives among this layer's labels, in local ids (one process: all of them).
-  const bool sharded = shard_labels() != num_labels();
-  const CsrMatrix shard_pos =
-      sharded ? batch.labels.column_range(label_lo(), label_hi()) : CsrMatrix{};
-  const CsrMatrix& labels = sharded ? shard_pos : batch.labels;
+  // The positives among this layer's labels, in local ids.
+  CsrMatrix scratch;
+  const CsrMatrix& labels = local_labels(batch.labels, scratch);
   std::vector<std::vector<uint32_t>> cand(static_cast<size_t>(rows));
   std::vector<int64_t> npos(static_cast<size_t>(rows));
   std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives

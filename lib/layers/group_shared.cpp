@@ -494,7 +494,7 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   sp.group = g;
   sp.beta = beta_;
   sp.kmeans_iters = kmeans_iters_;
-  sp.seed = Rng::stream(seed_, kGsSemanticStream).next() ^ shard_mix();
+  sp.seed = shard_seed(Rng::stream(seed_, kGsSemanticStream).next());
   const std::vector<int64_t> arr = semantic_arrangement(c.view(), sp);
   const double seconds = sw.seconds();
   // Cohesion against the frequency order (the arrangement before) and random groups.
@@ -614,7 +614,7 @@ int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, 
   // weights and moments restart at zero for every label of the group.
   const std::vector<char> prune = lowest_slots(score.data(), slots, k);
   const uint64_t base =
-      Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next() ^ shard_mix();
+      shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
   return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
     const int64_t r0 = q * g, gn = std::min(g, t - r0);
     for (int64_t r = r0; r < r0 + gn; ++r) {

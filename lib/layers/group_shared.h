@@ -50,6 +50,7 @@
 
 #include "core/buffer.h"
 #include "core/memory_ledger.h"
+#include "core/rng.h"
 #include "grouping/label_grouping.h"
 #include "layers/dense_block.h"
 #include "layers/layer_init.h"
@@ -208,11 +209,9 @@ class GroupSharedLayer final : public OutputLayer {
   int64_t tail_position(int64_t r) const {
     return split_.head_total + split_.group0 * group_ + r;
   }
-  // Mixed into the seeds of what a shard does on its own (rewiring, semantic grouping):
-  // 0 in one process.
-  uint64_t shard_mix() const {
-    return static_cast<uint64_t>(split_.group0) * 0x9E3779B97F4A7C15ULL;
-  }
+  // The seed of what a shard does on its own (rewiring, semantic grouping): s itself in one
+  // process.
+  uint64_t shard_seed(uint64_t s) const { return Rng::shard_seed(s, split_.group0); }
 
   Context* ctx_;
   int64_t group_, fan_in_;

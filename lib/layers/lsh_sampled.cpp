@@ -140,9 +140,12 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   cp.min_candidates = min_cand;
   cp.shared = cfg.shared_candidates;
   // Each shard its own random draws (one process: lo = 0, the seed as before).
-  cp.seed =
-      init.seed ^ 0xC4D1DA7E5ULL ^ (static_cast<uint64_t>(label_lo()) * 0x9E3779B97F4A7C15ULL);
+  cp.seed = Rng::shard_seed(init.seed ^ 0xC4D1DA7E5ULL, label_lo());
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
+  if (comm_ != nullptr) {  // the sampled softmax's normaliser over every process's candidates
+    shards_.reduce_max = [this](std::span<double> x) { comm_->allreduce_max(x); };
+    shards_.reduce_sum = [this](std::span<double> x) { comm_->allreduce_sum(x); };
+  }
   if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
     tables_->build(block_.host_weights());
@@ -151,15 +154,11 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
-  return draw(batch, shard_positives(batch), h, step);
+  CsrMatrix scratch;
+  return draw(batch, local_labels(batch.labels, scratch), h, step);
 }
 
-CsrMatrix LshSampledLayer::shard_positives(const Batch& batch) const {
-  // One process: the batch's own labels (copied only in a shard, which renumbers them).
-  return comm_ != nullptr ? batch.labels.column_range(label_lo(), label_hi()) : CsrMatrix{};
-}
-
-CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& shard_pos, ConstMatrix h,
+CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& positives, ConstMatrix h,
                                 int64_t step) {
   const int64_t nb = h.rows, d = input_dim();
   const LshQuery query = sampler_->params().query;
@@ -176,7 +175,6 @@ CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& shard_pos, 
   const LabelVectors wq{ConstMatrix(w_pos.data(), static_cast<int64_t>(pos_ids.size()), d),
                         pos_ids};
   // A shard keeps its own positives (local ids) and queries with all of the point's.
-  const CsrMatrix& positives = comm_ != nullptr ? shard_pos : batch.labels;
   return sampler_->sample(tables_.get(), hq.view(), wq, positives, static_cast<uint64_t>(step),
                           &batch.labels);
 }
@@ -206,24 +204,18 @@ std::vector<float> LshSampledLayer::label_vectors(std::span<const uint32_t> ids)
 StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const int64_t nb = h.rows;
-  const CsrMatrix shard_pos = shard_positives(batch);
-  const CsrMatrix& positives = comm_ != nullptr ? shard_pos : batch.labels;
-  const CsrMatrix cand = draw(batch, shard_pos, h, lr.step);
+  CsrMatrix scratch;
+  const CsrMatrix& positives = local_labels(batch.labels, scratch);
+  const CsrMatrix cand = draw(batch, positives, h, lr.step);
   const LshEntries entries(cand, nb, cfg_.shared_candidates);
   const kernels::CandidateCsr csr = entries.csr();
   double loss_sum = 0.0;
   int64_t zeros = 0;
-  // Label-sharded softmax: the normaliser over every process's candidates.
-  CandidateShards shards;
-  if (comm_ != nullptr) {
-    shards.reduce_max = [this](std::span<double> x) { comm_->allreduce_max(x); };
-    shards.reduce_sum = [this](std::span<double> x) { comm_->allreduce_sum(x); };
-  }
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then
   // the update of the touched rows.
   auto loss_grad = [&](std::span<float> zg) {
     loss_sum = lsh_loss_grad(loss_, positives, csr, zg.data(), zeros,
-                             comm_ != nullptr ? &shards : nullptr);
+                             comm_ != nullptr ? &shards_ : nullptr);
   };
   for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
 

@@ -136,16 +136,15 @@ class LshSampledLayer final : public OutputLayer {
   int64_t analytic_bytes_impl() const override;
 
   TopK lsh_topk(ConstMatrix h, int k) const;
-  // The batch's positives among this shard's labels in local ids (label-sharded); empty in
-  // one process, where the batch's own labels are used.
-  CsrMatrix shard_positives(const Batch& batch) const;
-  // The step's candidate sets (local ids); shard_pos: shard_positives(batch).
-  CsrMatrix draw(const Batch& batch, const CsrMatrix& shard_pos, ConstMatrix h, int64_t step);
+  // The step's candidate sets (local ids); positives: the batch's among this layer's
+  // labels, local ids (local_labels).
+  CsrMatrix draw(const Batch& batch, const CsrMatrix& positives, ConstMatrix h, int64_t step);
   // Host rows [|ids|×d] of W for the global label ids (label-sharded: from every process).
   std::vector<float> label_vectors(std::span<const uint32_t> ids) const;
 
   Context* ctx_;
   Comm* comm_;  // the label shards' processes; nullptr in one process
+  CandidateShards shards_;  // their reductions (label-sharded softmax), set with comm_
   LshSampledConfig cfg_;
   LossType loss_;
   OptimizerConfig optim_;

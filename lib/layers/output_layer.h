@@ -91,6 +91,13 @@ class OutputLayer {
   OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);
   // Backends with a CUDA path call this when built on a CUDA Context.
   void set_device_views(bool on) { device_views_ = on; }
+  // labels [B×L] restricted to this layer's [lo, hi) in local ids 0..hi-lo-1: labels itself
+  // when the layer holds every label, else scratch, filled (CsrMatrix::column_range).
+  const CsrMatrix& local_labels(const CsrMatrix& labels, CsrMatrix& scratch) const {
+    if (lo_ == 0 && hi_ == num_labels_) return labels;
+    scratch = labels.column_range(lo_, hi_);
+    return scratch;
+  }
   // A backend holding other labels than [lo, hi) (group_shared's part of its arrangement;
   // [lo, hi) is then the shard's place in the checkpoint index only).
   void set_held_labels(int64_t n) { held_ = n; }

@@ -1,7 +1,5 @@
 #include "layers/shard_set.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "layers/registry.h"
 
@@ -42,20 +40,9 @@ StepStats ShardSetLayer::train_step_impl(const Batch&, ConstMatrix, Matrix, cons
   throw_error("the shards of a checkpoint set are loaded for evaluation only");
 }
 
-void ShardSetLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  // out's columns [lo, lo + c) from the parts that hold them.
-  const int64_t hi = lo + out.cols;
-  for (const auto& p : parts_) {
-    const int64_t a = std::max(lo, p->label_lo()), b = std::min(hi, p->label_hi());
-    if (a >= b) continue;
-    XMC_CHECK(a == p->label_lo() && b == p->label_hi() && !p->device_views(),
-              "scores of labels [{}, {}) cut shard [{}, {}) (whole shards, host views only)", lo,
-              hi, p->label_lo(), p->label_hi());
-    std::vector<float> part(static_cast<size_t>(h.rows * (b - a)));
-    p->scores(h, Matrix(part.data(), h.rows, b - a));
-    for (int64_t r = 0; r < h.rows; ++r)
-      std::copy(part.begin() + r * (b - a), part.begin() + (r + 1) * (b - a), out.row(r) + (a - lo));
-  }
+void ShardSetLayer::scores_impl(ConstMatrix, int64_t, Matrix) const {
+  // Nothing evaluates a checkpoint set through full scores (eval and predict use top-k).
+  throw_error("the shards of a checkpoint set give top-k lists, not full scores");
 }
 
 TopK ShardSetLayer::topk_impl(ConstMatrix h, int k) const {

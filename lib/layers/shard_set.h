@@ -6,7 +6,7 @@
 // built it and read from that process's checkpoint file — whatever the backend keeps per
 // shard (a projection on every process, LSH tables, label groups) is used as trained.
 // Top-k lists of the parts are merged (merge_topk: the ranking of one layer over all their
-// labels, ties to the lower id). Not trainable.
+// labels, ties to the lower id). Not trainable; no full scores().
 #include <cstdint>
 #include <memory>
 #include <vector>

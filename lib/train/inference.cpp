@@ -21,7 +21,8 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   const Device dev =
       training_device(device.empty() ? m.config.device : device, m.config.model.output.type);
   m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
-  const ShardIndex idx = read_shard_index(r);
+  ModelMeta meta = ModelMeta::load(r);
+  const ShardIndex idx = read_shard_index(r, meta.num_labels);
   const int processes = comm != nullptr ? comm->size() : 1;
   if (processes > idx.processes)
     throw_input("{}: {} holds {} shard{}: evaluate it with at most {} process{} (mpirun -np {}), "
@@ -29,7 +30,6 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
                 checkpoint, idx.processes == 1 ? "a one-process checkpoint" : "the checkpoint set",
                 idx.processes, idx.processes == 1 ? "" : "s", idx.processes,
                 idx.processes == 1 ? "" : "es", idx.processes, processes);
-  ModelMeta meta = ModelMeta::load(r);
   if (idx.processes == 1) {
     m.model = std::make_unique<Model>(*m.ctx, m.config, std::move(meta), 0);
     m.model->load_state(r);
@@ -39,13 +39,6 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   // shard_labels gives it (all of them in one process), each as its process trained it.
   const int rank = comm != nullptr ? comm->rank() : 0;
   const LabelRange mine = shard_labels(idx.processes, rank, processes);
-  for (int s = 0; s < idx.processes; ++s) {
-    const LabelRange& g = idx.ranges[static_cast<size_t>(s)];
-    const int64_t lo = s == 0 ? 0 : idx.ranges[static_cast<size_t>(s - 1)].hi;
-    if (g.lo != lo || g.hi <= g.lo || (s + 1 == idx.processes && g.hi != meta.num_labels))
-      throw_input("{}: malformed shard index: shard {} holds labels [{}, {}) of {}", checkpoint, s,
-                  g.lo, g.hi, meta.num_labels);
-  }
   ShardSelection set;
   set.ranges.assign(idx.ranges.begin() + mine.lo, idx.ranges.begin() + mine.hi);
   set.first = static_cast<int>(mine.lo);
@@ -54,12 +47,10 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   std::vector<std::unique_ptr<CheckpointReader>> files;
   std::vector<const CheckpointReader*> shards;
   for (int64_t s = mine.lo; s < mine.hi; ++s) {
-    if (s == 0) {
-      shards.push_back(&r);
-      continue;
-    }
-    files.push_back(std::make_unique<CheckpointReader>(shard_file(checkpoint, idx.step, static_cast<int>(s)).string()));
-    shards.push_back(files.back().get());
+    if (s > 0)  // shard 0 is the index file, open as r
+      files.push_back(std::make_unique<CheckpointReader>(
+          shard_file(checkpoint, idx.step, static_cast<int>(s)).string()));
+    shards.push_back(s == 0 ? &r : files.back().get());
   }
   m.model->load_shard_set(shards);
   return m;

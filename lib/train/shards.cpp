@@ -6,9 +6,12 @@
 
 namespace xmc {
 
-ShardIndex read_shard_index(const CheckpointReader& r) {
+ShardIndex read_shard_index(const CheckpointReader& r, int64_t num_labels) {
   ShardIndex idx;
-  if (!r.has("meta/shards")) return idx;
+  if (!r.has("meta/shards")) {
+    idx.ranges = {{0, num_labels}};
+    return idx;
+  }
   const auto n = r.read_i64("meta/shards");
   const auto ranges = r.read_i64("meta/shard_ranges");
   const auto step = r.read_i64("meta/shard_step");
@@ -18,8 +21,14 @@ ShardIndex read_shard_index(const CheckpointReader& r) {
                 r.path());
   idx.processes = static_cast<int>(n[0]);
   idx.step = step[0];
-  for (int s = 0; s < idx.processes; ++s)
-    idx.ranges.push_back({ranges[static_cast<size_t>(2 * s)], ranges[static_cast<size_t>(2 * s + 1)]});
+  for (int s = 0; s < idx.processes; ++s) {
+    const LabelRange g{ranges[static_cast<size_t>(2 * s)], ranges[static_cast<size_t>(2 * s + 1)]};
+    const int64_t lo = s == 0 ? 0 : idx.ranges.back().hi;
+    if (g.lo != lo || g.hi <= g.lo || (s + 1 == idx.processes && g.hi != num_labels))
+      throw_input("{}: malformed shard index: shard {} holds labels [{}, {}) of {}", r.path(), s,
+                  g.lo, g.hi, num_labels);
+    idx.ranges.push_back(g);
+  }
   return idx;
 }
 

@@ -20,9 +20,10 @@ struct ShardIndex {
   std::vector<LabelRange> ranges;  // [processes]
 };
 
-// The index of a checkpoint (processes 1 for a one-process checkpoint); InputError for a
-// malformed one.
-ShardIndex read_shard_index(const CheckpointReader& r);
+// The index of a checkpoint over num_labels labels (processes 1 for a one-process
+// checkpoint); InputError for a malformed one — its ranges must be non-empty, consecutive
+// and cover [0, num_labels).
+ShardIndex read_shard_index(const CheckpointReader& r, int64_t num_labels);
 void write_shard_index(CheckpointWriter& w, const ShardIndex& index);
 // The file of rank `rank`'s shard at `step` beside the index file `index` (rank 0: index).
 std::filesystem::path shard_file(const std::filesystem::path& index, int64_t step, int rank);

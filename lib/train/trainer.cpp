@@ -448,7 +448,8 @@ TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Conte
 }
 
 void TrainLoop::restore() {
-  const ShardIndex idx = read_shard_index(CheckpointReader(ckpt_file_.string()));
+  const ShardIndex idx =
+      read_shard_index(CheckpointReader(ckpt_file_.string()), model_.meta().num_labels);
   const int processes = comm_ != nullptr ? comm_->size() : 1;
   if (idx.processes != processes)
     throw_input("--resume: {} holds a run over {} process(es); resume it with {}",

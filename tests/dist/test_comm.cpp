@@ -2,7 +2,14 @@
 // multi-process collectives: mpi_comm_check.cpp under mpirun).
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "dist/comm.h"
+#include "support/test_support.h"
+#include "train/checkpoint.h"
+#include "train/shards.h"
 
 using namespace xmc;
 
@@ -64,4 +71,46 @@ TEST_CASE("the top-k merged over shards equals the top-k over all labels") {
   const TopK mine = gather_topk(*comm, all);
   CHECK(mine.labels == all.labels);
   CHECK(mine.scores == all.scores);
+}
+
+TEST_CASE("a checkpoint's shard index: read back, and refused when its ranges do not tile the labels") {
+  xmc::test::TempDir tmp;
+  auto write = [&](const std::string& name, const ShardIndex* idx) {
+    const std::string path = (tmp / name).string();
+    CheckpointWriter w(path);
+    w.write_i64("meta/step", {1});
+    if (idx) write_shard_index(w, *idx);
+    w.commit();
+    return path;
+  };
+  // No index: one process over every label.
+  const ShardIndex one = read_shard_index(CheckpointReader(write("one.h5", nullptr)), 10);
+  CHECK(one.processes == 1);
+  REQUIRE(one.ranges.size() == 1);
+  CHECK((one.ranges[0].lo == 0 && one.ranges[0].hi == 10));
+  ShardIndex good;
+  good.processes = 2;
+  good.step = 7;
+  good.ranges = {{0, 4}, {4, 10}};
+  const ShardIndex back = read_shard_index(CheckpointReader(write("good.h5", &good)), 10);
+  CHECK(back.processes == 2);
+  CHECK(back.step == 7);
+  REQUIRE(back.ranges.size() == 2);
+  CHECK((back.ranges[1].lo == 4 && back.ranges[1].hi == 10));
+  // A gap, an overlap, an empty shard, a set short of the labels: InputError naming the
+  // file and the shard.
+  const std::vector<std::vector<LabelRange>> bad = {
+      {{0, 4}, {5, 10}}, {{0, 5}, {4, 10}}, {{0, 0}, {0, 10}}, {{0, 4}, {4, 9}}};
+  for (size_t b = 0; b < bad.size(); ++b) {
+    ShardIndex idx = good;
+    idx.ranges = bad[b];
+    const std::string path = write("bad" + std::to_string(b) + ".h5", &idx);
+    INFO("case " << b);
+    try {
+      read_shard_index(CheckpointReader(path), 10);
+      FAIL("no error");
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find(path + ": malformed shard index: shard ") != std::string::npos);
+    }
+  }
 }
