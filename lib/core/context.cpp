@@ -28,10 +28,10 @@ Device resolve_device(std::string_view requested) {
   throw_input("unknown device '{}': expected cpu, cuda or auto", requested);
 }
 
-Context::Context(Device device, int threads) : device_(device), threads_(threads) {
+Context::Context(Device device, int threads, int gpu) : device_(device), threads_(threads) {
   if (threads_ <= 0) threads_ = omp_get_max_threads();
   omp_set_num_threads(threads_);
-  if (device_ == Device::cuda) cuda_ = std::make_unique<gpu::CudaContext>(ledger_, 0);
+  if (device_ == Device::cuda) cuda_ = std::make_unique<gpu::CudaContext>(ledger_, gpu);
 }
 
 Context::~Context() = default;

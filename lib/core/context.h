@@ -22,8 +22,9 @@ Device resolve_device(std::string_view requested);
 class Context {
  public:
   // threads <= 0: all hardware threads (OpenMP default). Device::cuda creates the GPU
-  // context (device 0: stream, cuBLAS handles; its workspace recorded in this ledger).
-  explicit Context(Device device = Device::cpu, int threads = 0);
+  // context on GPU `gpu` (stream, cuBLAS handles; its workspace recorded in this ledger);
+  // a label-sharded run gives each process of a node its own (dist/comm.h rank_gpu).
+  explicit Context(Device device = Device::cpu, int threads = 0, int gpu = 0);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

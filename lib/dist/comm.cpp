@@ -19,6 +19,8 @@ class SingleComm final : public Comm {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
   void allreduce_sum(std::span<float>) override {}
   void allreduce_sum(std::span<double>) override {}
   void allreduce_max(std::span<float>) override {}
@@ -63,9 +65,16 @@ class MpiComm final : public Comm {
   MpiComm() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm node = MPI_COMM_NULL;  // the processes sharing this machine
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
   void allreduce_sum(std::span<float> x) override { reduce(x.data(), x.size(), MPI_FLOAT, MPI_SUM); }
   void allreduce_sum(std::span<double> x) override {
     reduce(x.data(), x.size(), MPI_DOUBLE, MPI_SUM);
@@ -106,6 +115,8 @@ class MpiComm final : public Comm {
 
   int rank_ = 0;
   int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
 };
 
 // Whether an MPI launcher started this process (Open MPI, PMIx, Hydra/Slurm PMI).

@@ -17,12 +17,19 @@
 
 namespace xmc {
 
+class Context;
+class GpuLink;
+
 class Comm {
  public:
-  virtual ~Comm() = default;
+  Comm();
+  virtual ~Comm();
   virtual int rank() const = 0;
   virtual int size() const = 0;
   bool is_root() const { return rank() == 0; }
+  // This process among those of its node (machine): rank and count.
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
 
   // In place: every rank ends with the element-wise sum (max) over the ranks.
   virtual void allreduce_sum(std::span<float> x) = 0;
@@ -42,9 +49,22 @@ class Comm {
 
   // Wall seconds spent inside the collectives so far (results.json reports it per rank).
   double comm_seconds() const { return seconds_; }
+  void add_seconds(double s) { seconds_ += s; }
+
+  // GPU ranks (docs/distributed.md): allreduce_sum_in sums x in place over the ranks, x in
+  // ctx's memory — host memory on a CPU Context (allreduce_sum), device memory on a CUDA
+  // one, which needs attach_gpu(ctx) first: NCCL on ctx's stream when every rank can use
+  // it, else MPI through a pinned host buffer (download, allreduce, upload). attach_gpu is
+  // collective; detach_gpu releases what it made (before ctx goes).
+  void allreduce_sum_in(const Context& ctx, std::span<float> x);
+  void attach_gpu(Context& ctx);
+  void detach_gpu();
 
  protected:
   double seconds_ = 0.0;
+
+ private:
+  std::unique_ptr<GpuLink> gpu_;
 };
 
 // One process: rank 0 of 1.
@@ -63,6 +83,28 @@ void end_job_on_error(Comm& world, const std::exception& e);
 // f(comm) as this process of its job: world_comm(), quiet_unless_root, and an exception
 // ending the job (end_job_on_error) before it propagates; comm is nullptr in one process.
 void run_in_job(const std::function<void(Comm*)>& f);
+
+// attach_gpu for a scope (declared after the Context, it is released before it); nothing
+// in one process (comm nullptr) or on a CPU Context.
+class GpuAttachment {
+ public:
+  GpuAttachment(Comm* comm, Context& ctx) : comm_(comm) {
+    if (comm_ != nullptr) comm_->attach_gpu(ctx);
+  }
+  ~GpuAttachment() {
+    if (comm_ != nullptr) comm_->detach_gpu();
+  }
+  GpuAttachment(const GpuAttachment&) = delete;
+  GpuAttachment& operator=(const GpuAttachment&) = delete;
+
+ private:
+  Comm* comm_;
+};
+
+// The GPU this process uses: 0 in one process, else its rank on the node modulo the GPUs
+// visible there (one GPU per process when the node has enough; a warning when processes
+// share one).
+int rank_gpu(const Comm* comm);
 
 // The labels rank `rank` of `size` owns: a contiguous range [lo, hi), the ranges in rank
 // order covering [0, num_labels), sizes differing by at most `align` (boundaries on

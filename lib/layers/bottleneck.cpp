@@ -61,7 +61,7 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   kernels::gemm_nn(ctx, du, p, dh);
   kernels::gemm_tn(ctx, du, h, Matrix(dp_.data(), dim_, d));
   if (comm_ != nullptr)
-    comm_->allreduce_sum(std::span<float>(dp_.data(), static_cast<size_t>(dim_ * d)));
+    comm_->allreduce_sum_in(ctx, std::span<float>(dp_.data(), static_cast<size_t>(dim_ * d)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
                    data_or_null(p_s2_), dim_ * d);
   return s;

@@ -50,7 +50,7 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta,
   kernels::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
   kernels::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
   kernels::column_sums(ctx, du, dp + out_ * in_);
-  if (comm_ != nullptr) comm_->allreduce_sum(std::span<float>(dp, static_cast<size_t>(pn)));
+  if (comm_ != nullptr) comm_->allreduce_sum_in(ctx, std::span<float>(dp, static_cast<size_t>(pn)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p, dp, data_or_null(s1_), data_or_null(s2_), pn);
 }
 

@@ -428,14 +428,31 @@ void SoftmaxState::reset(int64_t rows) {
     XMC_CHECK(rows <= static_cast<int64_t>(max_.size()), "softmax stats of {} rows, room for {}",
               rows, max_.size());
     gpu::softmax_reset(ctx_->cuda(), device(), rows);
+    rows_ = rows;
   } else {
     host_ = SoftmaxStats(rows);
   }
 }
 
 void SoftmaxState::merge(const RowReduce& reduce_max, const RowReduce& reduce_sum) {
-  XMC_CHECK(ctx_ != nullptr && !ctx_->on_gpu(), "softmax over label shards runs on CPU ranks only");
-  merge_softmax_stats(host_, reduce_max, reduce_sum);
+  XMC_CHECK(ctx_ != nullptr, "softmax state without a Context");
+  if (!ctx_->on_gpu()) {
+    merge_softmax_stats(host_, reduce_max, reduce_sum);
+    return;
+  }
+  // GPU ranks: the rows' float statistics merged on the host (2 floats a row each way).
+  const auto n = static_cast<size_t>(rows_);
+  float* mx = max_.stage(n);
+  float* sum = sum_.stage(n);
+  SoftmaxStats s(rows_);
+  std::copy(mx, mx + n, s.max.begin());
+  std::copy(sum, sum + n, s.sumexp.begin());
+  merge_softmax_stats(s, reduce_max, reduce_sum);
+  std::transform(s.max.begin(), s.max.end(), mx, [](double v) { return static_cast<float>(v); });
+  std::transform(s.sumexp.begin(), s.sumexp.end(), sum,
+                 [](double v) { return static_cast<float>(v); });
+  max_.commit(n);
+  sum_.commit(n);
 }
 
 gpu::DeviceSoftmaxStats SoftmaxState::device() const {

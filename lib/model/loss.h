@@ -162,7 +162,8 @@ class SoftmaxState {
   SoftmaxState(Context& ctx, int64_t max_batch);
   // Starts pass 1 for a batch of `rows` rows.
   void reset(int64_t rows);
-  // Label-sharded run, after pass 1 (CPU): merge_softmax_stats of the host statistics.
+  // Label-sharded run, after pass 1: merge_softmax_stats of the statistics (on a CUDA
+  // Context through a host copy).
   void merge(const RowReduce& reduce_max, const RowReduce& reduce_sum);
   int64_t bytes() const { return static_cast<int64_t>(max_.bytes() + sum_.bytes()); }
 
@@ -175,6 +176,7 @@ class SoftmaxState {
   Context* ctx_ = nullptr;
   SoftmaxStats host_;
   Buffer<float> max_, sum_;  // CUDA
+  int64_t rows_ = 0;          // CUDA: rows of the current batch
 };
 // The two passes on the Context's device, logits [B×c] without bias (bias [c] added
 // first; CPU: add_row_vector into logits, then the host functions above).

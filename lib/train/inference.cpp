@@ -20,7 +20,8 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
                           output_types());
   const Device dev =
       training_device(device.empty() ? m.config.device : device, m.config.model.output.type);
-  m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads));
+  m.ctx = std::make_unique<Context>(dev, threads > 0 ? threads : static_cast<int>(m.config.threads),
+                                    dev == Device::cuda ? rank_gpu(comm) : 0);
   ModelMeta meta = ModelMeta::load(r);
   const ShardIndex idx = read_shard_index(r, meta.num_labels);
   const int processes = comm != nullptr ? comm->size() : 1;

@@ -503,7 +503,7 @@ void TrainLoop::allocate_dh() {
 
 void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
   XMC_CHECK(dh.ld == dh.cols, "reduce_step: dh must be contiguous");
-  comm_->allreduce_sum(std::span<float>(dh.data, static_cast<size_t>(dh.rows * dh.cols)));
+  comm_->allreduce_sum_in(ctx_, std::span<float>(dh.data, static_cast<size_t>(dh.rows * dh.cols)));
   double stats[3] = {s.loss, static_cast<double>(s.zero_grads), static_cast<double>(s.grads)};
   comm_->allreduce_sum(std::span<double>(stats, 3));
   s.loss = stats[0];
@@ -781,22 +781,13 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
 
 // The whole run; `begun` is set to the run directory once training has begun there (from
 // then on a failure is recorded in it).
-// Label-sharded (more than one process): what v0 of it can do, checked before any work.
-void check_sharded(const Comm& comm, Device device) {
-  if (device != Device::cpu)
-    throw_input("mpirun with {} processes: label-sharded training runs on the CPU only so far "
-                "(--device cpu)",
-                comm.size());
-}
-
 TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Comm& world,
                        fs::path& begun) {
   Stopwatch total_time;
   const Device device =
       training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
   Comm* comm = world.size() > 1 ? &world : nullptr;
-  if (comm != nullptr) check_sharded(*comm, device);
-  Context ctx(device, static_cast<int>(cfg.threads));
+  Context ctx(device, static_cast<int>(cfg.threads), device == Device::cuda ? rank_gpu(comm) : 0);
   // The run directory is checked first, so a bad path or a run already there fails in a
   // second; nothing is written to it until training starts (TrainLoop::begin). Only rank 0
   // of a label-sharded run has one.
@@ -819,6 +810,7 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
   if (comm != nullptr) comm->barrier();
   if (!world.is_root()) loaded.emplace(cfg, ctx);
   const RunData& data = *loaded;
+  const GpuAttachment gpu_ranks(comm, ctx);  // released before ctx
   TrainLoop loop(cfg, opt, ctx, data, dir, run ? &*run : nullptr, resume, summary, comm);
   if (opt.resume) loop.restore();
   loop.begin(begun);
