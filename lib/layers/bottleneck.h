@@ -3,7 +3,7 @@
 // The memory-matched baseline: (d + L)·b parameters instead of L·d. On a CUDA Context the
 // projection (fp32) and the dense block (fp32 or bf16) live on the GPU and every matrix
 // argument is a device view (output_layer.h); the layer's code is the same on both devices
-// (Buffers and Context ops, issue 21). Label-sharded (mpirun, CPU ranks): each process holds
+// (Buffers and Context ops, issue 21). Label-sharded (mpirun): each process holds
 // all of P and its labels' rows of the dense layer; dP is summed over the processes.
 #include <string>
 #include <vector>

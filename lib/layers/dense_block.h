@@ -79,7 +79,7 @@ class DenseBlock {
   // sync_state(to_host) (bf16 weights as fp32).
   std::vector<TensorRef> state(const std::string& prefix);
   void sync_state(StateSync s);
-  // Label-sharded run (CPU ranks): the processes holding the other labels. Softmax then
+  // Label-sharded run: the processes holding the other labels. Softmax then
   // normalises over every label: pass 1's per-row statistics are merged over them before
   // pass 2 (the loss and dL/dh of each process are its labels' share; the trainer sums
   // them). nullptr (the default): this block's labels are all there are.

@@ -37,7 +37,7 @@ class Projection {
   // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
   // then one optimizer step of P and c.
   void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
-  // Label-sharded run (CPU ranks): the processes holding the other labels, each with a
+  // Label-sharded run: the processes holding the other labels, each with a
   // copy of this projection; backward_update sums dP and dc over them before the update,
   // so the copies stay identical (each rank's du is its labels' share).
   void set_comm(Comm* comm) { comm_ = comm; }
