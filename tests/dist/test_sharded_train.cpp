@@ -211,6 +211,47 @@ TEST_CASE("lsh_sampled / anns_sampled over two label shards stay near the one-pr
   run.check_eval_and_resume();
 }
 
+TEST_CASE("each rank's output layer holds about half the one-process bytes (16000 labels)") {
+  // At the other tests' 300 labels the step's workspaces and the replicated parts (a
+  // projection, the intermediate layer) are a third or more of a layer; at 16000 labels
+  // the label arrays dominate, as they do at scale: every backend's rank then holds about
+  // half of what one process holds (measured 50.4-54.3%).
+  const std::string output = GENERATE(
+      as<std::string>{}, "{type: dense, loss: bce, chunk_size: 128}",
+      "{type: bottleneck, dim: 16, loss: bce, chunk_size: 128}",
+      "{type: fixed_fanin, fan_in: 16, intermediate: 128, chunk_size: 128}",
+      "{type: group_shared, group_size: 4, fan_in: 16, head_fraction: 0.1, chunk_size: 128}",
+      "{type: lsh_sampled, loss: softmax, k: 4, tables: 8, max_candidates: 64, "
+      "min_candidates: 32, rebuild_interval: 10, chunk_size: 128}",
+      "{type: anns_sampled, loss: bce, hard_negatives: 16, random_negatives: 32, "
+      "start_epoch: 1, synchronous: true, search: hnsw, chunk_size: 128}");
+  INFO("model.output " << output);
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
+  auto train = [&](const std::string& out, bool sharded) {
+    const std::vector<std::string> a = {
+        "train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(), "--set", "threads=1",
+        "--set", "model.output=" + output, "--set", "data.synth.labels=16000",
+        "--set", "data.synth.test=500"};
+    return sharded ? run_cli(a, kRootOk, kTwo) : run_cli(a);
+  };
+  REQUIRE(train("one", false).exit_code == 0);
+  const CliResult two = train("two", true);
+  INFO(two.err);
+  REQUIRE(two.exit_code == 0);
+  const json r1 = json::parse(read_file(tmp / "one" / "results.json"));
+  const json r2 = json::parse(read_file(tmp / "two" / "results.json"));
+  const double bytes1 = r1["output_layer_bytes"].get<double>();
+  REQUIRE(r2["ranks"].size() == 2);
+  CHECK(r2["ranks"][0]["labels"].get<int64_t>() + r2["ranks"][1]["labels"].get<int64_t>() == 16000);
+  for (int r = 0; r < 2; ++r) {
+    const double share = r2["ranks"][r]["output_layer_bytes"].get<double>() / bytes1;
+    INFO("rank " << r << ": " << share << " of the one-process layer");
+    CHECK(share > 0.45);
+    CHECK(share < 0.56);
+  }
+}
+
 TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank, a signal") {
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
