@@ -16,7 +16,8 @@
 #      bench_sparse_cuda (fixed fan-in and group-shared kernels vs the FLOPs-matched GEMM),
 #      with the targets of docs/gpu.md evaluated from their JSON
 #   3. cli: a short synthetic training per backend on cpu and on cuda through the CLI
-#      (P@1 and P@5 within 0.01, fixed_fanin 0.02)
+#      (P@1 and P@5 within 0.01, fixed_fanin 0.02); dist: GPU ranks, mpirun -np 2 on cuda
+#      against one process (P@1 within 0.005) for dense softmax and group_shared
 #   4. sanitizers: compute-sanitizer memcheck on every parity binary and on test_ops,
 #      racecheck on test_parity's ops and test_ops's sparse families (trainer-level tests
 #      skipped there: XMC_PARITY_SKIP=training)
@@ -250,6 +251,41 @@ check cli:group_shared 150 cli_pair group_shared 0.01 --set model.output.type=gr
 check cli:lsh_sampled 120 cli_pair lsh_sampled 0.01 --set model.output.type=lsh_sampled
 check cli:anns_sampled 120 cli_pair anns_sampled 0.01 --set model.output.type=anns_sampled \
   --set model.output.synchronous=true
+
+# --- 3b. dist: GPU ranks ---------------------------------------------------------------
+# dist_pair NAME --set...: one process on cuda against mpirun -np 2 on cuda (both ranks on
+# the one GPU, so the device-memory reductions go through pinned host buffers, not NCCL):
+# P@1 within 0.005, and the shard set evaluated from one process equal to the sharded run.
+dist_pair() {
+  local name=$1
+  shift
+  command -v mpirun >/dev/null || { echo "no mpirun (the kit's Open MPI: tools/gpu_kit.sh run)"; return 1; }
+  "$xmc" train "$work/small.yaml" --device cuda --out "$work/runs/${name}_one" "$@" ||
+    { echo "one-process train failed"; return 1; }
+  mpirun -np 2 --oversubscribe "$xmc" train "$work/small.yaml" --device cuda </dev/null \
+    --out "$work/runs/${name}_two" "$@" || { echo "mpirun -np 2 train failed"; return 1; }
+  "$xmc" eval --checkpoint "$work/runs/${name}_two/checkpoint.h5" --device cuda --json \
+    >"$work/runs/${name}_eval.json" || { echo "eval of the shard set failed"; return 1; }
+  python3 - "$work/runs/${name}_one/results.json" "$work/runs/${name}_two/results.json" \
+    "$work/runs/${name}_eval.json" "$name" "$work/figures.txt" <<'PY'
+import json, sys
+one, two, ev = (json.load(open(p)) for p in sys.argv[1:4])
+p1 = lambda r: r["metrics"]["P@1"]
+ok = (abs(p1(two) - p1(one)) <= 0.005 and p1(ev) == p1(two) and two["processes"] == 2
+      and two["device"] == "cuda")
+line = "dist %s cuda, 1 vs 2 processes: P@1 %.4f / %.4f (set evaluated: %.4f), epoch %.2f s / %.2f s, comm %.2f s" % (
+    sys.argv[4], p1(one), p1(two), p1(ev), one["last_epoch_seconds"], two["last_epoch_seconds"],
+    two["comm_seconds"])
+open(sys.argv[5], "a").write(line + "\n")
+print(line)
+sys.exit(0 if ok else 1)
+PY
+}
+export -f dist_pair
+check dist:dense_softmax 150 dist_pair dense_softmax --set model.output.loss=softmax
+check dist:group_shared 150 dist_pair group_shared --set model.output.type=group_shared \
+  --set model.output.group_size=16 --set model.output.fan_in=32 \
+  --set model.output.head_fraction=0.05 --set model.output.tail_projection=256
 
 # --- 4. sanitizers ---------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \

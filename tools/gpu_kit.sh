@@ -48,6 +48,34 @@ loaded_libraries() {
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$out" | sort -u
 }
 
+# Open MPI's runtime, for GPU ranks under mpirun on the GPU machine (gpu_check.sh "dist:"):
+# mpirun (orterun), orted, the component plugins that need nothing beyond the kit (not the
+# UCX, OFI, verbs, PSM, netlink or OpenSHMEM ones: one node's shared memory and TCP
+# suffice), the help texts and PMIx's plugins, laid out under kit/mpi as Debian lays them
+# out under /usr, so that OPAL_PREFIX relocates them (mpi_env).
+ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+pmix_plugins=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+ompi_skip='ucx|ofi|openib|psm|oshmem|atomic_|memheap|scoll|spml|sshmem|netlink'
+pack_mpi() {
+  local m=$1/mpi f
+  mkdir -p "$m/bin" "$m/lib/x86_64-linux-gnu/openmpi/lib/openmpi3" "$m/share/openmpi" \
+    "$m/pmix2/lib/pmix"
+  cp -L "$(command -v orterun)" "$m/bin/mpirun"
+  cp -L "$(command -v orted)" "$m/bin/orted"
+  for f in "$ompi_plugins"/*.so; do
+    [[ $(basename "$f") =~ $ompi_skip ]] || cp "$f" "$m/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
+  done
+  cp /usr/share/openmpi/*.txt "$m/share/openmpi/"
+  cp "$pmix_plugins"/*.so "$m/pmix2/lib/pmix/"
+}
+# The environment in which the kit's mpirun, unpacked at PREFIX/kit/mpi, finds itself:
+# one node, no ssh (plm isolated); root allowed (the GPU machine's user may be root).
+mpi_env() {
+  local m=$1/kit/mpi
+  echo "PATH=$m/bin:${2:-/usr/bin:/bin} OPAL_PREFIX=$m PMIX_MCA_mca_base_component_path=$m/pmix2/lib/pmix" \
+    "OMPI_MCA_plm=isolated OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+}
+
 cuda_lib_dir() {
   local nvcc_path
   nvcc_path=$(command -v nvcc || true)
@@ -64,10 +92,10 @@ cuda_lib_dir() {
 
 cmd_build() {
   local dir=${1:-build-kit}
-  # Single-process kit (-DXMC_MPI=OFF): the GPU machine has one GPU, and Open MPI's
-  # runtime (plugins loaded at MPI_Init) is not worth carrying there yet.
+  # With MPI: the kit carries Open MPI's runtime (pack_mpi), so that GPU ranks run under
+  # mpirun on the GPU machine (two processes sharing its one GPU).
   bash tools/build.sh "$dir" -DXMC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DXMC_SHARED_LIB=ON \
-    -DXMC_MARCH=x86-64-v3 -DXMC_BUILD_TESTS=ON -DXMC_MPI=OFF
+    -DXMC_MARCH=x86-64-v3 -DXMC_BUILD_TESTS=ON -DXMC_MPI=ON
   # The kit's binaries (the test suite's other targets are built by tools/build.sh too).
   cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity \
     test_cuda_parity_sampled test_cuda_parity_fixed_fanin test_cuda_parity_group_shared \
@@ -85,9 +113,12 @@ cmd_pack() {
     [ -x "$dir/$b" ] || { echo "gpu_kit: $dir/$b missing: run tools/gpu_kit.sh build $dir" >&2; return 1; }
     cp "$dir/$b" "$stage/kit/bin/"
   done
-  # Every library the binaries load, less what the GPU machine provides.
+  pack_mpi "$stage/kit"
+  # Every library the binaries and Open MPI's runtime load, less what the GPU machine
+  # provides.
   local listing
-  listing=$(loaded_libraries "${binaries[@]/#/$dir/}")
+  listing=$(loaded_libraries "${binaries[@]/#/$dir/}" "$stage"/kit/mpi/bin/* \
+    "$stage"/kit/mpi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so "$stage"/kit/mpi/pmix2/lib/pmix/*.so)
   while read -r name path; do
     [[ "$name" =~ $provided ]] && continue
     cp -L "$path" "$stage/kit/lib/$name"
@@ -127,11 +158,12 @@ cmd_selftest() {
   root=$(mktemp -d /tmp/xmc-kit-root.XXXXXX)
   trap 'rm -rf "$root"' RETURN
   mkdir -p "$root/lib/x86_64-linux-gnu" "$root/lib64" "$root/cuda" "$root/tmp" "$root/proc" \
-    "$root/dev"
+    "$root/dev" "$root/sys"
   xz -dc "$kit_file" | tar -C "$root" -xf -
   # glibc: the files the kit's binaries load from this machine's glibc.
   local name path listing
-  listing=$(LD_LIBRARY_PATH="$root/kit/lib:$cudalib" loaded_libraries "$root"/kit/bin/*)
+  listing=$(LD_LIBRARY_PATH="$root/kit/lib:$cudalib" loaded_libraries "$root"/kit/bin/* \
+    "$root"/kit/mpi/bin/* "$root"/kit/mpi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so)
   while read -r name path; do
     cp -L "$path" "$root/lib/x86_64-linux-gnu/$name"
   done < <(grep -E "$glibc" <<<"$listing")
@@ -158,20 +190,25 @@ threads: 2
 EOF
   # Inside a private mount namespace: bind the CUDA libraries, mount /proc and /dev, then
   # run each case under chroot with LD_LIBRARY_PATH=/kit/lib:/cuda.
-  unshare -m bash -s "$root" "${binds[@]}" <<'INNER'
+  unshare -m bash -s "$root" "$(mpi_env "")" "${binds[@]}" <<'INNER'
 set -uo pipefail
 root=$1
-shift
+read -r -a mpi <<<"$2"
+shift 2
 chroot_bin=$(command -v chroot)
 while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
+mount --rbind /sys "$root/sys"  # hwloc (Open MPI) reads the topology there
 fails=0
+run_env=()
 run() {  # run WANT_RC NAME -- COMMAND...: the command's exit code must be WANT_RC
   local want=$1 name=$2
   shift 3
   local out rc
-  out=$(env -i LD_LIBRARY_PATH=/kit/lib:/cuda HOME=/tmp "$chroot_bin" "$root" "$@" 2>&1)
+  # </dev/null: this script is bash's stdin, which mpirun would otherwise read away.
+  out=$(env -i LD_LIBRARY_PATH=/kit/lib:/cuda HOME=/tmp "${run_env[@]}" "$chroot_bin" "$root" \
+    "$@" 2>&1 </dev/null)
   rc=$?
   if [ "$rc" -eq "$want" ]; then
     printf '  %-44s ok (exit %d)\n' "$name" "$rc"
@@ -208,6 +245,12 @@ run 0 "xmctrain train (cpu: BLAS, OpenMP, HDF5, YAML)" -- /kit/bin/xmctrain trai
   --device cpu --out /tmp/run_cpu
 run 0 "xmctrain eval --checkpoint (HDF5 read)" -- /kit/bin/xmctrain eval \
   --checkpoint /tmp/run_cpu/checkpoint.h5
+run_env=("${mpi[@]}")
+run 0 "mpirun -np 2 xmctrain train (kit's Open MPI)" -- /kit/mpi/bin/mpirun -np 2 \
+  --oversubscribe /kit/bin/xmctrain train /tmp/tiny.yaml --device cpu --out /tmp/run_mpi
+run 0 "mpirun -np 2 xmctrain eval of the shard set" -- /kit/mpi/bin/mpirun -np 2 \
+  --oversubscribe /kit/bin/xmctrain eval --checkpoint /tmp/run_mpi/checkpoint.h5
+run_env=()
 echo "gpu_kit selftest: $([ "$fails" -eq 0 ] && echo PASSED || echo "FAILED ($fails)")"
 exit $((fails > 0 ? 1 : 0))
 INNER
@@ -227,6 +270,9 @@ cmd_run() {
   local cudalib
   cudalib=$(cuda_lib_dir)
   export LD_LIBRARY_PATH="$dest/kit/lib:$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The kit's Open MPI (mpirun for gpu_check.sh's GPU ranks).
+  local v
+  for v in $(mpi_env "$dest" "$PATH"); do export "${v?}"; done
   exec bash tools/gpu_check.sh --bin "$dest/kit/bin"
 }
 
