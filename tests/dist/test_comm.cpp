@@ -1,12 +1,14 @@
 // The single-process communicator, label shards and the top-k merge across shards (the
 // multi-process collectives: mpi_comm_check.cpp under mpirun).
 #include <catch2/catch.hpp>
+#include <dlfcn.h>
 
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/nccl.h"
 #include "support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/shards.h"
@@ -112,5 +114,24 @@ TEST_CASE("a checkpoint's shard index: read back, and refused when its ranges do
     } catch (const InputError& e) {
       CHECK(std::string(e.what()).find(path + ": malformed shard index: shard ") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("nccl: usable exactly when built with it and libnccl.so.2 loads with every entry point") {
+  // The GPU ranks' NCCL path cannot run without two GPUs, but what decides whether it is
+  // taken can be checked anywhere: the library is opened at run time and its five entry
+  // points bound by name (a wrong name would make a present library "unusable").
+  std::string why;
+  const bool usable = nccl::available(&why);
+  INFO("nccl::available: " << usable << " (" << why << ")");
+  if (why.find("built without NCCL") != std::string::npos) {
+    CHECK_FALSE(usable);
+  } else if (void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL); lib == nullptr) {
+    CHECK_FALSE(usable);
+    CHECK_FALSE(why.empty());
+  } else {
+    CHECK(usable);
+    CHECK(why.empty());
+    dlclose(lib);
   }
 }
