@@ -9,6 +9,7 @@
 
 #include "core/context.h"
 #include "core/cuda_context.h"
+#include "core/cuda_stream.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "dist/comm.h"
@@ -58,8 +59,17 @@ class GpuLink {
 
   void allreduce_sum(std::span<float> x) {
     gpu::CudaContext& cuda = ctx_.cuda();
-    if (nccl_ != nullptr) {  // queued on the stream; not counted in comm_seconds
+    if (nccl_ != nullptr) {
+      // Queued on the stream, timed by two events read at the next reduction (the step in
+      // between has waited for the stream): comm_seconds lags by the last one only.
+      if (nccl_timed_) {
+        nccl_stop_.synchronize();
+        comm_.add_seconds(nccl_stop_.elapsed_ms_since(nccl_start_) / 1e3);
+      }
+      nccl_start_.record(cuda.stream());
       nccl::allreduce_sum(nccl_, x.data(), x.size(), cuda.stream());
+      nccl_stop_.record(cuda.stream());
+      nccl_timed_ = true;
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -83,6 +93,8 @@ class GpuLink {
   Comm& comm_;
   Context& ctx_;
   nccl::Communicator* nccl_ = nullptr;
+  gpu::CudaEvent nccl_start_{true}, nccl_stop_{true};  // timing of the last NCCL reduction
+  bool nccl_timed_ = false;
   gpu::PinnedBuffer<float> host_;
 };
 
