@@ -1,8 +1,9 @@
 // Label shards on each device: what the processes of a label-sharded run do, with the ranks
 // emulated by threads (support/thread_comm.h), so that the GPU kit checks GPU ranks
-// without mpirun: the collectives on device memory (Comm::allreduce_sum_in through pinned
-// host buffers — two ranks share the one GPU, so not NCCL) and the sharded softmax of a
-// DenseBlock (SoftmaxState::merge) against one unsharded block on the same device.
+// without mpirun: the collectives on device memory (Comm::allreduce_sum_in: through pinned
+// host buffers when the ranks share a GPU, as on the one-GPU machines; on NCCL where each
+// rank has its own GPU and libnccl is there) and the sharded softmax of a DenseBlock
+// (SoftmaxState::merge) against one unsharded block on the same device.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <thread>
@@ -49,7 +50,7 @@ TEST_CASE("label shards: allreduce_sum_in sums a buffer in each rank's device me
       constexpr size_t kN = 1000;
       std::vector<std::vector<float>> got(3);
       on_ranks(3, [&](Comm& comm) {
-        Context ctx(dev, 1);
+        Context ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
         const GpuAttachment attached(&comm, ctx);
         std::vector<float> mine(kN);
         for (size_t i = 0; i < kN; ++i) mine[i] = static_cast<float>(i) * (comm.rank() + 1);
@@ -120,7 +121,7 @@ TEST_CASE("label shards: a softmax DenseBlock split over two ranks equals one bl
       std::vector<std::vector<float>> dh_two(kSteps);
       std::vector<float> scores_two(static_cast<size_t>(kB * kL));
       on_ranks(2, [&](Comm& comm) {
-        Context ctx(dev, 1);
+        Context ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
         const GpuAttachment attached(&comm, ctx);
         const int64_t lo = comm.rank() == 0 ? 0 : half, n = comm.rank() == 0 ? half : kL - half;
         DenseBlock block(ctx, kD, lo, n, kB, kChunk, LossType::softmax, optim, 11);
