@@ -53,7 +53,7 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
           shard_file(checkpoint, idx.step, static_cast<int>(s)).string()));
     shards.push_back(s == 0 ? &r : files.back().get());
   }
-  m.model->load_shard_set(shards);
+  m.model->load_shard_set(r, shards);
   return m;
 }
 

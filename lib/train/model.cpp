@@ -162,28 +162,30 @@ void Model::embed(const Batch& batch, Matrix out) {
   for (int64_t i = 0; i < h.rows; ++i) std::copy(h.row(i), h.row(i) + h.cols, out.row(i));
 }
 
-void Model::save_state(CheckpointWriter& w) {
+void Model::save_state(CheckpointWriter& w, bool with_encoder) {
   meta_.save(w);
   sync_state(StateSync::to_host);
-  for (const auto& t : encoder_->state()) w.write(t);
+  if (with_encoder)
+    for (const auto& t : encoder_->state()) w.write(t);
   for (const auto& t : output_->state()) w.write(t);
   sync_state(StateSync::release);
 }
 
-void Model::load_shard_set(const std::vector<const CheckpointReader*>& shards) {
+void Model::load_shard_set(const CheckpointReader& index,
+                           const std::vector<const CheckpointReader*>& shards) {
   auto* set = dynamic_cast<ShardSetLayer*>(output_.get());
   XMC_CHECK(set != nullptr && set->parts() == shards.size(), "{} shard files for {}",
             shards.size(), set != nullptr ? set->parts() : 0);
   sync_state(StateSync::to_host);
-  for (const auto& t : encoder_->state()) shards[0]->read(t);
+  for (const auto& t : encoder_->state()) index.read(t);
   for (size_t s = 0; s < shards.size(); ++s)
     for (const auto& t : set->part(s).state()) shards[s]->read(t);
   sync_state(StateSync::to_device);
 }
 
-void Model::load_state(const CheckpointReader& r) {
+void Model::load_state(const CheckpointReader& r, const CheckpointReader* encoder_from) {
   sync_state(StateSync::to_host);
-  for (const auto& t : encoder_->state()) r.read(t);
+  for (const auto& t : encoder_->state()) (encoder_from != nullptr ? *encoder_from : r).read(t);
   for (const auto& t : output_->state()) r.read(t);
   sync_state(StateSync::to_device);
 }

@@ -74,11 +74,15 @@ class Model {
   void embed(const Batch& batch, Matrix out);
 
   // Device-resident state is staged through host copies (same layout on both devices).
-  void save_state(CheckpointWriter& w);
-  void load_state(const CheckpointReader& r);
-  // A model built over a shard set: the encoder from shards[0] (every shard holds it), the
-  // output part s from shards[s].
-  void load_shard_set(const std::vector<const CheckpointReader*>& shards);
+  // A label-sharded run's rank r > 0 writes its file without the encoder (with_encoder
+  // false: the ranks' copies are identical, rank 0's file holds it) and reads it back
+  // from rank 0's (`encoder_from`; nullptr: from r).
+  void save_state(CheckpointWriter& w, bool with_encoder = true);
+  void load_state(const CheckpointReader& r, const CheckpointReader* encoder_from = nullptr);
+  // A model built over a shard set: the encoder from `index` (rank 0's file), the output
+  // part s from shards[s].
+  void load_shard_set(const CheckpointReader& index,
+                      const std::vector<const CheckpointReader*>& shards);
 
  private:
   // The encoder's and the output layer's sync_state (host copies for checkpoints).

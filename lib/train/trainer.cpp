@@ -83,7 +83,7 @@ void save_checkpoint(const fs::path& file, Model& model, const std::string& conf
   auto write = [&](const fs::path& f, bool with_index) {
     CheckpointWriter w(f.string());
     w.write_string("meta/config_yaml", config_yaml);
-    model.save_state(w);
+    model.save_state(w, comm == nullptr || comm->is_root());  // the encoder in rank 0's only
     w.write_i64("meta/epoch", {p.epoch});
     w.write_i64("meta/step", {p.step});
     w.write_i64("meta/epoch_step", {p.epoch_step, p.zero_grads, p.grads});
@@ -462,7 +462,10 @@ void TrainLoop::restore() {
     throw_input("--resume: {} shards the labels differently from this run", ckpt_file_.string());
   shard_step_ = processes > 1 ? idx.step : -1;
   CheckpointReader r(shard_file(ckpt_file_, idx.step, rank).string());
-  model_.load_state(r);
+  // The encoder from rank 0's file (the set's index: the same step), the rest from ours.
+  std::optional<CheckpointReader> index;
+  if (rank > 0) index.emplace(ckpt_file_.string());
+  model_.load_state(r, index ? &*index : nullptr);
   step_ = from_.step;
   auto sch = r.read_f64("meta/schedule");
   if (sch.size() != 3) throw_input("{}: meta/schedule must have 3 entries", ckpt_file_.string());

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "support/test_support.h"
+#include "train/checkpoint.h"
+#include "train/shards.h"
 
 using namespace xmc::test;
 using nlohmann::json;
@@ -129,6 +131,17 @@ TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one p
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
   CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == r2["metrics"]["P@1"].get<double>());
+  // The encoder is in rank 0's file only (the ranks' copies are the same); rank 1's shard
+  // holds its labels' state and the run's position.
+  {
+    const fs::path index = tmp / "two" / "checkpoint.h5";
+    const xmc::ShardIndex idx = xmc::read_shard_index(xmc::CheckpointReader(index.string()), 300);
+    const xmc::CheckpointReader file0(index.string());
+    const xmc::CheckpointReader file1(xmc::shard_file(index, idx.step, 1).string());
+    CHECK(file0.has("encoder/0/weight"));
+    CHECK_FALSE(file1.has("encoder/0/weight"));
+    CHECK(file1.has("meta/step"));
+  }
   // A one-process checkpoint is not split over processes: refused, naming why.
   const CliResult ev2 = run_cli({"eval", "--checkpoint", (tmp / "one" / "checkpoint.h5").string(),
                                  "--json"}, kRootOk, kTwo);
