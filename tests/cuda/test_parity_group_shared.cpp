@@ -578,11 +578,12 @@ void test_training_runs(Rng&) {
   };
   // Semantic grouping embeds every training point at step 1 (the trainer has batch 2
   // staged then); rewiring every 5 steps through the first 66%.
+  // extra: more keys of model.output (block style: a new line each).
   const std::vector<Run> runs = {{"semantic", "", "cpu"},
                                  {"semantic", "", "cuda"},
-                                 {"semantic", ", precision: bf16", "cuda"},
-                                 {"frequency", ", head_dim: 32", "cpu"},
-                                 {"frequency", ", head_dim: 32", "cuda"}};
+                                 {"semantic", "\n    precision: bf16", "cuda"},
+                                 {"frequency", "\n    head_dim: 32", "cpu"},
+                                 {"frequency", "\n    head_dim: 32", "cuda"}};
   std::vector<nlohmann::json> results;
   for (const auto& r : runs) {
     const ExperimentConfig cfg = parity_config((root / "data").string(), r.grouping, r.extra);
@@ -591,8 +592,10 @@ void test_training_runs(Rng&) {
     opt.out_dir = (root / (r.grouping + "_" + r.device + std::to_string(results.size()))).string();
     opt.config_yaml = dump_config(cfg);
     results.push_back(run_training(cfg, opt).results);
+    std::string extra = r.extra;  // printed on one line
+    for (size_t p; (p = extra.find("\n    ")) != std::string::npos;) extra.replace(p, 5, ", ");
     std::printf("  group_shared %s %s%s: P@1 %.4f P@5 %.4f, %.2f s/epoch\n", r.grouping.c_str(),
-                r.device.c_str(), r.extra.c_str(), metric(results.back(), "P", 1),
+                r.device.c_str(), extra.c_str(), metric(results.back(), "P", 1),
                 metric(results.back(), "P", 5), results.back()["last_epoch_seconds"].get<double>());
   }
   auto agree = [&](size_t a, size_t b, double tol, const std::string& what) {
