@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "model/loss.h"
 
 #if defined(XMC_WITH_MPI)
 #include <mpi.h>
@@ -181,6 +182,11 @@ bool built_with_mpi() {
 #else
   return false;
 #endif
+}
+
+RowReductions row_reductions(Comm& comm) {
+  return {[&comm](std::span<double> x) { comm.allreduce_max(x); },
+          [&comm](std::span<double> x) { comm.allreduce_sum(x); }};
 }
 
 LabelRange shard_labels(int64_t num_labels, int rank, int size, int64_t align) {

@@ -19,6 +19,7 @@ namespace xmc {
 
 class Context;
 class GpuLink;
+struct RowReductions;  // model/loss.h
 
 class Comm {
  public:
@@ -100,6 +101,10 @@ class GpuAttachment {
  private:
   Comm* comm_;
 };
+
+// comm's allreduce_max / allreduce_sum (doubles) as the reductions model/loss.h takes
+// (label-sharded softmax normalisers); comm must outlive them.
+RowReductions row_reductions(Comm& comm);
 
 // The GPU this process uses: 0 in one process, else its rank on the node modulo the GPUs
 // visible there (one GPU per process when the node has enough; a warning when processes

@@ -1,7 +1,6 @@
 // GPU ranks: the collectives of a label-sharded run on data in device memory (dist/comm.h
 // allreduce_sum_in), and the GPU each process uses.
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -12,6 +11,7 @@
 #include "core/cuda_stream.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/resources.h"
 #include "dist/comm.h"
 #include "dist/nccl.h"
 
@@ -72,7 +72,7 @@ class GpuLink {
       nccl_timed_ = true;
       return;
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    Stopwatch sw;  // the copies (the collective times itself)
     if (host_.size() < x.size()) {
       cuda.synchronize();  // the previous upload may still read the old buffer
       host_ = gpu::PinnedBuffer<float>(ctx_.ledger(), MemTag::workspace,
@@ -82,11 +82,11 @@ class GpuLink {
     // the host writes host_ only after the synchronize: no other wait is needed.
     gpu::copy_to_host(host_.data(), x.data(), x.size_bytes(), cuda.stream());
     cuda.synchronize();
-    const double copy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double download_s = sw.lap();
     comm_.allreduce_sum(std::span<float>(host_.data(), x.size()));
-    const auto t1 = std::chrono::steady_clock::now();
+    sw.reset();
     gpu::copy_to_device(x.data(), host_.data(), x.size_bytes(), cuda.stream());
-    comm_.add_seconds(copy_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    comm_.add_seconds(download_s + sw.seconds());
   }
 
  private:

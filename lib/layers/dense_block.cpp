@@ -88,6 +88,11 @@ void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
   }
 }
 
+void DenseBlock::set_comm(Comm* comm) {
+  comm_ = comm;
+  reduce_ = comm != nullptr ? row_reductions(*comm) : RowReductions{};
+}
+
 StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix dh,
                                  const LrState& lr) {
   const Context& ctx = *ctx_;
@@ -119,8 +124,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       mark(&DenseTimings::loss);
     }
     if (comm_ != nullptr)
-      smax_.merge([&](std::span<double> x) { comm_->allreduce_max(x); },
-                  [&](std::span<double> x) { comm_->allreduce_sum(x); });
+      smax_.merge(reduce_);
   }
   kernels::set_zero(ctx, dh);
   mark(&DenseTimings::backward_input);

@@ -83,7 +83,7 @@ class DenseBlock {
   // normalises over every label: pass 1's per-row statistics are merged over them before
   // pass 2 (the loss and dL/dh of each process are its labels' share; the trainer sums
   // them). nullptr (the default): this block's labels are all there are.
-  void set_comm(Comm* comm) { comm_ = comm; }
+  void set_comm(Comm* comm);
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;
@@ -120,6 +120,7 @@ class DenseBlock {
   LossAccumulator acc_;
   DenseTimings* timings_ = nullptr;
   Comm* comm_ = nullptr;
+  RowReductions reduce_;  // comm_'s, for softmax's statistics
 };
 
 }  // namespace xmc

@@ -51,7 +51,7 @@ struct LshEntries {
 // loss summed over the points (not divided by B) and counts the zero gradients; shards:
 // the label-sharded softmax's reductions (nullptr in one process).
 double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
-                     float* zg, int64_t& zeros, const CandidateShards* shards) {
+                     float* zg, int64_t& zeros, const RowReductions* shards) {
   std::vector<uint8_t> positive(static_cast<size_t>(csr.nnz));
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < csr.rows; ++i) {
@@ -142,10 +142,8 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   // Each shard its own random draws (one process: lo = 0, the seed as before).
   cp.seed = Rng::shard_seed(init.seed ^ 0xC4D1DA7E5ULL, label_lo());
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
-  if (comm_ != nullptr) {  // the sampled softmax's normaliser over every process's candidates
-    shards_.reduce_max = [this](std::span<double> x) { comm_->allreduce_max(x); };
-    shards_.reduce_sum = [this](std::span<double> x) { comm_->allreduce_sum(x); };
-  }
+  // The sampled softmax's normaliser over every process's candidates.
+  if (comm_ != nullptr) shards_ = row_reductions(*comm_);
   if (uses_tables(cfg)) {
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
     tables_->build(block_.host_weights());

@@ -144,7 +144,7 @@ class LshSampledLayer final : public OutputLayer {
 
   Context* ctx_;
   Comm* comm_;  // the label shards' processes; nullptr in one process
-  CandidateShards shards_;  // their reductions (label-sharded softmax), set with comm_
+  RowReductions shards_;  // their reductions (label-sharded softmax), set with comm_
   LshSampledConfig cfg_;
   LossType loss_;
   OptimizerConfig optim_;

@@ -274,7 +274,7 @@ double over_points(const int64_t* ptr, int64_t rows, float* zg, int64_t* zeros, 
 // and positive counts merged over the processes, pass 2 with the global normaliser.
 double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positive,
                                  double inv_b, float* zg, int64_t* zeros,
-                                 const CandidateShards& sh) {
+                                 const RowReductions& sh) {
   SoftmaxStats st(rows);
   std::vector<double> npos(static_cast<size_t>(rows));  // positives over every process
 #pragma omp parallel for schedule(dynamic, 4)
@@ -284,7 +284,7 @@ double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t
     npos[ri] = static_cast<double>(std::count_if(positive + ptr[i], positive + ptr[i + 1],
                                                  [](uint8_t f) { return f != 0; }));
   }
-  merge_softmax_stats(st, sh.reduce_max, sh.reduce_sum);
+  merge_softmax_stats(st, sh);
   sh.reduce_sum(npos);
   return over_points(ptr, rows, zg, zeros,
                      [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
@@ -305,7 +305,7 @@ double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t
 
 double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                            const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros, const CandidateShards* shards) {
+                           float* zg, int64_t* zeros, const RowReductions* shards) {
   XMC_CHECK(batch_size > 0, "candidate loss over a batch of {}", batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
   if (shards != nullptr && type == LossType::softmax)
@@ -338,15 +338,14 @@ void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats) {
   }
 }
 
-void merge_softmax_stats(SoftmaxStats& stats, const RowReduce& reduce_max,
-                         const RowReduce& reduce_sum) {
+void merge_softmax_stats(SoftmaxStats& stats, const RowReductions& red) {
   std::vector<double> global = stats.max;
-  reduce_max(global);
+  red.reduce_max(global);
   // Each process's sum relative to its own max, rescaled to the global one, then summed.
   for (size_t r = 0; r < global.size(); ++r)
     stats.sumexp[r] = stats.sumexp[r] == 0.0 ? 0.0 : stats.sumexp[r] * std::exp(stats.max[r] - global[r]);
   stats.max = std::move(global);
-  reduce_sum(stats.sumexp);
+  red.reduce_sum(stats.sumexp);
 }
 
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
@@ -434,10 +433,10 @@ void SoftmaxState::reset(int64_t rows) {
   }
 }
 
-void SoftmaxState::merge(const RowReduce& reduce_max, const RowReduce& reduce_sum) {
+void SoftmaxState::merge(const RowReductions& red) {
   XMC_CHECK(ctx_ != nullptr, "softmax state without a Context");
   if (!ctx_->on_gpu()) {
-    merge_softmax_stats(host_, reduce_max, reduce_sum);
+    merge_softmax_stats(host_, red);
     return;
   }
   // GPU ranks: the rows' float statistics merged on the host (2 floats a row each way).
@@ -447,7 +446,7 @@ void SoftmaxState::merge(const RowReduce& reduce_max, const RowReduce& reduce_su
   SoftmaxStats s(rows_);
   std::copy(mx, mx + n, s.max.begin());
   std::copy(sum, sum + n, s.sumexp.begin());
-  merge_softmax_stats(s, reduce_max, reduce_sum);
+  merge_softmax_stats(s, red);
   std::transform(s.max.begin(), s.max.end(), mx, [](double v) { return static_cast<float>(v); });
   std::transform(s.sumexp.begin(), s.sumexp.end(), sum,
                  [](double v) { return static_cast<float>(v); });

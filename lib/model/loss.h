@@ -43,12 +43,15 @@ struct SoftmaxStats {
   double logsumexp(int64_t row) const;
 };
 void softmax_accumulate(ConstMatrix logits, SoftmaxStats& stats);
-// Label-sharded run: this process's per-row running max and sum of exps merged in place
-// with the other processes' into those over every label. reduce_max / reduce_sum:
-// element-wise in-place reductions over the processes (dist/comm.h).
+// Label-sharded run: element-wise in-place reductions (max, sum) over the processes,
+// given as functions so that model/ stays free of dist/ (dist/comm.h row_reductions).
 using RowReduce = std::function<void(std::span<double>)>;
-void merge_softmax_stats(SoftmaxStats& stats, const RowReduce& reduce_max,
-                         const RowReduce& reduce_sum);
+struct RowReductions {
+  RowReduce reduce_max, reduce_sum;
+};
+// This process's per-row running max and sum of exps merged in place with the other
+// processes' into those over every label.
+void merge_softmax_stats(SoftmaxStats& stats, const RowReductions& red);
 double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatrix& targets,
                          int64_t lo, int64_t batch_size);
 
@@ -68,12 +71,9 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
 // point's flagged positives over all processes) (pass-1 statistics and positive counts
 // merged through shards->reduce_*); the loss returned is this process's positives' share
 // (the processes' sum is the loss).
-struct CandidateShards {
-  RowReduce reduce_max, reduce_sum;
-};
 double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                            const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros, const CandidateShards* shards = nullptr);
+                           float* zg, int64_t* zeros, const RowReductions* shards = nullptr);
 
 // --- the same on the Context's device ------------------------------------------------
 
@@ -164,7 +164,7 @@ class SoftmaxState {
   void reset(int64_t rows);
   // Label-sharded run, after pass 1: merge_softmax_stats of the statistics (on a CUDA
   // Context through a host copy).
-  void merge(const RowReduce& reduce_max, const RowReduce& reduce_sum);
+  void merge(const RowReductions& red);
   int64_t bytes() const { return static_cast<int64_t>(max_.bytes() + sum_.bytes()); }
 
  private:

@@ -374,7 +374,7 @@ TEST_CASE("candidate softmax over two label shards equals the softmax over their
   std::vector<std::thread> procs;
   for (int s = 0; s < 2; ++s)
     procs.emplace_back([&, s] {
-      CandidateShards sh;
+      RowReductions sh;
       sh.reduce_max = [&, s](std::span<double> x) { reduce(s, x, true); };
       sh.reduce_sum = [&, s](std::span<double> x) { reduce(s, x, false); };
       Shard& p = part[s];
