@@ -3,12 +3,15 @@
 // the GEMM without bias, adds the bias, and overwrites the entry with dL/dz / B — one
 // read and one write of the chunk. Loss and zero counts are reduced per warp and added
 // to a device accumulator, so a training step reads back one small struct at its end.
-// Rows sit on grid.y, capped at 65535 blocks (core/launch_shape.h) with the kernels
-// striding over the rest, so no batch or chunk size is too large for a launch.
+// Rows sit on grid.y, capped (at kLossRowBlocks for the loss kernels, 65535 for the others:
+// core/launch_shape.h) with the kernels striding over the rest, so no batch or chunk size
+// is too large for a launch.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
@@ -24,25 +27,6 @@ constexpr int kColsPerBlock = kThreads * 4;
 
 __host__ __device__ __forceinline__ __nv_bfloat16* as_bf16(Bf16* p) {
   return reinterpret_cast<__nv_bfloat16*>(p);
-}
-
-// Is `label` among the sorted targets [first, last)? Binary search: rows hold few
-// positives, and the row's indices stay in L1 across the block.
-__device__ __forceinline__ bool is_positive(const uint32_t* __restrict__ first, int64_t n,
-                                            uint32_t label) {
-  int64_t lo = 0;
-  int64_t hi = n;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) >> 1;
-    const uint32_t v = first[mid];
-    if (v == label) return true;
-    if (v < label) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return false;
 }
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -82,18 +66,92 @@ __device__ __forceinline__ void add_to_accum(LossAccum* acc, double loss,
   }
 }
 
-// Stable log(1 + exp(x)) and sigmoid, fp32.
-__device__ __forceinline__ float softplus(float x) {
-  return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
-}
-__device__ __forceinline__ float sigmoid(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  const float e = expf(x);
-  return e / (1.0f + e);
+// A thread's columns of a loss kernel: kPerThread consecutive columns j..j+3 of a tile of
+// kColsPerBlock, read and written as float4 when the row allows (ld a multiple of 4, z
+// 16-byte aligned, all four inside the chunk), else one by one.
+constexpr int kPerThread = 4;
+static_assert(kColsPerBlock == kThreads * kPerThread);
+
+struct ThreadCols {
+  int64_t j;  // first column
+  int n;      // columns of this thread inside the chunk (0..4)
+  bool vec;
+};
+
+__device__ __forceinline__ ThreadCols thread_cols(int64_t c, int64_t ld, const float* z) {
+  ThreadCols t;
+  t.j = static_cast<int64_t>(blockIdx.x) * kColsPerBlock + threadIdx.x * kPerThread;
+  const int64_t left = c - t.j;
+  t.n = left <= 0 ? 0 : (left < kPerThread ? static_cast<int>(left) : kPerThread);
+  t.vec = t.n == kPerThread && ld % 4 == 0 && reinterpret_cast<uintptr_t>(z) % 16 == 0;
+  return t;
 }
 
-// grid (column tiles, launch::grid_yz(rows)): block (x, y) handles rows y, y + gridDim.y,
-// ...; z [rows×c] with leading dimension ld.
+__device__ __forceinline__ void load_cols(const float* row, const ThreadCols& t,
+                                          float (&x)[kPerThread]) {
+  if (t.vec) {
+    const float4 v = *reinterpret_cast<const float4*>(row + t.j);
+    x[0] = v.x;
+    x[1] = v.y;
+    x[2] = v.z;
+    x[3] = v.w;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) x[k] = k < t.n ? row[t.j + k] : 0.0f;
+}
+
+// Writes the gradient: fp32 into the logit row, and its bf16 copy when g16 is set.
+__device__ __forceinline__ void store_cols(float* row, __nv_bfloat16* g16row, const ThreadCols& t,
+                                           const float (&g)[kPerThread]) {
+  if (t.vec) {
+    *reinterpret_cast<float4*>(row + t.j) = make_float4(g[0], g[1], g[2], g[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k)
+      if (k < t.n) row[t.j + k] = g[k];
+  }
+  if (g16row == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k)
+    if (k < t.n) g16row[t.j + k] = __float2bfloat16_rn(g[k]);
+}
+
+// The positives of a row among the thread's columns [first, first + 4): one binary search
+// for the first target >= first, then a walk (targets are sorted and unique).
+struct PositiveCursor {
+  const uint32_t* pos;
+  int64_t n, i;
+  uint32_t next;
+  __device__ __forceinline__ PositiveCursor(const uint32_t* p, int64_t np, uint32_t first)
+      : pos(p), n(np), i(0) {
+    int64_t hi = np;
+    while (i < hi) {
+      const int64_t mid = (i + hi) >> 1;
+      if (pos[mid] < first) {
+        i = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    next = i < n ? pos[i] : 0xffffffffu;
+  }
+  // Is `label` a target? Call with increasing labels.
+  __device__ __forceinline__ bool take(uint32_t label) {
+    if (next != label) return false;
+    ++i;
+    next = i < n ? pos[i] : 0xffffffffu;
+    return true;
+  }
+};
+
+// Rows on grid.y, at most kLossRowBlocks of them (the kernels stride over the rest): a
+// block's bias values stay in registers across its rows. (64 measured best on an H200:
+// docs/benchmarks.md, "the loss pass".)
+constexpr int64_t kLossRowBlocks = 64;
+
+// grid (column tiles, row blocks): block (x, y) handles rows y, y + gridDim.y, ...; z
+// [rows×c] with leading dimension ld.
 template <LossType T>
 __global__ void elementwise_kernel(float* __restrict__ z, int64_t rows, int64_t c, int64_t ld,
                                    const float* __restrict__ bias,
@@ -103,36 +161,44 @@ __global__ void elementwise_kernel(float* __restrict__ z, int64_t rows, int64_t 
                                    int64_t ld16) {
   double loss = 0.0;
   unsigned long long zeros = 0;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
-  const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int64_t p0 = indptr[r];
-    const int64_t np = indptr[r + 1] - p0;
-    const uint32_t* pos_first = indices + p0;
+  const ThreadCols t = thread_cols(c, ld, z);
+  float b[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) b[k] = bias != nullptr && k < t.n ? bias[t.j + k] : 0.0f;
+  for (int64_t r = blockIdx.y; r < rows && t.n > 0; r += gridDim.y) {
     float* row = z + r * ld;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-      const float x = bias ? row[j] + bias[j] : row[j];  // no bias: the forward added it
-      const bool pos = is_positive(pos_first, np, static_cast<uint32_t>(lo + j));
-      float g;
+    float x[kPerThread];
+    load_cols(row, t, x);
+    PositiveCursor pos(indices + indptr[r], indptr[r + 1] - indptr[r],
+                       static_cast<uint32_t>(lo + t.j));
+    float g[kPerThread];
+    float row_loss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const float xk = x[k] + b[k];  // no bias: the forward added it (b = 0)
+      const bool p = k < t.n && pos.take(static_cast<uint32_t>(lo + t.j + k));
+      float gk;
       if constexpr (T == LossType::bce) {
-        // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z.
-        loss += static_cast<double>(softplus(x)) - (pos ? static_cast<double>(x) : 0.0);
-        g = sigmoid(x) - (pos ? 1.0f : 0.0f);
+        // log(1+exp(-y·z)) with y = ±1: softplus(z) - [pos]·z; sigmoid from the same exp.
+        const float e = expf(-fabsf(xk));
+        const float inv = __frcp_rn(1.0f + e);
+        if (k < t.n) row_loss += fmaxf(xk, 0.0f) + log1pf(e) - (p ? xk : 0.0f);
+        gk = (xk >= 0.0f ? inv : e * inv) - (p ? 1.0f : 0.0f);
       } else {
-        const float y = pos ? 1.0f : -1.0f;
-        const float m = 1.0f - y * x;
+        const float y = p ? 1.0f : -1.0f;
+        const float m = 1.0f - y * xk;
         if (m > 0.0f) {
-          loss += static_cast<double>(m) * m;
-          g = -2.0f * y * m;
+          if (k < t.n) row_loss += m * m;
+          gk = -2.0f * y * m;
         } else {
-          g = 0.0f;  // margin met: exactly zero
+          gk = 0.0f;  // margin met: exactly zero
         }
       }
-      const float gf = g * inv_b;
-      row[j] = gf;
-      if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
-      if (gf == 0.0f) ++zeros;
+      g[k] = gk * inv_b;
+      if (k < t.n && g[k] == 0.0f) ++zeros;
     }
+    loss += static_cast<double>(row_loss);
+    store_cols(row, g16 ? g16 + r * ld16 : nullptr, t, g);
   }
   add_to_accum(acc, loss, zeros);
 }
@@ -187,29 +253,32 @@ __global__ void softmax_grad_kernel(float* __restrict__ z, int64_t c, int64_t ld
                                     LossAccum* __restrict__ acc, __nv_bfloat16* __restrict__ g16,
                                     int64_t ld16, int64_t rows) {
   double loss = 0.0;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kColsPerBlock;
-  const int64_t j1 = j0 + kColsPerBlock < c ? j0 + kColsPerBlock : c;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int64_t p0 = indptr[r];
-    const int64_t np = indptr[r + 1] - p0;
-    const uint32_t* pos_first = indices + p0;
+  const ThreadCols tc = thread_cols(c, ld, z);
+  float b[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) b[k] = k < tc.n ? bias[tc.j + k] : 0.0f;
+  for (int64_t r = blockIdx.y; r < rows && tc.n > 0; r += gridDim.y) {
+    const int64_t np = indptr[r + 1] - indptr[r];
     float* row = z + r * ld;
-    const float lse = run_max[r] + logf(run_sum[r]);
-    const float t = np > 0 ? 1.0f / static_cast<float>(np) : 0.0f;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-      float gf = 0.0f;  // a row without positives has loss 0 and gradient 0
-      if (np > 0) {
-        const float x = row[j] + bias[j];
-        float g = expf(x - lse);
-        if (is_positive(pos_first, np, static_cast<uint32_t>(lo + j))) {
-          loss += static_cast<double>(t) * (static_cast<double>(lse) - x);  // -t·log p
-          g -= t;
+    float g[kPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};  // a row without positives: loss 0, gradient 0
+    if (np > 0) {
+      const float lse = run_max[r] + logf(run_sum[r]);
+      const float t = 1.0f / static_cast<float>(np);
+      float x[kPerThread];
+      load_cols(row, tc, x);
+      PositiveCursor pos(indices + indptr[r], np, static_cast<uint32_t>(lo + tc.j));
+#pragma unroll
+      for (int k = 0; k < kPerThread; ++k) {
+        const float xk = x[k] + b[k];
+        float gk = expf(xk - lse);
+        if (k < tc.n && pos.take(static_cast<uint32_t>(lo + tc.j + k))) {
+          loss += static_cast<double>(t) * (static_cast<double>(lse) - xk);  // -t·log p
+          gk -= t;
         }
-        gf = g * inv_b;
+        g[k] = gk * inv_b;
       }
-      row[j] = gf;
-      if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(gf);
     }
+    store_cols(row, g16 ? g16 + r * ld16 : nullptr, tc, g);
   }
   add_to_accum(acc, loss, 0ull);
 }
@@ -270,7 +339,7 @@ unsigned col_blocks(int64_t cols, int64_t per_block) {
 // (column tiles of kColsPerBlock, row blocks) of the loss kernels.
 dim3 loss_grid(ConstMatrix logits) {
   return dim3(launch::grid_x(launch::ceil_div(logits.cols, kColsPerBlock)),
-              launch::grid_yz(logits.rows));
+              launch::grid_yz(std::min(logits.rows, kLossRowBlocks)));
 }
 
 void check_targets(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size) {

@@ -6,15 +6,18 @@
 //   input grad     ∇X_k [Bt×F] = ∇Z_k [Bt×G] · W_k [G×F], scattered into du by atomics
 // fp32: shared-memory tiled SIMT (64×64 output tile, K chunks of 32, 4×4 per thread),
 // FMA in fp32. bf16: the whole gathered tile X_k [F×64] (F <= 256, zero-padded to a
-// multiple of 16) and W_k are staged as bf16, nvcuda::wmma 16×16×16 bf16 MMA with fp32
+// multiple of 16) and W_k are staged as bf16 (16-byte cp.async copies where the rows are
+// aligned), nvcuda::wmma 16×16×16 bf16 MMA with fp32
 // accumulation, loop over F in steps of 16; more than 48 KiB of dynamic shared memory is
 // opted in per kernel. Partial groups, F and B not multiples of the tiles: zero padding
 // in shared memory, guarded writes. Groups larger than 64 labels run in label tiles of 64
 // (the fp32 kernels and the bf16 weight gradient then gather X again per label tile).
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
@@ -256,7 +259,7 @@ __host__ __device__ inline GsBf16Layout gs_layout(int64_t group, int fan_in, boo
   L.ws = gs_take(off, w ? sizeof(GsBf) * L.g_pad * L.ldw : 0);
   L.gs = gs_take(off, gt ? sizeof(GsBf) * kGsTile * L.ldg : 0);
   L.zs = gs_take(off, zs ? sizeof(float) * kGsTile * (L.g_pad + kGsPad) : 0);
-  L.stage = gs_take(off, sizeof(float) * kGsWarps * 256);
+  L.stage = gs_take(off, zs ? 0 : sizeof(float) * kGsWarps * 256);  // the forward uses zs
   L.total = off;
   return L;
 }
@@ -274,25 +277,53 @@ inline GsBf16Layout gs_input_layout(int64_t group, int fan_in) {
 #define XMC_GS_NO_BF16_MMA 1  // bf16 wmma needs sm_80; the host refuses older devices
 #endif
 
+// Staging into shared memory with cp.async (sm_80+): 16-byte copies that need no
+// registers and overlap each other; the caller ends a staging step with gs_staged()
+// before its barrier. A copy needs 16-byte aligned rows (vec_x: ldu a multiple of 8 and ut
+// aligned; vec_w: F a multiple of 8 and w aligned); otherwise, and at the batch's ragged
+// end, elements are copied one by one. Zero padding is written directly.
+constexpr int kGsVec = 8;  // bf16 per 16-byte copy
+__device__ __forceinline__ void gs_staged() {
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
+
 // xs[j][b] = ut[ik[j], b0+b], zero outside F and the batch.
 __device__ __forceinline__ void gs_stage_x(GsBf* xs, int ldx, int f_pad, const uint32_t* ik,
                                            int fan_in, const GsBf* ut, int64_t ldu, int64_t b0,
-                                           int64_t batch) {
+                                           int64_t batch, bool vec_x) {
   const GsBf zero = __float2bfloat16_rn(0.0f);
-  for (int e = threadIdx.x; e < f_pad * kGsTile; e += kGsThreads) {
-    const int j = e / kGsTile, b = e % kGsTile;
-    xs[j * ldx + b] =
-        (j < fan_in && b0 + b < batch) ? ut[static_cast<int64_t>(ik[j]) * ldu + b0 + b] : zero;
+  constexpr int kPerRow = kGsTile / kGsVec;
+  for (int e = threadIdx.x; e < f_pad * kPerRow; e += kGsThreads) {
+    const int j = e / kPerRow, c = (e % kPerRow) * kGsVec;
+    GsBf* dst = xs + j * ldx + c;
+    if (j >= fan_in) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    const GsBf* src = ut + static_cast<int64_t>(ik[j]) * ldu + b0 + c;
+    if (vec_x && b0 + c + kGsVec <= batch) {
+      __pipeline_memcpy_async(dst, src, 16);
+    } else {
+      for (int q = 0; q < kGsVec; ++q) dst[q] = b0 + c + q < batch ? src[q] : zero;
+    }
   }
 }
 
 // ws[r][j] = w[r_begin + r, j] for r < len, zero elsewhere.
 __device__ __forceinline__ void gs_stage_w(GsBf* ws, int ldw, int g_pad, int f_pad, const GsBf* w,
-                                           int64_t r_begin, int64_t len, int fan_in) {
+                                           int64_t r_begin, int64_t len, int fan_in, bool vec_w) {
   const GsBf zero = __float2bfloat16_rn(0.0f);
-  for (int e = threadIdx.x; e < g_pad * f_pad; e += kGsThreads) {
-    const int r = e / f_pad, j = e % f_pad;
-    ws[r * ldw + j] = (r < len && j < fan_in) ? w[(r_begin + r) * fan_in + j] : zero;
+  const int per_row = f_pad / kGsVec;  // f_pad is a multiple of 16
+  for (int e = threadIdx.x; e < g_pad * per_row; e += kGsThreads) {
+    const int r = e / per_row, c = (e - r * per_row) * kGsVec;
+    GsBf* dst = ws + r * ldw + c;
+    const GsBf* src = w + (r_begin + r) * fan_in + c;
+    if (vec_w && r < len && c < fan_in) {
+      __pipeline_memcpy_async(dst, src, 16);
+    } else {
+      for (int q = 0; q < kGsVec; ++q) dst[q] = r < len && c + q < fan_in ? src[q] : zero;
+    }
   }
 }
 
@@ -316,7 +347,7 @@ __global__ void __launch_bounds__(kGsThreads)
     gs_forward_bf16_kernel(const uint32_t* __restrict__ idx, const GsBf* __restrict__ w,
                            const float* __restrict__ bias, int64_t n, int64_t group, int fan_in,
                            const GsBf* __restrict__ ut, int64_t ldu, int64_t batch,
-                           float* __restrict__ z, int64_t ldz) {
+                           float* __restrict__ z, int64_t ldz, bool vec_x, bool vec_w) {
 #ifndef XMC_GS_NO_BF16_MMA
   extern __shared__ __align__(128) unsigned char gs_smem_f[];
   const GsBf16Layout L = gs_layout(group, fan_in, true, true, false, true);
@@ -324,16 +355,18 @@ __global__ void __launch_bounds__(kGsThreads)
   GsBf* ws = reinterpret_cast<GsBf*>(gs_smem_f + L.ws);
   float* zs = reinterpret_cast<float*>(gs_smem_f + L.zs);
   const int ldz_s = L.g_pad + kGsPad;
-  const int warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t k = blockIdx.x;
   const int64_t r_begin = k * group;
   const int64_t glen = min(group, n - r_begin);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kGsTile;
-  gs_stage_x(xs, L.ldx, L.f_pad, idx + k * fan_in, fan_in, ut, ldu, b0, batch);  // once
+  const int64_t rows = min(static_cast<int64_t>(kGsTile), batch - b0);
+  gs_stage_x(xs, L.ldx, L.f_pad, idx + k * fan_in, fan_in, ut, ldu, b0, batch, vec_x);  // once
   const int rb_count = kGsTile / 16, cb_count = L.g_pad / 16;
   for (int64_t rt = 0; rt < glen; rt += kGsTile) {
     const int64_t len = min(static_cast<int64_t>(kGsTile), glen - rt);
-    gs_stage_w(ws, L.ldw, L.g_pad, L.f_pad, w, r_begin + rt, len, fan_in);
+    gs_stage_w(ws, L.ldw, L.g_pad, L.f_pad, w, r_begin + rt, len, fan_in, vec_w);
+    gs_staged();
     __syncthreads();
     // At most 4×4 fragments: two per warp.
     for (int f = warp; f < rb_count * cb_count; f += kGsWarps) {
@@ -350,12 +383,14 @@ __global__ void __launch_bounds__(kGsThreads)
       wmma::store_matrix_sync(zs + rb * 16 * ldz_s + cb * 16, acc, ldz_s, wmma::mem_row_major);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < kGsTile * L.g_pad; e += kGsThreads) {
-      const int b = e / L.g_pad, r = e % L.g_pad;
-      if (b0 + b < batch && r < len) {
-        const int64_t l = r_begin + rt + r;
-        z[(b0 + b) * ldz + l] = zs[b * ldz_s + r] + (bias != nullptr ? bias[l] : 0.0f);
-      }
+    // A warp per batch row, its lanes over the tile's (at most 64) labels: coalesced.
+    const int64_t l0 = r_begin + rt;
+    const float bias0 = bias != nullptr && lane < len ? bias[l0 + lane] : 0.0f;
+    const float bias1 = bias != nullptr && lane + 32 < len ? bias[l0 + lane + 32] : 0.0f;
+    for (int b = warp; b < rows; b += kGsWarps) {
+      float* zrow = z + (b0 + b) * ldz + l0;
+      if (lane < len) zrow[lane] = zs[b * ldz_s + lane] + bias0;
+      if (lane + 32 < len) zrow[lane + 32] = zs[b * ldz_s + lane + 32] + bias1;
     }
     __syncthreads();
   }
@@ -367,7 +402,7 @@ __global__ void __launch_bounds__(kGsThreads)
     gs_weight_grad_bf16_kernel(const uint32_t* __restrict__ idx, int64_t n, int64_t group,
                                int fan_in, const float* __restrict__ g, int64_t ldg,
                                const GsBf* __restrict__ ut, int64_t ldu, int64_t batch,
-                               float* __restrict__ dw, float* __restrict__ db) {
+                               float* __restrict__ dw, float* __restrict__ db, bool vec_x) {
 #ifndef XMC_GS_NO_BF16_MMA
   extern __shared__ __align__(128) unsigned char gs_smem_w[];
   const GsBf16Layout L = gs_layout(group, fan_in, true, false, true, false);
@@ -389,7 +424,8 @@ __global__ void __launch_bounds__(kGsThreads)
     for (int64_t b0 = 0; b0 < batch; b0 += kGsTile) {
       if (!gs_stage_g(gsm, L.ldg, L.g_pad, g, ldg, b0, batch, r_begin + rt, len))
         continue;  // zero gradient tile: nothing to gather
-      gs_stage_x(xs, L.ldx, L.f_pad, ik, fan_in, ut, ldu, b0, batch);
+      gs_stage_x(xs, L.ldx, L.f_pad, ik, fan_in, ut, ldu, b0, batch, vec_x);
+      gs_staged();
       __syncthreads();
 #pragma unroll
       for (int i = 0; i < kGsMaxFrags; ++i) {
@@ -435,7 +471,8 @@ __global__ void __launch_bounds__(kGsThreads)
 __global__ void __launch_bounds__(kGsThreads)
     gs_input_grad_bf16_kernel(const uint32_t* __restrict__ idx, const GsBf* __restrict__ w,
                               int64_t n, int64_t group, int fan_in, const float* __restrict__ g,
-                              int64_t ldg, int64_t batch, float* __restrict__ du, int64_t ldd) {
+                              int64_t ldg, int64_t batch, float* __restrict__ du, int64_t ldd,
+                              bool vec_w) {
 #ifndef XMC_GS_NO_BF16_MMA
   extern __shared__ __align__(128) unsigned char gs_smem_i[];
   const GsBf16Layout L = gs_layout(group, fan_in, false, true, true, false);
@@ -458,7 +495,8 @@ __global__ void __launch_bounds__(kGsThreads)
     const int64_t len = min(static_cast<int64_t>(kGsTile), glen - rt);
     if (!gs_stage_g(gsm, L.ldg, L.g_pad, g, ldg, b0, batch, r_begin + rt, len)) continue;
     any = true;
-    gs_stage_w(ws, L.ldw, L.g_pad, L.f_pad, w, r_begin + rt, len, fan_in);
+    gs_stage_w(ws, L.ldw, L.g_pad, L.f_pad, w, r_begin + rt, len, fan_in, vec_w);
+    gs_staged();
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kGsMaxFrags; ++i) {
@@ -533,6 +571,11 @@ void gs_smem_opt_in(const CudaContext& ctx, Kernel kernel, size_t bytes) {
 
 const GsBf* gs_bf(const Bf16* p) { return reinterpret_cast<const GsBf*>(p); }
 
+// Can rows of `ld` bf16 starting at p be staged with 16-byte copies?
+bool gs_vec_rows(const Bf16* p, int64_t ld) {
+  return ld % kGsVec == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 }  // namespace
 
 void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const float* w,
@@ -560,7 +603,7 @@ void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf1
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(z.rows));
   gs_forward_bf16_kernel<<<grid, kGsThreads, bytes, ctx.stream()>>>(
       idx, gs_bf(w), bias, n, group, static_cast<int>(fan_in), gs_bf(ut.data), ut.ld, ut.cols,
-      z.data, z.ld);
+      z.data, z.ld, gs_vec_rows(ut.data, ut.ld), gs_vec_rows(w, fan_in));
   XMC_CUDA_CHECK_LAUNCH();
 }
 
@@ -587,7 +630,8 @@ void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64
   gs_smem_opt_in(ctx, gs_weight_grad_bf16_kernel, bytes);
   gs_weight_grad_bf16_kernel<<<static_cast<unsigned>(gs_groups(n, group)), kGsThreads, bytes,
                                ctx.stream()>>>(idx, n, group, static_cast<int>(fan_in), g.data,
-                                               g.ld, gs_bf(ut.data), ut.ld, g.rows, dw, db);
+                                               g.ld, gs_bf(ut.data), ut.ld, g.rows, dw, db,
+                                               gs_vec_rows(ut.data, ut.ld));
   XMC_CUDA_CHECK_LAUNCH();
 }
 
@@ -613,7 +657,8 @@ void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const 
   gs_smem_opt_in(ctx, gs_input_grad_bf16_kernel, bytes);
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(g.rows));
   gs_input_grad_bf16_kernel<<<grid, kGsThreads, bytes, ctx.stream()>>>(
-      idx, gs_bf(w), n, group, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld);
+      idx, gs_bf(w), n, group, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld,
+      gs_vec_rows(w, fan_in));
   XMC_CUDA_CHECK_LAUNCH();
 }
 
