@@ -35,64 +35,45 @@ void gemm_cm(const CudaContext& ctx, cublasOperation_t op_x, cublasOperation_t o
   }
 }
 
+// Row-major C [m×n] = op(A) · op(B) (op = transpose where ta / tb), issued as the
+// column-major Cᵀ = op(B)ᵀ · op(A)ᵀ: an operand transposed in the row-major product is
+// op T on its column-major view (which is already the transpose).
 template <class T>
-void nt(const CudaContext& ctx, MatrixView<const T> a, MatrixView<const T> b, Matrix c, float alpha,
-        float beta) {
-  XMC_CHECK(a.cols == b.cols && c.rows == a.rows && c.cols == b.rows,
-            "gpu gemm_nt shapes A[{}×{}] B[{}×{}] C[{}×{}]", a.rows, a.cols, b.rows, b.cols, c.rows,
-            c.cols);
-  // Cᵀ [n×m] = B [n×k] · Aᵀ [k×m]; B is stored as column-major Bᵀ -> op T.
-  gemm_cm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, c.cols, c.rows, a.cols, alpha, b.data, b.ld, a.data, a.ld,
-          beta, c.data, c.ld);
-}
-
-template <class T>
-void nn(const CudaContext& ctx, MatrixView<const T> a, MatrixView<const T> b, Matrix c, float alpha,
-        float beta) {
-  XMC_CHECK(a.cols == b.rows && c.rows == a.rows && c.cols == b.cols,
-            "gpu gemm_nn shapes A[{}×{}] B[{}×{}] C[{}×{}]", a.rows, a.cols, b.rows, b.cols, c.rows,
-            c.cols);
-  // Cᵀ [n×m] = Bᵀ [n×k] · Aᵀ [k×m]; both stored as their transposes -> op N, N.
-  gemm_cm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, c.cols, c.rows, a.cols, alpha, b.data, b.ld, a.data, a.ld,
-          beta, c.data, c.ld);
-}
-
-template <class T>
-void tn(const CudaContext& ctx, MatrixView<const T> a, MatrixView<const T> b, Matrix c, float alpha,
-        float beta) {
-  XMC_CHECK(a.rows == b.rows && c.rows == a.cols && c.cols == b.cols,
-            "gpu gemm_tn shapes A[{}×{}] B[{}×{}] C[{}×{}]", a.rows, a.cols, b.rows, b.cols, c.rows,
-            c.cols);
-  // Cᵀ [n×m] = Bᵀ [n×k] · A [k×m]; A is stored as column-major Aᵀ -> op T.
-  gemm_cm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, c.cols, c.rows, a.rows, alpha, b.data, b.ld, a.data, a.ld,
-          beta, c.data, c.ld);
+void gemm(const CudaContext& ctx, const char* name, bool ta, bool tb, MatrixView<const T> a,
+          MatrixView<const T> b, Matrix c, float alpha, float beta) {
+  const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+  const int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+  XMC_CHECK(k == kb && c.rows == m && c.cols == n, "gpu gemm_{} shapes A[{}×{}] B[{}×{}] C[{}×{}]",
+            name, a.rows, a.cols, b.rows, b.cols, c.rows, c.cols);
+  gemm_cm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, alpha,
+          b.data, b.ld, a.data, a.ld, beta, c.data, c.ld);
 }
 
 }  // namespace
 
 void gemm_nt(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
              float beta) {
-  nt<float>(ctx, a, b, c, alpha, beta);
+  gemm<float>(ctx, "nt", false, true, a, b, c, alpha, beta);
 }
 void gemm_nt(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
              float beta) {
-  nt<Bf16>(ctx, a, b, c, alpha, beta);
+  gemm<Bf16>(ctx, "nt", false, true, a, b, c, alpha, beta);
 }
 void gemm_nn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
              float beta) {
-  nn<float>(ctx, a, b, c, alpha, beta);
+  gemm<float>(ctx, "nn", false, false, a, b, c, alpha, beta);
 }
 void gemm_nn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
              float beta) {
-  nn<Bf16>(ctx, a, b, c, alpha, beta);
+  gemm<Bf16>(ctx, "nn", false, false, a, b, c, alpha, beta);
 }
 void gemm_tn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
              float beta) {
-  tn<float>(ctx, a, b, c, alpha, beta);
+  gemm<float>(ctx, "tn", true, false, a, b, c, alpha, beta);
 }
 void gemm_tn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
              float beta) {
-  tn<Bf16>(ctx, a, b, c, alpha, beta);
+  gemm<Bf16>(ctx, "tn", true, false, a, b, c, alpha, beta);
 }
 
 }  // namespace xmc::gpu

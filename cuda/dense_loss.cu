@@ -342,13 +342,11 @@ dim3 loss_grid(ConstMatrix logits) {
               launch::grid_yz(std::min(logits.rows, kLossRowBlocks)));
 }
 
-void check_targets(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size) {
+void check_loss_args(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size,
+                     Bf16Matrix g16) {
   XMC_CUDA_REQUIRE(logits.rows == t.rows, t.rows);
   XMC_CUDA_REQUIRE(batch_size > 0, batch_size);
   XMC_CUDA_REQUIRE(lo >= 0 && lo + logits.cols <= t.cols, lo + logits.cols);
-}
-
-void check_g16(ConstMatrix logits, Bf16Matrix g16) {
   if (g16.data) {
     XMC_CUDA_REQUIRE(g16.rows == logits.rows, g16.rows);
     XMC_CUDA_REQUIRE(g16.cols == logits.cols, g16.cols);
@@ -360,21 +358,16 @@ void check_g16(ConstMatrix logits, Bf16Matrix g16) {
 void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
                            const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
                            Bf16Matrix g_bf16) {
-  check_targets(logits, targets, lo, batch_size);
-  check_g16(logits, g_bf16);
+  check_loss_args(logits, targets, lo, batch_size, g_bf16);
   XMC_CUDA_REQUIRE(type != LossType::softmax, static_cast<int64_t>(type));
   if (logits.empty()) return;
   const dim3 grid = loss_grid(logits);
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
-  if (type == LossType::bce) {
-    elementwise_kernel<LossType::bce><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.rows, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo,
-        inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
-  } else {
-    elementwise_kernel<LossType::squared_hinge><<<grid, kThreads, 0, ctx.stream()>>>(
-        logits.data, logits.rows, logits.cols, logits.ld, bias, targets.indptr, targets.indices, lo,
-        inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld);
-  }
+  const auto kernel = type == LossType::bce ? elementwise_kernel<LossType::bce>
+                                             : elementwise_kernel<LossType::squared_hinge>;
+  kernel<<<grid, kThreads, 0, ctx.stream()>>>(logits.data, logits.rows, logits.cols, logits.ld,
+                                              bias, targets.indptr, targets.indices, lo, inv_b, acc,
+                                              as_bf16(g_bf16.data), g_bf16.ld);
   XMC_CUDA_CHECK_LAUNCH();
 }
 
@@ -397,8 +390,7 @@ void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float*
 void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
                        DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
                        int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16) {
-  check_targets(logits, targets, lo, batch_size);
-  check_g16(logits, g_bf16);
+  check_loss_args(logits, targets, lo, batch_size, g_bf16);
   if (logits.empty()) return;
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   softmax_grad_kernel<<<loss_grid(logits), kThreads, 0, ctx.stream()>>>(

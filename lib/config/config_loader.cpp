@@ -135,43 +135,17 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   return parse_config(text.str(), path, overrides, output_types);
 }
 
-namespace {
-
-// Leaf values of a tree by dotted key, in document order.
-void flatten(const ConfigNode& n, const std::string& key,
-             std::vector<std::pair<std::string, std::string>>& out) {
-  if (n.is_map() && !n.items.empty()) {
-    for (const auto& e : n.items) flatten(e, key.empty() ? e.key : key + "." + e.key, out);
-  } else if (n.is_list() && !n.items.empty()) {
-    for (size_t i = 0; i < n.items.size(); ++i)
-      flatten(n.items[i], fmt::format("{}[{}]", key, i), out);
-  } else {
-    out.emplace_back(key, n.is_scalar() ? n.scalar
-                          : n.is_map()  ? "{}"
-                          : n.is_list() ? "[]"
-                                        : "null");
-  }
-}
-
-}  // namespace
-
 std::vector<ConfigChange> config_changes(std::string_view before_yaml,
                                          std::string_view after_yaml) {
-  std::vector<std::pair<std::string, std::string>> before, after;
-  flatten(parse_yaml(before_yaml, "config (before)"), "", before);
-  flatten(parse_yaml(after_yaml, "config (after)"), "", after);
-  auto find = [](const auto& list, const std::string& key) -> const std::string* {
-    for (const auto& [k, v] : list)
-      if (k == key) return &v;
-    return nullptr;
-  };
+  const FlatConfig before = flatten_config(parse_yaml(before_yaml, "config (before)"));
+  const FlatConfig after = flatten_config(parse_yaml(after_yaml, "config (after)"));
   std::vector<ConfigChange> out;
   for (const auto& [k, v] : after) {
-    const std::string* old = find(before, k);
+    const std::string* old = find_value(before, k);
     if (old == nullptr || *old != v) out.push_back({k, old ? *old : "(absent)", v});
   }
   for (const auto& [k, v] : before)
-    if (find(after, k) == nullptr) out.push_back({k, v, "(absent)"});
+    if (find_value(after, k) == nullptr) out.push_back({k, v, "(absent)"});
   return out;
 }
 

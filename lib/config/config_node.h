@@ -4,6 +4,7 @@
 // and emitter live in yaml_tree.cpp only, so public headers stay free of yaml-cpp.
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace xmc {
@@ -43,5 +44,15 @@ struct ConfigNode {
 
 // Prefixes a message with the origin when known: "config.yaml:12: msg".
 std::string with_origin(const std::string& origin, const std::string& msg);
+
+// A tree's leaves as (key path, value text) in document order, the key paths spelled as
+// --set spells them ("optim.output.lr", "model.encoder[0].out"). A null value is "null";
+// an empty map "{}" and an empty list "[]" (so a key whose value became empty still shows).
+using FlatConfig = std::vector<std::pair<std::string, std::string>>;
+
+FlatConfig flatten_config(const ConfigNode& root);
+
+// The value of a key, or nullptr.
+const std::string* find_value(const FlatConfig& config, std::string_view key);
 
 }  // namespace xmc

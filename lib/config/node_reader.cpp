@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <type_traits>
 
 #include "config/output_spec.h"
 #include "config/output_types.h"
@@ -82,56 +83,41 @@ bool parse_number(const std::string& s, T& out) {
   return ec == std::errc{} && p == e && b != e;
 }
 
-std::string expected_integer(const Range& r) {
-  std::string range = r.str(true);
-  if (range.empty()) return "an integer";
-  bool interval = range[0] == '[' || range[0] == '(';
-  return fmt::format("an integer {}{}", interval ? "in " : "", range);
-}
-
-std::string expected_number(const Range& r) {
-  std::string range = r.str(false);
-  if (range.empty()) return "a number";
-  bool interval = range[0] == '[' || range[0] == '(';
-  return fmt::format("a number {}{}", interval ? "in " : "", range);
+// "an integer in [1, 10]", "a number >= 0" (noun alone without a range).
+std::string expected(const char* noun, const Range& r, bool integer) {
+  const std::string range = r.str(integer);
+  if (range.empty()) return noun;
+  const bool interval = range[0] == '[' || range[0] == '(';
+  return fmt::format("{} {}{}", noun, interval ? "in " : "", range);
 }
 }  // namespace
 
-void NodeReader::field(std::string_view key, int64_t& v, std::string_view, Range r) {
-  std::string what = expected_integer(r);
+template <class T>
+void NodeReader::read_number(std::string_view key, T& v, const std::string& what, Range r) {
   const ConfigNode* c = scalar_child(key, what.c_str());
   if (!c) return;
-  int64_t x = 0;
-  if (!parse_number(c->scalar, x))
-    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
+  T x = 0;
+  bool ok = parse_number(c->scalar, x);
+  if constexpr (std::is_floating_point_v<T>) ok = ok && std::isfinite(x);
+  if (!ok) fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
   if (!r.contains(static_cast<double>(x)))
     fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
   v = x;
+}
+
+void NodeReader::field(std::string_view key, int64_t& v, std::string_view, Range r) {
+  read_number(key, v, expected("an integer", r, true), r);
 }
 
 void NodeReader::field(std::string_view key, uint64_t& v, std::string_view, Range r) {
-  std::string what =
-      r.str(true).empty() ? std::string("a non-negative integer") : expected_integer(r);
-  const ConfigNode* c = scalar_child(key, what.c_str());
-  if (!c) return;
-  uint64_t x = 0;
-  if (!parse_number(c->scalar, x))
-    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
-  if (!r.contains(static_cast<double>(x)))
-    fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
-  v = x;
+  read_number(key, v,
+              r.str(true).empty() ? std::string("a non-negative integer")
+                                  : expected("an integer", r, true),
+              r);
 }
 
 void NodeReader::field(std::string_view key, double& v, std::string_view, Range r) {
-  std::string what = expected_number(r);
-  const ConfigNode* c = scalar_child(key, what.c_str());
-  if (!c) return;
-  double x = 0;
-  if (!parse_number(c->scalar, x) || !std::isfinite(x))
-    fail(*c, child_path(key), fmt::format("expected {}, got '{}'", what, c->scalar));
-  if (!r.contains(x))
-    fail(*c, child_path(key), fmt::format("expected {}, got {}", what, c->scalar));
-  v = x;
+  read_number(key, v, expected("a number", r, false), r);
 }
 
 void NodeReader::field(std::string_view key, std::string& v, std::string_view) {
@@ -150,13 +136,12 @@ void NodeReader::field(std::string_view key, std::string& v, std::string_view, c
   std::string what = fmt::format("one of {}", fmt::join(ch.values, ", "));
   const ConfigNode* c = scalar_child(key, what.c_str());
   if (!c) return;
-  if (!ch.contains(c->scalar))
-    fail(
-        *c, child_path(key),
-        fmt::format("expected {}, got '{}'{}", what, c->scalar,
-                    closest_key(c->scalar, ch.values).empty()
-                        ? std::string{}
-                        : fmt::format(" (did you mean '{}'?)", closest_key(c->scalar, ch.values))));
+  if (!ch.contains(c->scalar)) {
+    const std::string best = closest_key(c->scalar, ch.values);
+    fail(*c, child_path(key),
+         fmt::format("expected {}, got '{}'{}", what, c->scalar,
+                     best.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", best)));
+  }
   v = c->scalar;
 }
 
@@ -181,20 +166,14 @@ void NodeReader::field(std::string_view key, OutputSpec& v, std::string_view) {
            fmt::format("expected an output type name, got {}", type_node->describe()));
     type = type_node->scalar;
   }
-  std::vector<std::string> names;
-  for (const auto& t : *types_) names.push_back(t.name);
-  auto it = std::find_if(types_->begin(), types_->end(),
-                         [&](const OutputTypeInfo& t) { return t.name == type; });
-  if (it == types_->end()) {
-    std::string best = closest_key(type, names);
-    fail(where, path + ".type",
-         fmt::format("unknown output type '{}'{} (known: {})", type,
-                     best.empty() ? std::string{} : fmt::format(", did you mean '{}'?", best),
-                     names.empty() ? std::string("none registered")
-                                   : fmt::format("{}", fmt::join(names, ", "))));
+  const OutputTypeInfo* info = nullptr;
+  try {
+    info = &find_output_type(*types_, type);
+  } catch (const InputError& e) {  // unknown: the same message, at the key's origin
+    fail(where, path + ".type", e.what());
   }
   v.type = type;
-  v.config = it->parse(node, path);
+  v.config = info->parse(node, path);
 }
 
 }  // namespace xmc

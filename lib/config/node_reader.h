@@ -83,6 +83,10 @@ class NodeReader {
   std::string child_path(std::string_view key) const;
   static void expect_list(const ConfigNode& n, const std::string& path);
   const ConfigNode* scalar_child(std::string_view key, const char* expected);
+  // An int64, uint64 or double field: a finite number of type T within r; `what` is the
+  // expectation the messages name.
+  template <class T>
+  void read_number(std::string_view key, T& v, const std::string& what, Range r);
 
   const ConfigNode& node_;
   std::string path_;

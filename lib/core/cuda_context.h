@@ -92,90 +92,77 @@ class CudaContext {
   LedgerEntry lt_workspace_entry_;
 };
 
-// Owning device array of n T's, recorded in the ledger (MemSpace::device) under a tag;
-// cudaFree on destruction. Not zero-initialised (use zero()).
-template <class T>
-class DeviceBuffer {
+// Owning array of n T's in device memory (S = MemSpace::device: cudaMalloc) or page-locked
+// host memory (S = MemSpace::host: cudaMallocHost, for asynchronous host<->device copies),
+// recorded in the ledger under a tag and that space; freed on destruction. Not
+// zero-initialised.
+template <class T, MemSpace S>
+class GpuArray {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(MemoryLedger& ledger, MemTag tag, size_t n)
-      : data_(n ? static_cast<T*>(device_alloc(n * sizeof(T))) : nullptr),
+  GpuArray() = default;
+  GpuArray(MemoryLedger& ledger, MemTag tag, size_t n)
+      : data_(n ? static_cast<T*>(S == MemSpace::device ? device_alloc(n * sizeof(T))
+                                                         : pinned_alloc(n * sizeof(T)))
+                : nullptr),
         size_(n),
-        entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), MemSpace::device) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+        entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), S) {}
+  GpuArray(GpuArray&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         entry_(std::move(o.entry_)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  GpuArray& operator=(GpuArray&& o) noexcept {
     if (this != &o) {
-      device_free(data_);
+      free(data_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       entry_ = std::move(o.entry_);
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { device_free(data_); }
+  GpuArray(const GpuArray&) = delete;
+  GpuArray& operator=(const GpuArray&) = delete;
+  ~GpuArray() { free(data_); }
 
   T* data() { return data_; }
   const T* data() const { return data_; }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(T); }
 
-  // Host <-> device copies of the first n elements (n <= size()) on `stream`.
-  void upload(const T* host, size_t n, Stream stream) {
+  // Device arrays: host <-> device copies of the first n elements (n <= size()) on
+  // `stream`, and zeroing.
+  void upload(const T* host, size_t n, Stream stream)
+    requires(S == MemSpace::device)
+  {
     copy_to_device(data_, host, n * sizeof(T), stream);
   }
-  void download(T* host, size_t n, Stream stream) const {
+  void download(T* host, size_t n, Stream stream) const
+    requires(S == MemSpace::device)
+  {
     copy_to_host(host, data_, n * sizeof(T), stream);
   }
-  void zero(Stream stream) { memset_device(data_, 0, bytes(), stream); }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-  LedgerEntry entry_;
-};
-
-// Owning page-locked host array of n T's (for asynchronous host<->device copies),
-// recorded in the ledger (MemSpace::host).
-template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(MemoryLedger& ledger, MemTag tag, size_t n)
-      : data_(n ? static_cast<T*>(pinned_alloc(n * sizeof(T))) : nullptr),
-        size_(n),
-        entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), MemSpace::host) {}
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)),
-        entry_(std::move(o.entry_)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      pinned_free(data_);
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-      entry_ = std::move(o.entry_);
-    }
-    return *this;
+  void zero(Stream stream)
+    requires(S == MemSpace::device)
+  {
+    memset_device(data_, 0, bytes(), stream);
   }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { pinned_free(data_); }
-
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return size_; }
-  T& operator[](size_t i) { return data_[i]; }
-  const T& operator[](size_t i) const { return data_[i]; }
 
  private:
+  static void free(T* p) noexcept {
+    if constexpr (S == MemSpace::device) {
+      device_free(p);
+    } else {
+      pinned_free(p);
+    }
+  }
+
   T* data_ = nullptr;
   size_t size_ = 0;
   LedgerEntry entry_;
 };
+
+template <class T>
+using DeviceBuffer = GpuArray<T, MemSpace::device>;
+template <class T>
+using PinnedBuffer = GpuArray<T, MemSpace::host>;
 
 }  // namespace xmc::gpu

@@ -20,7 +20,6 @@ class CudaStream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   Stream get() const { return stream_; }
-  void synchronize() const { gpu::synchronize(stream_); }
 
  private:
   Stream stream_ = nullptr;

@@ -81,6 +81,5 @@ void check_memory_plan(double bytes, std::string_view what, std::string_view adv
 }
 
 int64_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
-int64_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
 
 }  // namespace xmc

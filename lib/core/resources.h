@@ -9,8 +9,6 @@ namespace xmc {
 
 // Peak resident set size of this process in bytes (VmHWM), 0 if unknown.
 int64_t peak_rss_bytes();
-// Current resident set size in bytes (VmRSS), 0 if unknown.
-int64_t current_rss_bytes();
 
 // Host memory that new allocations may take, and where the figure comes from: the
 // environment variable XMC_MEMORY_LIMIT when set (bytes, or a number with a K, M, G or T

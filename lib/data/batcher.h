@@ -28,7 +28,6 @@ class Batcher {
   // Skips the next `batches` batches of the epoch (resuming a checkpoint taken mid-epoch).
   void skip(int64_t batches);
 
-  int64_t batch_size() const { return batch_size_; }
   int64_t batches_per_epoch() const;
   // Row order of the current epoch, [N].
   const std::vector<int64_t>& order() const { return order_; }

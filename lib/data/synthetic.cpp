@@ -427,20 +427,9 @@ SynthData generate_synthetic(const SynthConfig& cfg_in) {
   return out;
 }
 
-nlohmann::json to_json(const SynthConfig& cfg) {
-  return {{"train", cfg.train},
-          {"test", cfg.test},
-          {"labels", cfg.labels},
-          {"features", cfg.features},
-          {"clusters", cfg.clusters},
-          {"alpha", cfg.alpha},
-          {"labels_per_point", cfg.labels_per_point},
-          {"max_labels", cfg.max_labels},
-          {"noise", cfg.noise},
-          {"nnz", cfg.nnz},
-          {"seed", cfg.seed},
-          {"format", cfg.format}};
-}
+// The parameters as JSON (the key that says whether generated files are current).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SynthConfig, train, test, labels, features, clusters, alpha,
+                                   labels_per_point, max_labels, noise, nnz, seed, format)
 
 std::vector<std::string> synthetic_files(const std::string& format) {
   if (format == "dense")
@@ -474,7 +463,7 @@ void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std
                           data.test.labels);
     files = {{"train", "train.txt"}, {"test", "test.txt"}};
   }
-  nlohmann::json j = {{"parameters", to_json(cfg)},
+  nlohmann::json j = {{"parameters", nlohmann::json(cfg)},
                       {"files", files},
                       {"oracle_p1", data.oracle_p1},
                       {"popularity_p1", data.popularity_p1}};
@@ -533,7 +522,7 @@ bool synthetic_files_current(const SynthConfig& cfg_in, const std::string& out_d
         key_prefix, out_dir, fs::exists(marker) ? "cannot read" : "no", marker.string(), e.what(),
         key_prefix);
   }
-  const nlohmann::json wanted = to_json(cfg);
+  const nlohmann::json wanted(cfg);
   std::vector<std::string> changed;
   for (const auto& [key, value] : wanted.items())
     if (!recorded.contains(key) || recorded[key] != value)

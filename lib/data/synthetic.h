@@ -18,7 +18,6 @@
 //   (Zipf over 2V/C words). Values (1 + ln tf)·idf (idf from the training split), rows
 //   L2-normalised: non-negative tf-idf-like features.
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -75,7 +74,5 @@ std::vector<std::string> synthetic_files(const std::string& format);
 // generator did not finish, or did not write, are not overwritten.
 bool synthetic_files_current(const SynthConfig& cfg, const std::string& out_dir,
                              const std::string& key_prefix);
-
-nlohmann::json to_json(const SynthConfig& cfg);
 
 }  // namespace xmc

@@ -1,12 +1,12 @@
 #include "dist/comm.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "model/loss.h"
 
 #if defined(XMC_WITH_MPI)
@@ -46,14 +46,12 @@ class SingleComm final : public Comm {
 // Times one collective into Comm::seconds_.
 class Timed {
  public:
-  explicit Timed(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
-  ~Timed() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
+  explicit Timed(double& total) : total_(total) {}
+  ~Timed() { total_ += sw_.seconds(); }
 
  private:
   double& total_;
-  std::chrono::steady_clock::time_point t0_;
+  Stopwatch sw_;
 };
 
 int to_count(size_t n) {
@@ -174,14 +172,6 @@ void run_in_job(const std::function<void(Comm*)>& f) {
     end_job_on_error(*world, e);
     throw;
   }
-}
-
-bool built_with_mpi() {
-#if defined(XMC_WITH_MPI)
-  return true;
-#else
-  return false;
-#endif
 }
 
 RowReductions row_reductions(Comm& comm) {

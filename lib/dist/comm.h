@@ -73,8 +73,6 @@ std::unique_ptr<Comm> single_process_comm();
 // MPI_COMM_WORLD when built with MPI and started by an MPI launcher (its environment
 // names a world size), initialising MPI once (finalised at exit); else single_process_comm().
 std::unique_ptr<Comm> world_comm();
-// Whether this build has the MPI path (CMake XMC_MPI).
-bool built_with_mpi();
 // A command's process in its job (train, eval, predict): the ranks other than 0 log
 // warnings and errors only. on_error(e) — for the command's catch — logs e with the rank
 // and ends every process of the job (exit 2 for an InputError, else 1) when there are

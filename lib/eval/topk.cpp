@@ -26,12 +26,6 @@ TopKAccumulator::TopKAccumulator(int64_t rows, int k) : rows_(rows), k_(k) {
   count_.assign(static_cast<size_t>(rows), 0);
 }
 
-void TopKAccumulator::clear() {
-  std::fill(labels_.begin(), labels_.end(), TopK::kNoLabel);
-  std::fill(scores_.begin(), scores_.end(), kNegInf);
-  std::fill(count_.begin(), count_.end(), 0);
-}
-
 // Heap over the row's slots [k]: a max-heap under "ranks before", i.e. the worst kept
 // candidate sits at slot 0. Sift operations are written out because labels and scores
 // live in two parallel arrays.

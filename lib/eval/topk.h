@@ -39,9 +39,6 @@ class TopKAccumulator {
   // rows >= 0, k >= 1 (InputError otherwise: k comes from the user).
   TopKAccumulator(int64_t rows, int k);
 
-  int64_t rows() const { return rows_; }
-  int k() const { return k_; }
-
   // scores [rows×c]: the scores of labels [lo, lo + c) for every row. Parallel over rows
   // (OpenMP); the result does not depend on the chunking or the thread count.
   void add_chunk(ConstMatrix scores, int64_t lo);
@@ -52,9 +49,6 @@ class TopKAccumulator {
 
   // The kept candidates, each row sorted best first and padded.
   TopK result() const;
-
-  // Forget every candidate (keeps rows and k).
-  void clear();
 
  private:
   void push(int64_t row, uint32_t label, float score);

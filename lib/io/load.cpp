@@ -31,11 +31,6 @@ std::string resolve_format(const DataSource& src) {
 
 }  // namespace
 
-std::string DataSource::describe() const {
-  if (!path.empty()) return path;
-  return features + " + " + labels;
-}
-
 Dataset load_dense_dataset(const std::string& features_path, const std::string& labels_path,
                            const std::string& hdf5_dataset, const ReadOptions& opt) {
   const std::string ext = lower_extension(features_path);

@@ -15,9 +15,6 @@ struct DataSource {
   std::string format = "auto";  // auto | xc | split | npy | hdf5
   std::string hdf5_dataset = "features";
   ReadOptions read;
-
-  // For messages: the file(s) this source names.
-  std::string describe() const;
 };
 
 // auto: `path` set -> xc; else by the extension of `features`: .npy -> npy, .h5/.hdf5 ->

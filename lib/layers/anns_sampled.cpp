@@ -40,7 +40,6 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       chunk_(std::min(cfg.chunk_size, shard_labels())),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
-      optim_(init.optim),
       seed_(init.seed),
       draw_seed_(Rng::shard_seed(init.seed, init.label_lo)),
       ctx_(init.ctx),
@@ -57,7 +56,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
   const int64_t per_point = std::min(n, k_h_ + k_r_ + 8);
-  block_ = SampledBlock(*ctx_, optim_, label_lo(), n, d_, seed_, batch, chunk_, batch * per_point);
+  block_ = SampledBlock(*ctx_, init.optim, label_lo(), n, d_, seed_, batch, chunk_, batch * per_point);
   set_device_views(ctx_->on_gpu());
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
@@ -186,17 +185,23 @@ void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
   block_.scores(h, lo, out);
 }
 
-DenseMatrix AnnsSampledLayer::augmented_weights() const {
-  const int64_t nl = shard_labels();
-  DenseMatrix v(nl, d_ + 1);
-  // Host W and b: the arrays themselves on the CPU, copies (L×d + L floats) on the GPU.
-  const float* w = block_.host_weights().data;
-  const float* b = block_.host_bias();
+namespace {
+// [m | last] [rows×(cols+1)]: the HNSW space's vectors [w_l | b_l] (last = b) and queries
+// [h_i | 1] (last = nullptr), so that a query's inner product includes the bias.
+DenseMatrix with_last_column(ConstMatrix m, const float* last) {
+  DenseMatrix v(m.rows, m.cols + 1);
 #pragma omp parallel for schedule(static)
-  for (int64_t l = 0; l < nl; ++l) {
-    std::copy(w + l * d_, w + (l + 1) * d_, v.values.data() + l * (d_ + 1));
-    v.values[static_cast<size_t>(l * (d_ + 1) + d_)] = b[l];
+  for (int64_t i = 0; i < m.rows; ++i) {
+    std::copy(m.row(i), m.row(i) + m.cols, v.values.data() + i * (m.cols + 1));
+    v.values[static_cast<size_t>(i * (m.cols + 1) + m.cols)] = last ? last[i] : 1.0f;
   }
+  return v;
+}
+}  // namespace
+
+DenseMatrix AnnsSampledLayer::augmented_weights() const {
+  // Host W and b: the arrays themselves on the CPU, copies (L×d + L floats) on the GPU.
+  DenseMatrix v = with_last_column(block_.host_weights(), block_.host_bias());
   block_.release_host();
   return v;
 }
@@ -219,12 +224,7 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   }
   // The index is on the host: a device layer downloads the query rows (rows×d floats).
   const HostView hv(*ctx_, h);
-  const ConstMatrix hq = hv.view();
-  DenseMatrix q(h.rows, d_ + 1);
-  for (int64_t i = 0; i < h.rows; ++i) {
-    std::copy(hq.row(i), hq.row(i) + d_, q.values.data() + i * (d_ + 1));
-    q.values[static_cast<size_t>(i * (d_ + 1) + d_)] = 1.0f;
-  }
+  const DenseMatrix q = with_last_column(hv.view(), nullptr);
   TopK out;
   out.rows = h.rows;
   out.k = k;
@@ -284,13 +284,7 @@ void AnnsSampledLayer::start_refresh(const TrainerView& t) {
   XMC_CHECK(h.rows == n_train_ && h.cols == d_,
             "anns_sampled: embed_train gave [{}×{}], expected [{}×{}]", h.rows, h.cols, n_train_,
             d_);
-  auto queries = std::make_shared<DenseMatrix>(n_train_, d_ + 1);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n_train_; ++i) {
-    std::copy(h.values.data() + i * d_, h.values.data() + (i + 1) * d_,
-              queries->values.data() + i * (d_ + 1));
-    queries->values[static_cast<size_t>(i * (d_ + 1) + d_)] = 1.0f;
-  }
+  auto queries = std::make_shared<DenseMatrix>(with_last_column(h.view(), nullptr));
   auto vectors = std::make_shared<DenseMatrix>(augmented_weights());
   const double embed_s = sw.seconds();
   const uint64_t seed = seed_ ^ (0x5eedULL + static_cast<uint64_t>(started_));
@@ -358,25 +352,26 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
 
 void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
                                       uint32_t* out) const {
-  // The streamed top-k of evaluation over the snapshot [W | b], 1024 rows at a time (its
-  // [rows×chunk] score buffer is counted as workspace).
+  // Exact top-k over the snapshot [W | b] (local ids, so TopK::kNoLabel pads are kNone),
+  // 1024 rows at a time through [rows×chunk] score chunks (counted as workspace).
   const int k = static_cast<int>(k_h_);
   const int64_t block = std::min<int64_t>(queries.rows, 1024);
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_, vectors.rows));
   LedgerEntry scratch(ctx_->ledger(), MemTag::workspace,
-                      static_cast<int64_t>(sizeof(float)) * block * chunk_);
+                      static_cast<int64_t>(sizeof(float)) * block * chunk);
+  std::vector<float> buf(static_cast<size_t>(block * chunk));
+  static_assert(TopK::kNoLabel == kNone);
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
     const int64_t rows = std::min(block, queries.rows - r0);
     const ConstMatrix q = queries.rows_range(r0, rows);
-    // stream_topk runs over the global ids [label_lo, label_hi); vectors and out are local.
-    const TopK t = stream_topk(rows, k, chunk_, [&](int64_t lo, Matrix s) {
-      kernels::gemm_nt(q, vectors.rows_range(lo - label_lo(), s.cols), s);
-    });
-    for (int64_t i = 0; i < rows; ++i)
-      for (int j = 0; j < k; ++j) {
-        const uint32_t l = t.row_labels(i)[j];
-        out[(r0 + i) * k_h_ + j] =
-            l == TopK::kNoLabel ? kNone : static_cast<uint32_t>(l - label_lo());
-      }
+    TopKAccumulator acc(rows, k);
+    for (int64_t c0 = 0; c0 < vectors.rows; c0 += chunk) {
+      const Matrix s(buf.data(), rows, std::min(chunk, vectors.rows - c0));
+      kernels::gemm_nt(q, vectors.rows_range(c0, s.cols), s);
+      acc.add_chunk(s, c0);
+    }
+    const TopK t = acc.result();
+    std::copy(t.labels.begin(), t.labels.end(), out + r0 * k_h_);
   }
 }
 

@@ -156,7 +156,6 @@ class AnnsSampledLayer final : public OutputLayer {
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
   TopK topk_impl(ConstMatrix h, int k) const override;
-  int64_t chunk_labels() const override { return chunk_; }
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
@@ -179,7 +178,6 @@ class AnnsSampledLayer final : public OutputLayer {
   int64_t d_, n_train_, k_h_, k_r_, chunk_;
   AnnsSampledConfig cfg_;
   LossType loss_;
-  OptimizerConfig optim_;
   uint64_t seed_;
   uint64_t draw_seed_;  // uniform negatives: seed_, mixed with the first label of a shard
   Context* ctx_;

@@ -44,7 +44,6 @@ class BottleneckLayer final : public OutputLayer {
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
   TopK topk_impl(ConstMatrix h, int k) const override;
-  int64_t chunk_labels() const override { return block_.chunk(); }
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;

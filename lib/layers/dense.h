@@ -38,7 +38,6 @@ class DenseLayer final : public OutputLayer {
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
   TopK topk_impl(ConstMatrix h, int k) const override;
-  int64_t chunk_labels() const override { return block_.chunk(); }
   std::vector<TensorRef> state_impl() override { return block_.state("output/"); }
   void sync_state_impl(StateSync s) override { block_.sync_state(s); }
   int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }

@@ -157,7 +157,8 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     }
     kernels::column_sums(ctx, z, db_.data());
     mark(&DenseTimings::backward_weight);
-    update_chunk(c0, c, lr);
+    p_.update(*ctx_, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
+              WeightArray::rounding_key(precision_.stochastic_rounding, seed_, c0));
     mark(&DenseTimings::update);
   }
   const gpu::LossAccum acc = acc_.read();
@@ -166,11 +167,6 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
   stats.zero_grads = static_cast<int64_t>(acc.zero_grads);
   stats.grads = batch * n_;
   return stats;
-}
-
-void DenseBlock::update_chunk(int64_t row0, int64_t rows, const LrState& lr) {
-  p_.update(*ctx_, optim_, lr.lr, lr.step, row0, rows, dw_.data(), db_.data(),
-            WeightArray::rounding_key(precision_.stochastic_rounding, seed_, row0));
 }
 
 void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {

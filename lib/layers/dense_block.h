@@ -93,8 +93,6 @@ class DenseBlock {
   static double planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
                               const OptimizerConfig& optim);
   int64_t chunk() const { return chunk_; }
-  int64_t dim() const { return d_; }
-  int64_t labels() const { return n_; }
 
  private:
   bool bf16() const { return p_.w.bf16(); }
@@ -102,7 +100,6 @@ class DenseBlock {
   // hold h rounded (round_h).
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
   void round_h(ConstMatrix h) const;
-  void update_chunk(int64_t row0, int64_t rows, const LrState& lr);
 
   Context* ctx_;
   int64_t d_, lo_, n_, max_batch_, chunk_;

@@ -201,18 +201,10 @@ void FixedFaninLayer::forward(int64_t l0, const float* ut, Matrix z) const {
 }
 
 Buffer<float> FixedFaninLayer::eval_input_t(ConstMatrix h) const {
-  Context& ctx = *ctx_;
-  const int64_t rows = h.rows;
   Buffer<float> u_buf;
-  ConstMatrix u = h;
-  if (inter_.active()) {
-    u_buf = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(rows * m_));
-    const Matrix um(u_buf.data(), rows, m_);
-    inter_.apply(h, um);
-    u = um;
-  }
-  Buffer<float> ut(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
-  kernels::transpose(ctx, u, Matrix(ut.data(), m_, rows));
+  const ConstMatrix u = inter_.apply_into(h, u_buf);
+  Buffer<float> ut(*ctx_, MemTag::workspace, static_cast<size_t>(m_ * h.rows));
+  kernels::transpose(*ctx_, u, Matrix(ut.data(), m_, h.rows));
   return ut;
 }
 
@@ -270,38 +262,31 @@ void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
 }
 
 RewireStats FixedFaninLayer::rewire(int64_t step) {
-  Stopwatch sw;
   // Label-sharded: each process prunes the fraction of its own slots (not the lowest of
   // every process's slots together) and regrows from its own label streams.
   const int64_t n = shard_labels(), f = fan_in_, nf = n * f;
-  RewireStats out;
-  out.step = step;
-  const int64_t k = rewire_count(rewire_cfg_, nf);
-  if (k <= 0 || f >= m_) {  // nothing to prune, or every input already used
-    last_rewire_ = out;
-    return out;
-  }
-  // On host copies of idx, w and their moments (on the GPU a round trip of
-  // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
-  // rewire with this very code.
-  float* w = p_.w.stage();
-  float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
-  float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
-  // The k smallest |w| over all L·F slots; each label regrows its own.
-  const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
-  const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-  out.pruned = regrow_sets(idx_.stage(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
-    w[l * f + j] = 0.0f;
-    if (s1) s1[l * f + j] = 0.0f;
-    if (s2) s2[l * f + j] = 0.0f;
+  last_rewire_ = run_rewire(rewire_cfg_, step, nf, f < m_, [&](int64_t k) {
+    // On host copies of idx, w and their moments (on the GPU a round trip of
+    // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
+    // rewire with this very code.
+    float* w = p_.w.stage();
+    float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
+    float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
+    // The k smallest |w| over all L·F slots; each label regrows its own.
+    const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
+    const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
+    const int64_t pruned = regrow_sets(idx_.stage(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
+      w[l * f + j] = 0.0f;
+      if (s1) s1[l * f + j] = 0.0f;
+      if (s2) s2[l * f + j] = 0.0f;
+    });
+    p_.w.commit();
+    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
+    idx_.commit();
+    return pruned;
   });
-  p_.w.commit();
-  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
-  idx_.commit();
-  out.seconds = sw.seconds();
-  timings_.rewire += out.seconds;
-  last_rewire_ = out;
-  return out;
+  timings_.rewire += last_rewire_.seconds;
+  return last_rewire_;
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

@@ -95,7 +95,6 @@ class FixedFaninLayer final : public OutputLayer {
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
   TopK topk_impl(ConstMatrix h, int k) const override;
-  int64_t chunk_labels() const override { return chunk_; }
   void on_step_impl(const TrainerView& t) override;
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;

@@ -377,29 +377,14 @@ GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const 
   EvalInputs in;
   Context& ctx = *ctx_;
   const int64_t rows = h.rows;
-  const auto workspace = [&](int64_t cols) {
-    return Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(rows * cols));
-  };
-  in.head_in = h;
-  if (head_proj_.active()) {
-    in.head_buf = workspace(head_proj_.out_dim());
-    Matrix hp(in.head_buf.data(), rows, head_proj_.out_dim());
-    head_proj_.apply(h, hp);
-    in.head_in = hp;
-  }
+  in.head_in = head_proj_.apply_into(h, in.head_buf);
   if (tail_labels() > 0) {
-    ConstMatrix u = h;
-    if (tail_proj_.active()) {
-      in.tail_buf = workspace(m_);
-      Matrix um(in.tail_buf.data(), rows, m_);
-      tail_proj_.apply(h, um);
-      u = um;
-    }
+    const ConstMatrix u = tail_proj_.apply_into(h, in.tail_buf);
     if (p_.w.bf16()) {
       in.ut16 = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
       kernels::transpose(ctx, u, gpu::Bf16Matrix(in.ut16.data(), m_, rows));
     } else {
-      in.ut = workspace(m_);  // [m×rows]
+      in.ut = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));  // [m×rows]
       kernels::transpose(ctx, u, Matrix(in.ut.data(), m_, rows));
     }
   }
@@ -572,28 +557,22 @@ void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
 }
 
 RewireStats GroupSharedLayer::rewire(int64_t step) {
-  Stopwatch sw;
-  const int64_t t = tail_labels(), f = fan_in_, slots = groups_ * f;
-  RewireStats out;
-  out.step = step;
-  const int64_t k = rewire_count(rewire_cfg_, slots);
-  if (t == 0 || k <= 0 || f >= m_) {  // nothing to prune, or every input already used
-    last_rewire_ = out;
-    return out;
-  }
-  // On host copies of the indices, weights and moments (biases stay): on the GPU a round
-  // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
-  out.pruned = rewire_arrays(step, k, idx_.stage(), p_.w.stage(),
-                             p_.w_s1.empty() ? nullptr : p_.w_s1.stage(),
-                             p_.w_s2.empty() ? nullptr : p_.w_s2.stage());
-  idx_.commit();
-  p_.w.commit();
-  p_.w_s1.commit();
-  p_.w_s2.commit();
-  out.seconds = sw.seconds();
-  timings_.rewire += out.seconds;
-  last_rewire_ = out;
-  return out;
+  const int64_t f = fan_in_;
+  last_rewire_ = run_rewire(rewire_cfg_, step, groups_ * f, tail_labels() > 0 && f < m_,
+                            [&](int64_t k) {
+    // On host copies of the indices, weights and moments (biases stay): on the GPU a round
+    // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
+    const int64_t pruned = rewire_arrays(step, k, idx_.stage(), p_.w.stage(),
+                                         p_.w_s1.empty() ? nullptr : p_.w_s1.stage(),
+                                         p_.w_s2.empty() ? nullptr : p_.w_s2.stage());
+    idx_.commit();
+    p_.w.commit();
+    p_.w_s1.commit();
+    p_.w_s2.commit();
+    return pruned;
+  });
+  timings_.rewire += last_rewire_.seconds;
+  return last_rewire_;
 }
 
 int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,

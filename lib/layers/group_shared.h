@@ -161,7 +161,6 @@ class GroupSharedLayer final : public OutputLayer {
   RewireStats rewire(int64_t step);
   const RewireStats& last_rewire() const { return last_rewire_; }
   bool rewire_due(int64_t step, int64_t total_steps) const;
-  const GroupSharedTimings& timings() const { return timings_; }
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

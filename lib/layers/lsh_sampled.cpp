@@ -99,8 +99,6 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       comm_(init.shard_comm()),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
-      optim_(init.optim),
-      chunk_(std::min(cfg.chunk_size, shard_labels())),
       eval_candidates_(init.shard_share(cfg.eval_candidates)),
       eval_rows_(init.eval_rows()) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
@@ -127,8 +125,8 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   const int64_t max_cand = init.shard_share(cfg.max_candidates);
   const int64_t min_cand = init.shard_share(cfg.min_candidates);
   const int64_t per_point = std::min(n, std::max(max_cand, min_cand));
-  block_ = SampledBlock(*init.ctx, optim_, label_lo(), n, d, init.seed, batch, chunk_,
-                        batch * per_point);
+  block_ = SampledBlock(*init.ctx, init.optim, label_lo(), n, d, init.seed, batch,
+                        std::min(cfg.chunk_size, n), batch * per_point);
   set_device_views(init.ctx->on_gpu());
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);

@@ -129,7 +129,6 @@ class LshSampledLayer final : public OutputLayer {
                             const LrState& lr) override;
   void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const override;
   TopK topk_impl(ConstMatrix h, int k) const override;
-  int64_t chunk_labels() const override { return chunk_; }
   void on_step_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
@@ -147,8 +146,6 @@ class LshSampledLayer final : public OutputLayer {
   RowReductions shards_;  // their reductions (label-sharded softmax), set with comm_
   LshSampledConfig cfg_;
   LossType loss_;
-  OptimizerConfig optim_;
-  int64_t chunk_;
   int64_t eval_candidates_;  // eval_search lsh: this process's share of eval_candidates
   int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   // mutable: evaluation scores the candidates through the block's staging workspace.

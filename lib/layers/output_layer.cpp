@@ -67,23 +67,4 @@ void OutputLayer::scores(ConstMatrix h, Matrix out) const {
   scores_impl(h, lo_, out);
 }
 
-TopK OutputLayer::stream_topk(int64_t rows, int k, int64_t chunk,
-                              const std::function<void(int64_t, Matrix)>& score_chunk) const {
-  TopKAccumulator acc(rows, k);
-  chunk = std::max<int64_t>(1, std::min(chunk, hi_ - lo_));
-  std::vector<float> buf(static_cast<size_t>(rows * chunk));
-  for (int64_t c0 = lo_; c0 < hi_; c0 += chunk) {
-    const int64_t c = std::min(chunk, hi_ - c0);
-    Matrix out(buf.data(), rows, c);
-    score_chunk(c0, out);
-    acc.add_chunk(out, c0);
-  }
-  return acc.result();
-}
-
-TopK OutputLayer::topk_impl(ConstMatrix h, int k) const {
-  return stream_topk(h.rows, k, chunk_labels(),
-                     [&](int64_t lo, Matrix out) { scores_impl(h, lo, out); });
-}
-
 }  // namespace xmc

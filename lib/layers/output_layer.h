@@ -101,18 +101,12 @@ class OutputLayer {
   // A backend holding other labels than [lo, hi) (group_shared's part of its arrangement;
   // [lo, hi) is then the shard's place in the checkpoint index only).
   void set_held_labels(int64_t n) { held_ = n; }
-  // Exact top-k of `rows` rows over labels [label_lo, label_hi) in chunks of `chunk`:
-  // score_chunk(lo, out [rows×c]) fills the scores of labels [lo, lo+c).
-  TopK stream_topk(int64_t rows, int k, int64_t chunk,
-                   const std::function<void(int64_t, Matrix)>& score_chunk) const;
 
  private:
   virtual StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                     const LrState& lr) = 0;
   virtual void scores_impl(ConstMatrix h, int64_t lo, Matrix out) const = 0;
-  // Default: streams scores_impl over chunks of chunk_labels() labels.
-  virtual TopK topk_impl(ConstMatrix h, int k) const;
-  virtual int64_t chunk_labels() const { return 8192; }
+  virtual TopK topk_impl(ConstMatrix h, int k) const = 0;
   virtual void on_step_impl(const TrainerView&) {}
   virtual void on_epoch_impl(const TrainerView&) {}
   virtual std::vector<TensorRef> state_impl() = 0;

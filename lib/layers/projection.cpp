@@ -31,6 +31,14 @@ void Projection::apply(ConstMatrix x, Matrix u) const {
   kernels::affine_nt(*ctx_, x, p, p + out_ * in_, relu_, u);
 }
 
+ConstMatrix Projection::apply_into(ConstMatrix x, Buffer<float>& buf) const {
+  if (!active()) return x;
+  buf = Buffer<float>(*ctx_, MemTag::workspace, static_cast<size_t>(x.rows * out_));
+  const Matrix u(buf.data(), x.rows, out_);
+  apply(x, u);
+  return u;
+}
+
 Matrix Projection::forward(ConstMatrix x) {
   XMC_CHECK(x.rows <= max_batch_, "projection: batch of {} rows exceeds {}", x.rows, max_batch_);
   Matrix u(u_.data(), x.rows, out_);

@@ -30,6 +30,9 @@ class Projection {
   int64_t out_dim() const { return out_; }
   // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
   void apply(ConstMatrix x, Matrix u) const;
+  // Evaluation input: x itself when inactive, else its projection into buf (a workspace
+  // Buffer of rows×out, allocated here; the view lives as long as buf).
+  ConstMatrix apply_into(ConstMatrix x, Buffer<float>& buf) const;
   // Training forward into the workspace u [B×out].
   Matrix forward(ConstMatrix x);
   // The workspace du [B×out] for the caller to fill.

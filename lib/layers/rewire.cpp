@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/resources.h"
 
 namespace xmc {
 
@@ -51,6 +52,18 @@ bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps) {
 
 int64_t rewire_count(const RewireConfig& cfg, int64_t slots) {
   return std::llround(cfg.fraction * static_cast<double>(slots));
+}
+
+RewireStats run_rewire(const RewireConfig& cfg, int64_t step, int64_t slots, bool possible,
+                       const std::function<int64_t(int64_t k)>& prune_regrow) {
+  Stopwatch sw;
+  RewireStats out;
+  out.step = step;
+  const int64_t k = rewire_count(cfg, slots);
+  if (k <= 0 || !possible) return out;  // nothing to prune, or every input already used
+  out.pruned = prune_regrow(k);
+  out.seconds = sw.seconds();
+  return out;
 }
 
 std::vector<char> lowest_slots(const float* score, int64_t n, int64_t k, bool abs) {

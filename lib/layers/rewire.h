@@ -41,6 +41,11 @@ struct RewireStats {
 bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps);
 // How many of `slots` slots one rewiring prunes: round(fraction · slots).
 int64_t rewire_count(const RewireConfig& cfg, int64_t slots);
+// One rewiring at `step` of a layer with `slots` slots: k = rewire_count; when k > 0 and
+// the layer can rewire at all (`possible`: some input is still unused), prune_regrow(k)
+// does it and returns the slots pruned. The stats carry the step and the time taken.
+RewireStats run_rewire(const RewireConfig& cfg, int64_t step, int64_t slots, bool possible,
+                       const std::function<int64_t(int64_t k)>& prune_regrow);
 
 // The k (1 <= k <= n) lowest of score[0..n) as a mask [n], ties to the lower index. The
 // scores must be non-negative (their float bits then order like their values): a radix

@@ -20,7 +20,6 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
       lo_(lo),
       n_(n),
       d_(d),
-      max_batch_(max_batch),
       chunk_(std::min(chunk, n)) {
   XMC_CHECK(lo >= 0 && n > 0 && d > 0 && max_batch > 0 && chunk > 0 && nnz_hint >= 0,
             "sampled block labels [{}, +{}) d={} B={} chunk={} nnz hint {}", lo, n, d, max_batch,

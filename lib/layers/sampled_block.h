@@ -84,15 +84,11 @@ class SampledBlock {
   // Bytes of the long-lived buffers: W, b, optimizer state, the per-step workspaces
   // reserved at construction (growth past nnz_hint not included).
   int64_t analytic_bytes() const;
-  int64_t labels() const { return n_; }
-  int64_t first_label() const { return lo_; }
-  int64_t dim() const { return d_; }
-  int64_t chunk() const { return chunk_; }
 
  private:
   Context* ctx_ = nullptr;
   OptimizerConfig optim_;
-  int64_t lo_ = 0, n_ = 0, d_ = 0, max_batch_ = 0, chunk_ = 0, block_ = 0;
+  int64_t lo_ = 0, n_ = 0, d_ = 0, chunk_ = 0, block_ = 0;
   LabelParams p_;                      // W [n×d], bias [n], their optimizer state
   Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
   Buffer<float> dw_, db_;              // [block×d], [block]

@@ -103,7 +103,6 @@ Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, in
 
 Encoder::~Encoder() = default;
 
-int64_t Encoder::input_dim() const { return impl_->input_dim; }
 int64_t Encoder::output_dim() const { return impl_->output_dim; }
 bool Encoder::empty() const { return empty_; }
 

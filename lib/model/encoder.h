@@ -44,7 +44,6 @@ class Encoder {
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
 
-  int64_t input_dim() const;
   int64_t output_dim() const;
   bool empty() const;
 

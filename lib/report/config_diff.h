@@ -12,15 +12,6 @@
 
 namespace xmc {
 
-// (key path, value text) in document order. A null value is "null"; an empty map "{}" and
-// an empty list "[]" (so a key whose value became empty still shows).
-using FlatConfig = std::vector<std::pair<std::string, std::string>>;
-
-FlatConfig flatten_config(const ConfigNode& root);
-
-// The value of a key, or nullptr.
-const std::string* find_value(const FlatConfig& config, std::string_view key);
-
 // Keys whose value is not the same in every config — a key that some configs lack differs —
 // in order of first appearance. Fewer than two configs: none.
 std::vector<std::string> differing_keys(const std::vector<const FlatConfig*>& configs);
