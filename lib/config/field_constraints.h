@@ -10,6 +10,13 @@
 
 namespace xmc {
 
+// A config struct that a visitor V (NodeReader, NodeWriter, ReferenceCollector) can walk:
+// s.visit(v) calls v.field(key, member, doc[, constraint]) for every field.
+template <class S, class V>
+concept VisitableBy = requires(S& s, V& v) {
+  s.visit(v);
+};
+
 // A numeric interval; infinite ends are unbounded. Range{1, 100000} is [1, 100000].
 struct Range {
   double lo = -std::numeric_limits<double>::infinity();

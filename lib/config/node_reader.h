@@ -15,11 +15,6 @@ namespace xmc {
 struct OutputSpec;
 struct OutputTypeInfo;
 
-template <class S, class V>
-concept VisitableBy = requires(S& s, V& v) {
-  s.visit(v);
-};
-
 class NodeReader {
  public:
   // node: a map, or null (all defaults); anything else is an error naming `path`.

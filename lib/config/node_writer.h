@@ -13,11 +13,6 @@ namespace xmc {
 
 struct OutputSpec;
 
-template <class S, class V>
-concept WritableBy = requires(S& s, V& v) {
-  s.visit(v);
-};
-
 // Canonical scalar text, read back exactly by NodeReader (doubles: shortest round-trip).
 std::string scalar_text(bool v);
 std::string scalar_text(int64_t v);
@@ -35,12 +30,12 @@ class NodeWriter {
   void field(std::string_view key, const std::string& v, std::string_view doc, PathField);
   void field(std::string_view key, const OutputSpec& v, std::string_view doc);
 
-  template <WritableBy<NodeWriter> S>
+  template <VisitableBy<NodeWriter> S>
   void field(std::string_view key, const S& s, std::string_view doc) {
     add(key, write(s), doc);
   }
 
-  template <WritableBy<NodeWriter> S>
+  template <VisitableBy<NodeWriter> S>
   void field(std::string_view key, const std::vector<S>& v, std::string_view doc) {
     ConfigNode list = ConfigNode::make_list();
     for (const auto& elem : v) list.items.push_back(write(elem));
@@ -51,7 +46,7 @@ class NodeWriter {
 
   // The struct as a map node. visit() is non-const (the reader writes through it), so
   // the writer visits a copy.
-  template <WritableBy<NodeWriter> S>
+  template <VisitableBy<NodeWriter> S>
   static ConfigNode write(const S& s) {
     S copy = s;
     NodeWriter w;

@@ -29,11 +29,6 @@ struct OutputTypeReference {
   std::vector<ReferenceRow> rows;
 };
 
-template <class S, class V>
-concept DescribableBy = requires(S& s, V& v) {
-  s.visit(v);
-};
-
 class ReferenceCollector {
  public:
   // prefix: dotted path of the struct being described ("" = root).
@@ -49,7 +44,7 @@ class ReferenceCollector {
   void field(std::string_view key, const std::string& v, std::string_view doc, PathField);
   void field(std::string_view key, const OutputSpec& v, std::string_view doc);
 
-  template <DescribableBy<ReferenceCollector> S>
+  template <VisitableBy<ReferenceCollector> S>
   void field(std::string_view key, const S& s, std::string_view /*doc*/) {
     S copy = s;
     ReferenceCollector sub(path(key), prefix_.empty() ? std::string(key) : section_, types_);
@@ -57,7 +52,7 @@ class ReferenceCollector {
     append(std::move(sub));
   }
 
-  template <DescribableBy<ReferenceCollector> S>
+  template <VisitableBy<ReferenceCollector> S>
   void field(std::string_view key, const std::vector<S>& v, std::string_view doc) {
     std::string def = v.empty() ? "[]" : std::to_string(v.size()) + " items";
     add(key, "list", def, "", doc);

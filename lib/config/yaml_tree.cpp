@@ -62,27 +62,18 @@ void emit(YAML::Emitter& out, const ConfigNode& n) {
       out << n.scalar;
       break;
     case ConfigNode::Kind::list:
-      if (n.items.empty()) {
-        out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
-        break;
-      }
-      out << YAML::BeginSeq;
-      for (const auto& item : n.items) emit(out, item);
-      out << YAML::EndSeq;
-      break;
-    case ConfigNode::Kind::map:
-      if (n.items.empty()) {
-        out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
-        break;
-      }
-      out << YAML::BeginMap;
+    case ConfigNode::Kind::map: {
+      const bool map = n.kind == ConfigNode::Kind::map;
+      if (n.items.empty()) out << YAML::Flow;  // [] or {}
+      out << (map ? YAML::BeginMap : YAML::BeginSeq);
       for (const auto& item : n.items) {
-        out << YAML::Key << item.key << YAML::Value;
+        if (map) out << YAML::Key << item.key << YAML::Value;
         emit(out, item);
-        if (item.is_scalar() && !item.doc.empty()) out << YAML::Comment(item.doc);
+        if (map && item.is_scalar() && !item.doc.empty()) out << YAML::Comment(item.doc);
       }
-      out << YAML::EndMap;
+      out << (map ? YAML::EndMap : YAML::EndSeq);
       break;
+    }
   }
 }
 

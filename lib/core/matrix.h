@@ -1,5 +1,6 @@
 #pragma once
 // Non-owning row-major matrix views and the owning containers of the data layer.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -85,5 +86,14 @@ struct CsrMatrix {
     return out;
   }
 };
+
+// Scales v [n] to unit L2 norm (the sum of squares in double); a zero vector stays zero.
+inline void l2_normalise(float* v, int64_t n) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
+  if (ss <= 0) return;
+  const auto inv = static_cast<float>(1.0 / std::sqrt(ss));
+  for (int64_t i = 0; i < n; ++i) v[i] *= inv;
+}
 
 }  // namespace xmc

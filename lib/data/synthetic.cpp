@@ -144,14 +144,6 @@ CsrMatrix to_csr(const PointLabels& p, int64_t cols) {
   return m;
 }
 
-void normalise(float* v, int64_t n) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
-  if (ss <= 0) return;
-  const auto inv = static_cast<float>(1.0 / std::sqrt(ss));
-  for (int64_t i = 0; i < n; ++i) v[i] *= inv;
-}
-
 // Fraction of rows whose top-scoring label is a true label. score(i, scores) fills [L].
 template <class Score>
 double precision_at_1(const CsrMatrix& y, int64_t num_labels, Score&& score) {
@@ -187,16 +179,16 @@ DenseMatrix dense_prototypes(const SynthConfig& cfg, const Structure& s, Rng& rn
   const int64_t D = cfg.features;
   DenseMatrix mu(cfg.clusters, D), p(cfg.labels, D);
   for (float& v : mu.values) v = static_cast<float>(rng.normal());
-  for (int64_t c = 0; c < cfg.clusters; ++c) normalise(mu.view().row(c), D);
+  for (int64_t c = 0; c < cfg.clusters; ++c) l2_normalise(mu.view().row(c), D);
   std::vector<float> eps(static_cast<size_t>(D));
   for (int64_t l = 0; l < cfg.labels; ++l) {
     for (float& v : eps) v = static_cast<float>(rng.normal());
-    normalise(eps.data(), D);
+    l2_normalise(eps.data(), D);
     const float* m = mu.view().row(s.cluster_of[static_cast<size_t>(l)]);
     float* row = p.view().row(l);
     for (int64_t j = 0; j < D; ++j)
       row[j] = m[j] + static_cast<float>(kLabelSpread) * eps[static_cast<size_t>(j)];
-    normalise(row, D);
+    l2_normalise(row, D);
   }
   return p;
 }
@@ -214,7 +206,7 @@ DenseMatrix dense_features(const SynthConfig& cfg, const DenseMatrix& proto, con
       const float* p = proto.view().row(y.row_indices(i)[k]);
       for (int64_t j = 0; j < D; ++j) row[j] += p[j];
     }
-    normalise(row, D);
+    l2_normalise(row, D);
     for (int64_t j = 0; j < D; ++j) row[j] += g_scale * static_cast<float>(r.normal());
   }
   return x;
@@ -334,7 +326,7 @@ void tfidf(CsrMatrix& m, const std::vector<float>& idf) {
     float* v = m.values.data() + m.indptr[i];
     const uint32_t* w = m.row_indices(i);
     for (int64_t k = 0; k < m.row_nnz(i); ++k) v[k] = (1.0f + std::log(v[k])) * idf[w[k]];
-    normalise(v, m.row_nnz(i));
+    l2_normalise(v, m.row_nnz(i));
   }
 }
 

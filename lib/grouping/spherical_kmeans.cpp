@@ -30,14 +30,6 @@ KmMembers km_members(const std::vector<int32_t>& assign, int64_t k) {
   return m;
 }
 
-void km_normalise(float* v, int64_t d) {
-  double s = 0.0;
-  for (int64_t j = 0; j < d; ++j) s += static_cast<double>(v[j]) * v[j];
-  if (s <= 0.0) return;
-  const auto inv = static_cast<float>(1.0 / std::sqrt(s));
-  for (int64_t j = 0; j < d; ++j) v[j] *= inv;
-}
-
 }  // namespace
 
 KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed) {
@@ -124,7 +116,7 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
         const float* xr = x.row(mem.rows[static_cast<size_t>(p)]);
         for (int64_t j = 0; j < d; ++j) cc[j] += xr[j];
       }
-      km_normalise(cc, d);
+      l2_normalise(cc, d);
     }
     for (int64_t c = 0; c < k; ++c)
       if (mem.offset[static_cast<size_t>(c)] == mem.offset[static_cast<size_t>(c) + 1]) empty.push_back(c);

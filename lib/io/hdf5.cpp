@@ -12,28 +12,6 @@
 #include "io/io.h"
 
 namespace xmc::io {
-namespace {
-
-// Owns one HDF5 identifier; `close` is the matching H5?close.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-void silence_hdf5() { hdf5_library(); }
-
-}  // namespace
 
 void hdf5_library() {
   static std::once_flag once;
@@ -42,24 +20,24 @@ void hdf5_library() {
 }
 
 DenseMatrix read_hdf5(const std::string& path, const std::string& dataset) {
-  silence_hdf5();
+  hdf5_library();
   file_stamp(path);
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw_input("{}: cannot open as an HDF5 file", path);
-  if (H5Lexists(file.get(), dataset.c_str(), H5P_DEFAULT) <= 0)
+  if (H5Lexists(file, dataset.c_str(), H5P_DEFAULT) <= 0)
     throw_input("{}: no dataset '{}': expected a 2-D float dataset of that name", path, dataset);
-  Handle ds(H5Dopen2(file.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  Hid ds(H5Dopen2(file, dataset.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) throw_input("{}: cannot open dataset '{}'", path, dataset);
-  Handle type(H5Dget_type(ds.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_FLOAT)
+  Hid type(H5Dget_type(ds), H5Tclose);
+  if (H5Tget_class(type) != H5T_FLOAT)
     throw_input("{}: dataset '{}' is not floating point: expected float32 or float16", path,
                 dataset);
-  Handle space(H5Dget_space(ds.get()), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
+  Hid space(H5Dget_space(ds), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
   if (rank != 2)
     throw_input("{}: dataset '{}' has rank {}: expected a 2-D array [N×D]", path, dataset, rank);
   hsize_t dims[2] = {0, 0};
-  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  H5Sget_simple_extent_dims(space, dims, nullptr);
   // Chunked, compressed datasets can be larger than the file: the check is against memory.
   check_memory_plan(
       4.0 * static_cast<double>(dims[0]) * static_cast<double>(dims[1]),
@@ -67,7 +45,7 @@ DenseMatrix read_hdf5(const std::string& path, const std::string& dataset) {
       "a wrong or corrupted file?");
   DenseMatrix m(static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1]));
   if (!m.values.empty() &&
-      H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.values.data()) < 0)
+      H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.values.data()) < 0)
     throw_input("{}: reading dataset '{}' [{}×{}] as float32 failed", path, dataset, dims[0],
                 dims[1]);
   check_finite(m, fmt::format("{} (dataset '{}')", path, dataset));
@@ -75,22 +53,22 @@ DenseMatrix read_hdf5(const std::string& path, const std::string& dataset) {
 }
 
 void write_hdf5(const std::string& path, const std::string& dataset, const DenseMatrix& m) {
-  silence_hdf5();
+  hdf5_library();
   // HDF5 opens the file itself; reserve the temporary name through AtomicFile so a bad
   // directory fails here and the rename stays atomic.
   AtomicFile guard(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
-    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) throw_error("{}: cannot create HDF5 file", tmp);
     hsize_t dims[2] = {static_cast<hsize_t>(m.rows), static_cast<hsize_t>(m.cols)};
-    Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-    Handle ds(H5Dcreate2(file.get(), dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+    Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    Hid ds(H5Dcreate2(file, dataset.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
                          H5P_DEFAULT, H5P_DEFAULT),
               H5Dclose);
     if (!ds.ok()) throw_error("{}: cannot create dataset '{}'", path, dataset);
     if (!m.values.empty() &&
-        H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.values.data()) < 0)
+        H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.values.data()) < 0)
       throw_error("{}: writing dataset '{}' failed", path, dataset);
   }
   guard.commit();

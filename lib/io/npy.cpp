@@ -109,17 +109,12 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
   if (major < 1 || major > 3)
     throw_input("{}: unsupported .npy version {}.{}: expected 1.0, 2.0 or 3.0", name, major,
                 static_cast<int>(static_cast<unsigned char>(magic[7])));
-  uint32_t header_len = 0;
-  if (major == 1) {
-    unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) throw_input("{}: truncated .npy header", name);
-    header_len = b[0] | static_cast<uint32_t>(b[1]) << 8;
-  } else {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) throw_input("{}: truncated .npy header", name);
-    header_len = b[0] | static_cast<uint32_t>(b[1]) << 8 | static_cast<uint32_t>(b[2]) << 16 |
-                 static_cast<uint32_t>(b[3]) << 24;
-  }
+  // Header length: little-endian, 2 bytes in version 1, 4 after.
+  unsigned char b[4] = {0, 0, 0, 0};
+  if (!in.read(reinterpret_cast<char*>(b), major == 1 ? 2 : 4))
+    throw_input("{}: truncated .npy header", name);
+  const uint32_t header_len = b[0] | static_cast<uint32_t>(b[1]) << 8 |
+                              static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
   if (header_len > (1u << 20))
     throw_input("{}: .npy header length {} is implausible", name, header_len);
   std::string header(header_len, '\0');

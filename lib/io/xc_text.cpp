@@ -298,9 +298,9 @@ class LineParser {
   int64_t l_;
 };
 
-void check_options(const ReadOptions& opt) {
-  if (opt.index_base != 0 && opt.index_base != 1)
-    throw_input("index_base must be 0 or 1, got {}", opt.index_base);
+void check_base(int index_base) {
+  if (index_base != 0 && index_base != 1)
+    throw_input("index_base must be 0 or 1, got {}", index_base);
 }
 
 // Parses the body into per-thread pieces and checks the row count against the header.
@@ -418,7 +418,7 @@ namespace {
 std::pair<Header, std::vector<Piece>> parse_file(std::string_view text, const std::string& name,
                                                  const ReadOptions& opt, int fields,
                                                  const char* expected, bool combined) {
-  check_options(opt);
+  check_base(opt.index_base);
   try {
     Header h = parse_header(text, fields, expected);
     std::vector<Piece> pieces = parse_body(text, name, opt, h, combined);
@@ -435,11 +435,7 @@ Dataset parse_xc_combined(std::string_view text, const std::string& name, const 
   CsrMatrix x = concat(pieces, false, h.d);
   CsrMatrix y = concat(pieces, true, h.l);
   check_rows(name, h, {&x, &y});
-  Dataset ds;
-  ds.source = name;
-  ds.features = std::move(x);
-  ds.labels = std::move(y);
-  return ds;
+  return Dataset{name, std::move(x), std::move(y)};
 }
 
 CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name, const ReadOptions& opt) {
@@ -450,17 +446,13 @@ CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name, const 
 }
 
 Dataset read_xc_combined(const std::string& path, const ReadOptions& opt) {
-  check_options(opt);
+  check_base(opt.index_base);
   CacheKey key{CacheKind::xc_combined, file_stamp(path), opt.index_base};
   if (opt.use_cache) {
     Stopwatch sw;
     if (auto cached = load_cache(path, key); cached && cached->size() == 2) {
       spdlog::debug("loaded '{}' from its cache in {:.2f} s", path, sw.seconds());
-      Dataset ds;
-      ds.source = path;
-      ds.features = std::move((*cached)[0]);
-      ds.labels = std::move((*cached)[1]);
-      return ds;
+      return Dataset{path, std::move((*cached)[0]), std::move((*cached)[1])};
     }
   }
   Stopwatch sw;
@@ -472,7 +464,7 @@ Dataset read_xc_combined(const std::string& path, const ReadOptions& opt) {
 }
 
 CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt) {
-  check_options(opt);
+  check_base(opt.index_base);
   CacheKey key{CacheKind::xc_sparse, file_stamp(path), opt.index_base};
   if (opt.use_cache) {
     if (auto cached = load_cache(path, key); cached && cached->size() == 1)
@@ -520,11 +512,7 @@ Dataset join_features_and_labels(std::variant<CsrMatrix, DenseMatrix> features,
   CsrMatrix y = read_xc_sparse(labels_path, opt);
   y.values.clear();
   y.values.shrink_to_fit();
-  Dataset ds;
-  ds.source = features_path + " + " + labels_path;
-  ds.features = std::move(features);
-  ds.labels = std::move(y);
-  return ds;
+  return Dataset{features_path + " + " + labels_path, std::move(features), std::move(y)};
 }
 
 Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
@@ -554,11 +542,6 @@ void append_pairs(fmt::memory_buffer& buf, const CsrMatrix& m, int64_t r, int in
     else
       fmt::format_to(std::back_inserter(buf), "{}:1", idx[k] + index_base);
   }
-}
-
-void check_base(int index_base) {
-  if (index_base != 0 && index_base != 1)
-    throw_input("index_base must be 0 or 1, got {}", index_base);
 }
 
 }  // namespace

@@ -120,20 +120,7 @@ void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
   CsrMatrix x;
   CsrByColumn xt;
   if (m.sparse_input) {
-    const SparseLinear& l0 = *m.first;
-    XMC_CHECK(batch.sparse_x.cols == l0.in_dim(),
-              "sparse_linear expects {} input features, got [{}×{}]", l0.in_dim(),
-              batch.sparse_x.rows, batch.sparse_x.cols);
-    XMC_CHECK(static_cast<int64_t>(batch.sparse_x.indptr.size()) == batch.sparse_x.rows + 1,
-              "sparse input indptr has {} entries for {} rows", batch.sparse_x.indptr.size(),
-              batch.sparse_x.rows);
-    x = batch.sparse_x;
-    if (!x.has_values()) x.values.assign(x.indices.size(), 1.0f);
-    if (training && l0.dropout() > 0.0) dropout_sparse(x, l0.dropout(), rng);
-    for (size_t k = 0; k < x.indices.size(); ++k)
-      XMC_CHECK(x.indices[k] < l0.in_dim(), "feature id {} (non-zero {}) >= input dim {}",
-                x.indices[k], k, l0.in_dim());
-    if (training) group_by_column(x, xt);
+    m.first->prepare_input(batch.sparse_x, training, rng, x, xt);
   } else {
     XMC_CHECK(batch.dense_x.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]",
               m.input_dim, batch.dense_x.rows, batch.dense_x.cols);

@@ -33,20 +33,25 @@ ConstMatrix SparseLinear::forward(const gpu::DeviceCsrValues& x, bool training) 
 ConstMatrix SparseLinear::forward(const CsrMatrix& x, bool training, Rng& rng) {
   XMC_CHECK(!ctx_->on_gpu(), "sparse_linear: a host batch on a CUDA Context (the Encoder stages "
                              "the batch on the device)");
+  prepare_input(x, training, rng, host_x_, host_xt_);
+  return forward(gpu::DeviceCsrValues{host_x_.indptr.data(), host_x_.indices.data(),
+                                      host_x_.values.data(), host_x_.rows, host_x_.cols},
+                 training);
+}
+
+void SparseLinear::prepare_input(const CsrMatrix& x, bool training, Rng& rng, CsrMatrix& out,
+                                 CsrByColumn& xt) const {
   XMC_CHECK(x.cols == in_, "sparse_linear expects {} input features, got [{}×{}]", in_, x.rows,
             x.cols);
   XMC_CHECK(static_cast<int64_t>(x.indptr.size()) == x.rows + 1,
             "sparse input indptr has {} entries for {} rows", x.indptr.size(), x.rows);
-  host_x_ = x;
-  if (!host_x_.has_values()) host_x_.values.assign(host_x_.indices.size(), 1.0f);
-  if (training && dropout_ > 0.0) dropout_sparse(host_x_, dropout_, rng);
-  for (size_t k = 0; k < host_x_.indices.size(); ++k)
-    XMC_CHECK(host_x_.indices[k] < in_, "feature id {} (non-zero {}) >= input dim {}",
-              host_x_.indices[k], k, in_);
-  if (training) group_by_column(host_x_, host_xt_);
-  return forward(gpu::DeviceCsrValues{host_x_.indptr.data(), host_x_.indices.data(),
-                                      host_x_.values.data(), host_x_.rows, host_x_.cols},
-                 training);
+  out = x;
+  if (!out.has_values()) out.values.assign(out.indices.size(), 1.0f);
+  if (training && dropout_ > 0.0) dropout_sparse(out, dropout_, rng);
+  for (size_t k = 0; k < out.indices.size(); ++k)
+    XMC_CHECK(out.indices[k] < in_, "feature id {} (non-zero {}) >= input dim {}",
+              out.indices[k], k, in_);
+  if (training) group_by_column(out, xt);
 }
 
 void SparseLinear::backward(ConstMatrix dh) {

@@ -38,6 +38,11 @@ class SparseLinear : public EncoderLayerBase {
   // copied, dropped out from rng when training, grouped by column for backward(dh).
   ConstMatrix forward(const CsrMatrix& x, bool training, Rng& rng);
   void backward(ConstMatrix dh);
+  // The host side of a batch's input (both forwards' callers): x checked against the input
+  // dimension, copied into out (values filled with ones when absent), dropped out from rng
+  // and, when training, grouped by column into xt.
+  void prepare_input(const CsrMatrix& x, bool training, Rng& rng, CsrMatrix& out,
+                     CsrByColumn& xt) const;
   // One optimizer step on the touched rows and the bias; step is 1-based.
   void apply_update(double lr, int64_t step);
 

@@ -18,18 +18,7 @@
 namespace xmc {
 namespace {
 
-// RAII for HDF5 ids.
-struct Hid {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  Hid(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~Hid() {
-    if (id >= 0) close(id);
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  operator hid_t() const { return id; }
-};
+using io::Hid;
 
 // The system error behind a failed HDF5 write (HDF5 leaves errno as the failing call set it).
 std::string write_failure() {
