@@ -1,7 +1,6 @@
 #pragma once
-// The streamed exact top-k of every backend's GPU path (the device form of
-// OutputLayer::stream_topk): rows in blocks of at most `block_rows`; for each block,
-// `begin_block(r0, rows)` prepares its input (project, transpose, round; may be empty),
+// The streamed exact top-k of every backend's GPU path: rows in blocks of at most
+// `block_rows`; for each block, `begin_block(r0, rows)` prepares its input (project, transpose, round; may be empty),
 // then the labels [0, n) go in chunks of at most `chunk`, `score(c0, z)` writing the
 // scores of labels [c0, c0 + z.cols) of the block into the DEVICE workspace z [rows×c]
 // (z.data: `workspace`, at least block_rows·chunk floats), merged on the device into a
@@ -25,7 +24,7 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
 
 // The same on the Context's device: CUDA — device_stream_topk with a device workspace of
 // min(block_rows, rows)·chunk floats (in the ledger); CPU — the same blocks and chunks on
-// host memory, merged by TopKAccumulator (eval/topk.h) in OutputLayer::stream_topk's order
+// host memory, merged by TopKAccumulator (eval/topk.h) chunk by chunk in label order
 // (equal scores to the lower id). score() writes DEVICE views on a CUDA Context.
 TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
                  int64_t label_offset,
