@@ -8,17 +8,22 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/context.h"
 #include "core/rng.h"
+#include "eval/topk.h"
 #include "kernels/dense_ops.h"
 #include "kernels/encoder_ops.h"
 #include "kernels/fixed_fanin_ops.h"
 #include "kernels/group_shared_ops.h"
+#include "layers/device_topk.h"
 #include "model/csr_by_column.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
@@ -50,6 +55,58 @@ OptArrays random_opt_arrays(Rng& rng, size_t n) {
 
 // Odd sizes, so no kernel's tile divides them.
 constexpr int64_t kM = 37, kK = 53, kN = 29;
+
+// Random sorted, duplicate-free positives per row over [0, labels), 1..max_pos of them;
+// row 1 has none (softmax: a zero gradient row).
+CsrMatrix random_targets(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
+  CsrMatrix t;
+  t.rows = rows;
+  t.cols = labels;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
+    std::vector<uint32_t> row;
+    for (int i = 0; i < np; ++i)
+      row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    t.indices.insert(t.indices.end(), row.begin(), row.end());
+    t.indptr.push_back(t.nnz());
+  }
+  return t;
+}
+
+// The four update rules with weight decay: sgd (momentum 0: no state), sgd + momentum,
+// adam, adamw (as the CPU-vs-CUDA parity binary, tests/cuda/parity_support.h).
+std::vector<OptimizerConfig> all_optimizers() {
+  OptimizerConfig sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.lr = 0.1;
+  sgd.weight_decay = 1e-3;
+  OptimizerConfig mom = sgd;
+  mom.momentum = 0.9;
+  OptimizerConfig adam;
+  adam.type = OptimizerType::adam;
+  adam.lr = 1e-2;
+  adam.weight_decay = 1e-4;
+  OptimizerConfig adamw = adam;
+  adamw.type = OptimizerType::adamw;
+  adamw.weight_decay = 1e-2;
+  return {sgd, mom, adam, adamw};
+}
+
+// Element-wise equal, NaN equal to NaN.
+bool same_scores(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
+std::vector<float> widen(const std::vector<gpu::Bf16>& v) {
+  std::vector<float> o(v.size());
+  std::transform(v.begin(), v.end(), o.begin(), gpu::bf16_widen);
+  return o;
+}
 
 }  // namespace
 
@@ -104,6 +161,130 @@ TEST_CASE("the three GEMMs and the affine forms against a naive product") {
       for (int64_t i = 0; i < kM; ++i)
         for (int64_t k = 0; k < kK; ++k) sums[k] += a[i * kK + k];
       expect_close("", get(dsum, kK), sums, 1e-5, 1e-5);
+    }
+  }
+}
+
+// The CPU-vs-CUDA parity binary's GEMM sizes (tests/cuda/test_parity.cpp test_gemm), m×n×k
+// from 1×1×1 to 256×1000×768: C = 1.5·op(A)·op(B) + 0.5·C onto a random C, A with a padded
+// leading dimension (cols + 3), tolerance 1e-5·k + 1e-4 relative; bf16 operands (CUDA
+// only) against the double product of the bf16-rounded inputs.
+TEST_CASE("the three GEMMs at several sizes: alpha, beta onto C, padded A, bf16 on CUDA") {
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Device dev : test_devices()) {
+    for (Size s : {Size{1, 1, 1}, Size{7, 13, 5}, Size{33, 257, 100}, Size{256, 1000, 768}}) {
+      DYNAMIC_SECTION("device " << to_string(dev) << ", " << s.m << "x" << s.n << "x" << s.k) {
+        Context ctx(dev);
+        Rng rng(23);
+        const double abs = 1e-5 * static_cast<double>(s.k);
+        for (int op = 0; op < 3; ++op) {
+          // nt: A [m×k], B [n×k]; nn: A [m×k], B [k×n]; tn: A [k×m], B [k×n].
+          const int64_t ar = op == 2 ? s.k : s.m, ac = op == 2 ? s.m : s.k;
+          const int64_t br = op == 0 ? s.n : s.k, bc = op == 0 ? s.k : s.n;
+          const int64_t lda = ac + 3;
+          const auto a = random_floats(rng, ar * lda), b = random_floats(rng, br * bc),
+                     c = random_floats(rng, s.m * s.n);
+          const std::string name = op == 0 ? "gemm_nt" : op == 1 ? "gemm_nn" : "gemm_tn";
+          // 1.5·op(A)·op(B) + 0.5·C in double, from the values given.
+          auto reference = [&](const std::vector<float>& av, const std::vector<float>& bv) {
+            std::vector<double> r(static_cast<size_t>(s.m * s.n), 0.0);
+            for (int64_t i = 0; i < s.m; ++i) {
+              double* ri = r.data() + i * s.n;
+              if (op == 0) {
+                for (int64_t j = 0; j < s.n; ++j) {
+                  double sum = 0.0;
+                  for (int64_t k = 0; k < s.k; ++k)
+                    sum += double(av[i * lda + k]) * bv[j * s.k + k];
+                  ri[j] = sum;
+                }
+              } else {
+                for (int64_t k = 0; k < s.k; ++k) {
+                  const double aik = op == 1 ? av[i * lda + k] : av[k * lda + i];
+                  const float* bk = bv.data() + k * s.n;
+                  for (int64_t j = 0; j < s.n; ++j) ri[j] += aik * bk[j];
+                }
+              }
+              for (int64_t j = 0; j < s.n; ++j) ri[j] = 1.5 * ri[j] + 0.5 * c[i * s.n + j];
+            }
+            return r;
+          };
+          auto dc = put(ctx, c);
+          const Matrix gc(dc.data(), s.m, s.n);
+          auto gemm = [&](auto ga, auto gb) {
+            if (op == 0) kernels::gemm_nt(ctx, ga, gb, gc, 1.5f, 0.5f);
+            if (op == 1) kernels::gemm_nn(ctx, ga, gb, gc, 1.5f, 0.5f);
+            if (op == 2) kernels::gemm_tn(ctx, ga, gb, gc, 1.5f, 0.5f);
+          };
+          {
+            auto da = put(ctx, a);
+            auto db = put(ctx, b);
+            gemm(ConstMatrix(da.data(), ar, ac, lda), ConstMatrix(db.data(), br, bc));
+            expect_close(name + " fp32", get(dc, c.size()), reference(a, b), abs, 1e-4);
+          }
+          if (dev == Device::cuda) {
+            auto da = put(ctx, to_bf16(a));
+            auto db = put(ctx, to_bf16(b));
+            dc.copy_from_host(c.data(), c.size());
+            gemm(gpu::ConstBf16Matrix(da.data(), ar, ac, lda),
+                 gpu::ConstBf16Matrix(db.data(), br, bc));
+            expect_close(name + " bf16", get(dc, c.size()), reference(rounded(a), rounded(b)), abs,
+                         1e-4);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The parity binary's helper shapes (test_helpers): column sums and the row-vector add on
+// 3×3 shapes, then more rows than a CUDA grid.y can count (65535), where the kernels stride
+// over rows; the rounding into bf16 there too (CUDA only; a CPU Context throws).
+TEST_CASE("column sums, the row-vector add and the bf16 rounding at several shapes") {
+  for (Device dev : test_devices()) {
+    DYNAMIC_SECTION("device " << to_string(dev)) {
+      Context ctx(dev);
+      Rng rng(29);
+      auto add_ref = [](std::vector<float> a, const std::vector<float>& bias) {
+        const size_t cols = bias.size();
+        for (size_t i = 0; i < a.size(); ++i) a[i] += bias[i % cols];
+        return a;
+      };
+      for (int64_t rows : {1, 17, 256}) {
+        for (int64_t cols : {1, 300, 5000}) {
+          const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
+          const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
+          auto da = put(ctx, a);
+          auto dbias = put(ctx, bias);
+          Buffer<float> dsum(ctx, MemTag::workspace, cols);
+          kernels::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
+          std::vector<double> sums(cols, 0.0);
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) sums[j] += a[i * cols + j];
+          expect_close("column_sums " + tag, get(dsum, cols), sums, 1e-5 * rows, 1e-5);
+          kernels::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+          expect_close("add_row_vector " + tag, get(da, a.size()), add_ref(a, bias), 0, 0);
+        }
+      }
+      for (int64_t rows : {65535, 65536, 70001}) {
+        const int64_t cols = 3;
+        const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
+        const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
+        auto da = put(ctx, a);
+        auto dbias = put(ctx, bias);
+        kernels::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+        const auto want = add_ref(a, bias);
+        expect_close("add_row_vector " + tag, get(da, a.size()), want, 0, 0);
+        Buffer<gpu::Bf16> d16(ctx, MemTag::workspace, a.size());
+        const gpu::Bf16Matrix m16(d16.data(), rows, cols);
+        if (dev == Device::cuda) {
+          kernels::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16);
+          expect_close("to_bf16 " + tag, widen(get(d16, a.size())), rounded(want), 0, 0);
+        } else {
+          CHECK_THROWS_AS(kernels::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16), Error);
+        }
+      }
     }
   }
 }
@@ -434,6 +615,136 @@ TEST_CASE("losses on the device (bias first, loss and zero count accumulated) ag
   }
 }
 
+// The parity binary's loss sizes (test_losses): one entry; rows past the CUDA loss kernels'
+// 64 row blocks (each block strides over rows) and past a grid.y (70001); every loss over
+// one to three label chunks starting at lo (0 included), the loss and zero count summed
+// over the chunks; on CUDA the bf16 copy of the gradient (g_bf16) is the fp32 gradient
+// rounded to nearest even, bit for bit. The reference adds the bias in float (as both
+// devices do), then works in double: the hinge's margin test is exact in float, so its
+// zero count is exact; bce's gradient underflows at a slightly different logit in float.
+TEST_CASE("losses over sizes and label chunks, with the bf16 gradient copy on CUDA") {
+  struct Size {
+    int64_t b, c, lo, chunks;
+  };
+  for (Device dev : test_devices()) {
+    for (Size s : {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3},
+                   Size{256, 3000, 7, 2}, Size{70001, 3, 2, 2}}) {
+      DYNAMIC_SECTION("device " << to_string(dev) << ", " << s.b << "x" << s.c << " from " << s.lo
+                                << " in " << s.chunks << " chunks") {
+        Context ctx(dev);
+        Rng rng(31);
+        const bool cuda = dev == Device::cuda;
+        const int64_t b = s.b, c = s.c, labels = s.lo + s.c * s.chunks + 11;
+        const auto n = static_cast<size_t>(b * c);
+        const CsrMatrix t = random_targets(rng, b, labels, 6);
+        // Logits of scale 3: the squared hinge meets the margin on a good share of entries.
+        std::vector<std::vector<float>> z, bias, x;
+        for (int64_t k = 0; k < s.chunks; ++k) {
+          z.push_back(random_floats(rng, n, 3.0f));
+          bias.push_back(random_floats(rng, c, 0.5f));
+          x.push_back(z.back());
+          for (size_t i = 0; i < n; ++i) x.back()[i] += bias.back()[i % c];
+        }
+        // pos[k][r·c + j]: label lo + k·c + j is a positive of row r.
+        std::vector<std::vector<char>> pos(s.chunks, std::vector<char>(n, 0));
+        for (int64_t r = 0; r < b; ++r)
+          for (int64_t e = t.indptr[r]; e < t.indptr[r + 1]; ++e) {
+            const int64_t l = int64_t{t.indices[e]} - s.lo;
+            if (l >= 0 && l < c * s.chunks) pos[l / c][r * c + l % c] = 1;
+          }
+        LossTargets targets(ctx, b);
+        targets.assign(t);
+        LossAccumulator acc(ctx);
+        const double gabs = 1e-5 / static_cast<double>(b);
+        // The chunk's gradient (in dz) against gref, and on CUDA its bf16 copy.
+        Buffer<gpu::Bf16> g16(ctx, MemTag::workspace, cuda ? n : 0);
+        const gpu::Bf16Matrix g16m = cuda ? gpu::Bf16Matrix(g16.data(), b, c) : gpu::Bf16Matrix{};
+        auto check_chunk = [&](const std::string& name, const Buffer<float>& dz,
+                               const std::vector<double>& gref) {
+          const auto got = get(dz, n);
+          expect_close(name + " gradient", got, gref, gabs, 1e-4);
+          if (cuda)
+            expect_close(name + " bf16 gradient copy", widen(get(g16, n)), rounded(got), 0, 0);
+        };
+        for (LossType type : {LossType::bce, LossType::squared_hinge}) {
+          acc.reset();
+          double lref = 0.0;
+          int64_t zref = 0;
+          for (int64_t k = 0; k < s.chunks; ++k) {
+            const std::string name = std::string(to_string(type)) + " chunk " + std::to_string(k);
+            auto dz = put(ctx, z[k]);
+            auto db = put(ctx, bias[k]);
+            elementwise_loss_grad(ctx, type, Matrix(dz.data(), b, c), db.data(), targets,
+                                  s.lo + k * c, b, acc, g16m);
+            std::vector<double> gref(n);
+            for (size_t i = 0; i < n; ++i) {
+              const double xi = x[k][i], y = pos[k][i] ? 1.0 : -1.0;
+              if (type == LossType::bce) {
+                lref += std::log1p(std::exp(-y * xi));
+                gref[i] = -y / (1.0 + std::exp(y * xi)) / static_cast<double>(b);
+              } else {
+                const double mg = std::max(0.0, 1.0 - y * xi);
+                lref += mg * mg;
+                gref[i] = -2.0 * y * mg / static_cast<double>(b);
+              }
+              zref += gref[i] == 0.0;
+            }
+            check_chunk(name, dz, gref);
+          }
+          const gpu::LossAccum a = acc.read();
+          INFO(to_string(type));
+          CHECK(a.loss == Approx(lref).epsilon(1e-5).margin(1e-6));
+          const auto total = static_cast<double>(n) * static_cast<double>(s.chunks);
+          const double zero_tol = type == LossType::squared_hinge ? 0.0 : 1e-3 * total + 2;
+          CHECK(std::abs(static_cast<double>(a.zero_grads) - static_cast<double>(zref)) <=
+                zero_tol);
+          if (type == LossType::squared_hinge && total > 100) CHECK(a.zero_grads > 0);
+        }
+        // Softmax: pass 1 over every chunk, then pass 2 (on fresh logits: the CPU's pass 1
+        // adds the bias into its logits), t = 1/(the row's positives over all labels).
+        SoftmaxState st(ctx, b);
+        st.reset(b);
+        for (int64_t k = 0; k < s.chunks; ++k) {
+          auto dz = put(ctx, z[k]);
+          auto db = put(ctx, bias[k]);
+          softmax_accumulate(ctx, Matrix(dz.data(), b, c), db.data(), st);
+        }
+        std::vector<double> lse(b, 0.0);
+        for (int64_t r = 0; r < b; ++r) {
+          double mx = -1e300, se = 0.0;
+          for (const auto& xk : x)
+            for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(xk[r * c + j]));
+          for (const auto& xk : x)
+            for (int64_t j = 0; j < c; ++j) se += std::exp(double(xk[r * c + j]) - mx);
+          lse[r] = mx + std::log(se);
+        }
+        acc.reset();
+        double lref = 0.0;
+        for (int64_t k = 0; k < s.chunks; ++k) {
+          auto dz = put(ctx, z[k]);
+          auto db = put(ctx, bias[k]);
+          softmax_loss_grad(ctx, Matrix(dz.data(), b, c), db.data(), st, targets, s.lo + k * c, b,
+                            acc, g16m);
+          std::vector<double> gref(n, 0.0);
+          for (int64_t r = 0; r < b; ++r) {
+            const int64_t npos = t.indptr[r + 1] - t.indptr[r];
+            if (npos == 0) continue;
+            const double tt = 1.0 / static_cast<double>(npos);
+            for (int64_t j = 0; j < c; ++j) {
+              const size_t i = static_cast<size_t>(r * c + j);
+              const double xi = x[k][i];
+              if (pos[k][i]) lref += tt * (lse[r] - xi);
+              gref[i] = (std::exp(xi - lse[r]) - (pos[k][i] ? tt : 0.0)) / static_cast<double>(b);
+            }
+          }
+          check_chunk("softmax chunk " + std::to_string(k), dz, gref);
+        }
+        CHECK(acc.read().loss == Approx(lref).epsilon(1e-5).margin(1e-6));
+      }
+    }
+  }
+}
+
 TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply") {
   for (Device dev : test_devices()) {
     for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
@@ -459,6 +770,156 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
         expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
         if (states >= 2)
           expect_close("", get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9, 1e-6);
+      }
+    }
+  }
+}
+
+// The parity binary's optimizer sizes (test_optimizers): the four update rules (plain sgd
+// without state among them), n from 1 to past a grid, three steps from zero state with a
+// fresh gradient each, against the host update (model/optimizer.h) in fp32: parameters and
+// both states. On CUDA also bf16 weights, each step against the fp32 update of the current
+// bf16 values: rounded to nearest (within half a bf16 ulp, 2^-9 relative, plus slack) and
+// stochastically (one of the two bf16 neighbours of the fp32 update).
+TEST_CASE("the dense optimizer update over sizes with fresh gradients, bf16 weights on CUDA") {
+  for (Device dev : test_devices()) {
+    for (const OptimizerConfig& cfg : all_optimizers()) {
+      for (int64_t n : {1, 1031, 100003}) {
+        DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(cfg.type)
+                                  << (cfg.momentum != 0.0 ? "+momentum" : "") << ", n=" << n) {
+          Context ctx(dev);
+          Rng rng(37);
+          const bool cuda = dev == Device::cuda;
+          const int states = optimizer_state_arrays(cfg);
+          if (cfg.type == OptimizerType::sgd && cfg.momentum == 0.0) CHECK(states == 0);
+          const auto un = static_cast<size_t>(n);
+          auto p = random_floats(rng, un);
+          std::vector<float> s1(un, 0.0f), s2(un, 0.0f);
+          auto dp = put(ctx, p);
+          auto ds1 = put(ctx, s1);
+          auto ds2 = put(ctx, s2);
+          auto st = [&](Buffer<float>& b, int i) { return states >= i ? b.data() : nullptr; };
+          // bf16 weights (CUDA): nearest and stochastic rounding from the same start, each
+          // with its own state.
+          const size_t n16 = cuda ? un : 0;
+          Buffer<gpu::Bf16> dp16(ctx, MemTag::workspace, n16), dp16s(ctx, MemTag::workspace, n16);
+          Buffer<float> b1(ctx, MemTag::workspace, n16), b2(ctx, MemTag::workspace, n16),
+              c1(ctx, MemTag::workspace, n16), c2(ctx, MemTag::workspace, n16);
+          if (cuda) {
+            dp16.copy_from_host(to_bf16(p).data(), un);
+            dp16s.copy_from_host(to_bf16(p).data(), un);
+          }
+          for (int64_t step = 1; step <= 3; ++step) {
+            INFO("step " << step);
+            const auto g = random_floats(rng, un, 0.5f);
+            auto dg = put(ctx, g);
+            optimizer_update(ctx, cfg, cfg.lr, step, dp.data(), dg.data(), st(ds1, 1), st(ds2, 2),
+                             n);
+            optimizer_update(cfg, cfg.lr, step, p.data(), g.data(),
+                             states >= 1 ? s1.data() : nullptr, states >= 2 ? s2.data() : nullptr,
+                             n);
+            expect_close("params", get(dp, un), p, 1e-6, 1e-5);
+            if (states >= 1) expect_close("state1", get(ds1, un), s1, 1e-6, 1e-5);
+            if (states >= 2) expect_close("state2", get(ds2, un), s2, 1e-7, 1e-5);
+            if (!cuda) continue;
+            // This step's update of the current bf16 values (and states) in fp32.
+            auto want16 = widen(get(dp16, un)), want16s = widen(get(dp16s, un));
+            auto h1 = get(b1, un), h2 = get(b2, un), hs1 = get(c1, un), hs2 = get(c2, un);
+            optimizer_update(cfg, cfg.lr, step, want16.data(), g.data(),
+                             states >= 1 ? h1.data() : nullptr, states >= 2 ? h2.data() : nullptr,
+                             n);
+            optimizer_update(cfg, cfg.lr, step, want16s.data(), g.data(),
+                             states >= 1 ? hs1.data() : nullptr, states >= 2 ? hs2.data() : nullptr,
+                             n);
+            optimizer_update(ctx, cfg, cfg.lr, step, dp16.data(), dg.data(), st(b1, 1), st(b2, 2),
+                             n);
+            optimizer_update(ctx, cfg, cfg.lr, step, dp16s.data(), dg.data(), st(c1, 1), st(c2, 2),
+                             n, 0x1234u + static_cast<uint64_t>(step));
+            expect_close("bf16 params (nearest)", widen(get(dp16, un)), want16, 1e-6, 1.0 / 256);
+            const auto gots = widen(get(dp16s, un));
+            int64_t outside = 0;
+            for (size_t i = 0; i < un; ++i) {
+              const float x = want16s[i];
+              uint32_t u;
+              std::memcpy(&u, &x, 4);
+              const float down = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>(u >> 16)});
+              const float up = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>((u >> 16) + 1)});
+              const float tol = 1e-6f + std::abs(x) * 1e-5f;
+              if (!(gots[i] >= std::min(down, up) - tol && gots[i] <= std::max(down, up) + tol))
+                ++outside;
+            }
+            INFO(outside
+                 << " stochastically rounded bf16 params outside their fp32 update's neighbours");
+            CHECK(outside == 0);
+          }
+          if (!cuda) {  // bf16 weights exist only on the GPU
+            Buffer<gpu::Bf16> w16(ctx, MemTag::workspace, un);
+            auto dg = put(ctx, random_floats(rng, un));
+            CHECK_THROWS_AS(optimizer_update(ctx, cfg, cfg.lr, 1, w16.data(), dg.data(), st(ds1, 1),
+                                             st(ds2, 2), n),
+                            Error);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The parity binary's top-k cases (test_topk_merge), through the streamed device top-k
+// (layers/device_topk.h): scores integers / 4 (many exact ties), some NaN and -inf; k of 1
+// to 300; rows shorter than k (L = 3, k = 5: pads) and chunks narrower than k; 70001 rows
+// (past a CUDA grid.y). Rows in one block (no begin_block) and in three; each chunk copied
+// from the host scores into the workspace. The lists must equal one TopKAccumulator over
+// the whole matrix exactly: labels, tie order, NaN ranked as -inf, pads (NaN == NaN).
+TEST_CASE("top-k streamed over label chunks") {
+  struct Case {
+    int k;
+    int64_t rows, cols, chunk;
+    bool specials;  // NaN and -inf among the scores
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 3000, 700, false},   {5, 40, 3000, 700, false}, {64, 40, 3000, 700, false},
+      {5, 2, 3, 3, false},        {5, 3, 7, 2, false},       {8, 9, 500, 64, true},
+      {100, 17, 2000, 300, true}, {300, 4, 1000, 128, true}, {1, 70001, 5, 5, false}};
+  for (Device dev : test_devices()) {
+    for (const Case& c : cases) {
+      DYNAMIC_SECTION("device " << to_string(dev) << ", k=" << c.k << " rows=" << c.rows
+                                << " cols=" << c.cols << " chunk=" << c.chunk
+                                << (c.specials ? " nan/-inf" : "")) {
+        Context ctx(dev);
+        Rng rng(41);
+        std::vector<float> s(static_cast<size_t>(c.rows * c.cols));
+        for (auto& x : s) {
+          x = static_cast<float>(rng.below(40)) / 4.0f;
+          if (c.specials && rng.below(10) == 0)
+            x = rng.below(2) ? std::numeric_limits<float>::quiet_NaN()
+                             : -std::numeric_limits<float>::infinity();
+        }
+        const int64_t offset = 11;
+        TopKAccumulator acc(c.rows, c.k);
+        acc.add_chunk(ConstMatrix(s.data(), c.rows, c.cols), offset);
+        const TopK want = acc.result();
+        for (int64_t block_rows : {c.rows, (c.rows + 2) / 3}) {
+          INFO("blocks of " << block_rows << " rows");
+          int64_t r0 = 0;
+          std::vector<float> part;
+          auto score = [&](int64_t c0, Matrix z) {
+            part.resize(static_cast<size_t>(z.rows * z.cols));
+            for (int64_t r = 0; r < z.rows; ++r)
+              std::copy_n(s.begin() + (r0 + r) * c.cols + c0, z.cols, part.begin() + r * z.cols);
+            kernels::copy_from_host(ctx, part.data(), z);
+          };
+          const TopK got = block_rows == c.rows
+                               ? stream_topk(ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,
+                                             nullptr, score)
+                               : stream_topk(
+                                     ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,
+                                     [&](int64_t b0, int64_t) { r0 = b0; }, score);
+          CHECK(got.rows == c.rows);
+          CHECK(got.k == c.k);
+          CHECK(got.labels == want.labels);
+          CHECK(same_scores(got.scores, want.scores));
+        }
       }
     }
   }
