@@ -15,6 +15,7 @@
 #include "kernels/fixed_fanin_ops.h"
 #include "layers/device_topk.h"
 #include "layers/param_refs.h"
+#include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -78,10 +79,9 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   uint32_t* idx = idx_.stage_for_write();
   float* w = p_.w.stage_for_write();
   // Random fan-in without duplicates, sorted (ascending gathers); each label from its own
-  // stream so the result does not depend on the thread count.
-  const float wscale = 1.0f / std::sqrt(static_cast<float>(f));
+  // stream so the result does not depend on the thread count. Weights uniform(±1/sqrt(F)).
   const uint64_t idx_seed = Rng::stream(seed_, kIndexStream).next();
-  const uint64_t w_seed = Rng::stream(seed_, kWeightStream).next();
+  init_uniform_rows(w, n, f, Rng::stream(seed_, kWeightStream).next(), lo);
 #pragma omp parallel
   {
     std::vector<uint32_t> pool;  // partial Fisher-Yates when F is a large share of m
@@ -107,9 +107,6 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
         }
       }
       std::sort(il, il + f);
-      Rng wrng = Rng::stream(w_seed, static_cast<uint64_t>(lo + l));
-      float* wl = w + l * f;
-      for (int64_t j = 0; j < f; ++j) wl[j] = (2.0f * wrng.uniformf() - 1.0f) * wscale;
     }
   }
   idx_.commit();
