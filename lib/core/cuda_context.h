@@ -112,7 +112,7 @@ class GpuArray {
         entry_(std::move(o.entry_)) {}
   GpuArray& operator=(GpuArray&& o) noexcept {
     if (this != &o) {
-      free(data_);
+      release(data_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       entry_ = std::move(o.entry_);
@@ -121,7 +121,7 @@ class GpuArray {
   }
   GpuArray(const GpuArray&) = delete;
   GpuArray& operator=(const GpuArray&) = delete;
-  ~GpuArray() { free(data_); }
+  ~GpuArray() { release(data_); }
 
   T* data() { return data_; }
   const T* data() const { return data_; }
@@ -147,7 +147,7 @@ class GpuArray {
   }
 
  private:
-  static void free(T* p) noexcept {
+  static void release(T* p) noexcept {
     if constexpr (S == MemSpace::device) {
       device_free(p);
     } else {

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
+#include "layers/device_topk.h"
 #include "model/optimizer.h"
 
 namespace xmc {
@@ -362,15 +363,11 @@ void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
   std::vector<float> buf(static_cast<size_t>(block * chunk));
   static_assert(TopK::kNoLabel == kNone);
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
-    const int64_t rows = std::min(block, queries.rows - r0);
-    const ConstMatrix q = queries.rows_range(r0, rows);
-    TopKAccumulator acc(rows, k);
-    for (int64_t c0 = 0; c0 < vectors.rows; c0 += chunk) {
-      const Matrix s(buf.data(), rows, std::min(chunk, vectors.rows - c0));
-      kernels::gemm_nt(q, vectors.rows_range(c0, s.cols), s);
-      acc.add_chunk(s, c0);
-    }
-    const TopK t = acc.result();
+    const ConstMatrix q = queries.rows_range(r0, std::min(block, queries.rows - r0));
+    const TopK t = host_stream_topk(q.rows, k, q.rows, vectors.rows, chunk, 0, buf.data(), nullptr,
+                                    [&](int64_t c0, Matrix s) {
+                                      kernels::gemm_nt(q, vectors.rows_range(c0, s.cols), s);
+                                    });
     std::copy(t.labels.begin(), t.labels.end(), out + r0 * k_h_);
   }
 }

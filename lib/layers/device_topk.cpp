@@ -63,6 +63,14 @@ TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t 
   if (ctx.on_gpu())
     return device_stream_topk(ctx.cuda(), rows, k, block_rows, n, chunk, label_offset, z.data(),
                               begin_block, score);
+  return host_stream_topk(rows, k, block_rows, n, chunk, label_offset, z.data(), begin_block,
+                          score);
+}
+
+TopK host_stream_topk(int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
+                      int64_t label_offset, float* workspace,
+                      const std::function<void(int64_t, int64_t)>& begin_block,
+                      const std::function<void(int64_t, Matrix)>& score) {
   TopK out;
   out.rows = rows;
   out.k = k;
@@ -74,7 +82,7 @@ TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t 
     if (begin_block) begin_block(r0, nr);
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t c = std::min(chunk, n - c0);
-      const Matrix zc(z.data(), nr, c);
+      const Matrix zc(workspace, nr, c);
       score(c0, zc);
       acc.add_chunk(zc, label_offset + c0);
     }

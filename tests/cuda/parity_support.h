@@ -22,6 +22,7 @@
 #include "core/memory_ledger.h"
 #include "core/rng.h"
 #include "model/optimizer.h"
+#include "../support/op_cases.h"
 
 namespace xmc::parity {
 
@@ -102,22 +103,8 @@ inline double adam_weight_allowance(const OptimizerConfig& cfg, int64_t steps) {
   return adam ? 1e-2 * cfg.lr * static_cast<double>(steps) : 0.0;
 }
 
-inline std::vector<OptimizerConfig> optimizers() {
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 0.1;
-  sgd.weight_decay = 1e-3;
-  OptimizerConfig mom = sgd;
-  mom.momentum = 0.9;
-  OptimizerConfig adam;
-  adam.type = OptimizerType::adam;
-  adam.lr = 1e-2;
-  adam.weight_decay = 1e-4;
-  OptimizerConfig adamw = adam;
-  adamw.type = OptimizerType::adamw;
-  adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
-}
+using testcases::optimizers;
+using testcases::random_targets;
 
 inline std::string describe(const OptimizerConfig& o) {
   return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");

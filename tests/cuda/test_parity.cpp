@@ -67,24 +67,6 @@ std::vector<T> download(CudaContext& ctx, const DeviceBuffer<T>& b, size_t n) {
   return v;
 }
 
-// Random sorted, duplicate-free positives per row over [0, labels).
-CsrMatrix random_targets(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
-  CsrMatrix t;
-  t.rows = rows;
-  t.cols = labels;
-  for (int64_t r = 0; r < rows; ++r) {
-    // Row 1 has no positives (softmax: zero gradient).
-    const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
-    std::vector<uint32_t> row;
-    for (int i = 0; i < np; ++i) row.push_back(static_cast<uint32_t>(rng.below(labels)));
-    std::sort(row.begin(), row.end());
-    row.erase(std::unique(row.begin(), row.end()), row.end());
-    t.indices.insert(t.indices.end(), row.begin(), row.end());
-    t.indptr.push_back(static_cast<int64_t>(t.indices.size()));
-  }
-  return t;
-}
-
 struct DevCsr {
   DeviceBuffer<int64_t> indptr;
   DeviceBuffer<uint32_t> indices;

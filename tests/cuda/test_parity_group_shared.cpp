@@ -76,19 +76,8 @@ std::vector<float> download(Context& dev, const DeviceBuffer<float>& b, size_t n
 Batch random_batch(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
   Batch b;
   b.sparse = false;
-  b.labels.rows = rows;
-  b.labels.cols = labels;
-  for (int64_t r = 0; r < rows; ++r) {
-    b.ids.push_back(r);
-    const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
-    std::vector<uint32_t> row;
-    for (int i = 0; i < np; ++i)
-      row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
-    std::sort(row.begin(), row.end());
-    row.erase(std::unique(row.begin(), row.end()), row.end());
-    b.labels.indices.insert(b.labels.indices.end(), row.begin(), row.end());
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
+  b.labels = random_targets(rng, rows, labels, max_pos);
+  for (int64_t r = 0; r < rows; ++r) b.ids.push_back(r);
   return b;
 }
 

@@ -28,6 +28,7 @@
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "ops_test_util.h"
+#include "support/op_cases.h"
 
 using namespace xmc;
 using namespace xmc::opstest;
@@ -56,43 +57,7 @@ OptArrays random_opt_arrays(Rng& rng, size_t n) {
 // Odd sizes, so no kernel's tile divides them.
 constexpr int64_t kM = 37, kK = 53, kN = 29;
 
-// Random sorted, duplicate-free positives per row over [0, labels), 1..max_pos of them;
-// row 1 has none (softmax: a zero gradient row).
-CsrMatrix random_targets(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
-  CsrMatrix t;
-  t.rows = rows;
-  t.cols = labels;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
-    std::vector<uint32_t> row;
-    for (int i = 0; i < np; ++i)
-      row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
-    std::sort(row.begin(), row.end());
-    row.erase(std::unique(row.begin(), row.end()), row.end());
-    t.indices.insert(t.indices.end(), row.begin(), row.end());
-    t.indptr.push_back(t.nnz());
-  }
-  return t;
-}
-
-// The four update rules with weight decay: sgd (momentum 0: no state), sgd + momentum,
-// adam, adamw (as the CPU-vs-CUDA parity binary, tests/cuda/parity_support.h).
-std::vector<OptimizerConfig> all_optimizers() {
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 0.1;
-  sgd.weight_decay = 1e-3;
-  OptimizerConfig mom = sgd;
-  mom.momentum = 0.9;
-  OptimizerConfig adam;
-  adam.type = OptimizerType::adam;
-  adam.lr = 1e-2;
-  adam.weight_decay = 1e-4;
-  OptimizerConfig adamw = adam;
-  adamw.type = OptimizerType::adamw;
-  adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
-}
+using testcases::random_targets;
 
 // Element-wise equal, NaN equal to NaN.
 bool same_scores(const std::vector<float>& a, const std::vector<float>& b) {
@@ -783,7 +748,7 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
 // stochastically (one of the two bf16 neighbours of the fp32 update).
 TEST_CASE("the dense optimizer update over sizes with fresh gradients, bf16 weights on CUDA") {
   for (Device dev : test_devices()) {
-    for (const OptimizerConfig& cfg : all_optimizers()) {
+    for (const OptimizerConfig& cfg : testcases::optimizers()) {
       for (int64_t n : {1, 1031, 100003}) {
         DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(cfg.type)
                                   << (cfg.momentum != 0.0 ? "+momentum" : "") << ", n=" << n) {

@@ -1,0 +1,52 @@
+#pragma once
+// Inputs shared by the op tests (tests/ops) and the CPU-vs-CUDA parity binaries
+// (tests/cuda, which include this file by relative path: they do not link the test main).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/matrix.h"
+#include "core/rng.h"
+#include "model/optimizer.h"
+
+namespace xmc::testcases {
+
+// Random sorted, duplicate-free positives per row over [0, labels), 1..max_pos of them;
+// row 1 has none (softmax: a zero gradient row).
+inline CsrMatrix random_targets(Rng& rng, int64_t rows, int64_t labels, int max_pos) {
+  CsrMatrix t;
+  t.rows = rows;
+  t.cols = labels;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int np = r == 1 ? 0 : 1 + static_cast<int>(rng.below(static_cast<uint64_t>(max_pos)));
+    std::vector<uint32_t> row;
+    for (int i = 0; i < np; ++i)
+      row.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    t.indices.insert(t.indices.end(), row.begin(), row.end());
+    t.indptr.push_back(static_cast<int64_t>(t.indices.size()));
+  }
+  return t;
+}
+
+// The four update rules with weight decay: sgd (momentum 0: no state), sgd + momentum,
+// adam, adamw.
+inline std::vector<OptimizerConfig> optimizers() {
+  OptimizerConfig sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.lr = 0.1;
+  sgd.weight_decay = 1e-3;
+  OptimizerConfig mom = sgd;
+  mom.momentum = 0.9;
+  OptimizerConfig adam;
+  adam.type = OptimizerType::adam;
+  adam.lr = 1e-2;
+  adam.weight_decay = 1e-4;
+  OptimizerConfig adamw = adam;
+  adamw.type = OptimizerType::adamw;
+  adamw.weight_decay = 1e-2;
+  return {sgd, mom, adam, adamw};
+}
+
+}  // namespace xmc::testcases
