@@ -3,7 +3,8 @@
 // stream and library handles are forward-declared opaque pointers (the same types
 // cuda_runtime.h, cublas_v2.h and cublasLt.h declare), so host code compiled without CUDA
 // includes this file too. Implementation: cuda/cuda_context.cpp; in a build without CUDA
-// every function throws "xmctrain was built without CUDA support" (core/gpu_stubs.cpp).
+// every function throws "xmctrain was built without CUDA support" (XMC_GPU_STUB in
+// core/gpu.h; the classes' members: core/gpu_stubs.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,24 +17,26 @@ struct CUstream_st;      // cudaStream_t = CUstream_st*
 struct cublasContext;    // cublasHandle_t = cublasContext*
 struct cublasLtContext;  // cublasLtHandle_t = cublasLtContext*
 
+XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {
 
 using Stream = CUstream_st*;
 
 // Raw device memory (cudaMalloc / cudaFree). device_free never throws (destructors).
-void* device_alloc(size_t bytes);
+XMC_GPU_FN void* device_alloc(size_t bytes) XMC_GPU_STUB;
 void device_free(void* p) noexcept;
 // Page-locked host memory (cudaMallocHost / cudaFreeHost), for asynchronous copies.
-void* pinned_alloc(size_t bytes);
+XMC_GPU_FN void* pinned_alloc(size_t bytes) XMC_GPU_STUB;
 void pinned_free(void* p) noexcept;
 
 // Asynchronous copies and memset on `stream` (nullptr: the legacy default stream).
 // Host memory that is not pinned makes the copy synchronous with respect to the host.
-void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream);
-void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream);
-void copy_device(void* dst, const void* src, size_t bytes, Stream stream);
-void memset_device(void* dst, int value, size_t bytes, Stream stream);
-void synchronize(Stream stream);
+XMC_GPU_FN void copy_to_device(void* dst, const void* src, size_t bytes,
+                               Stream stream) XMC_GPU_STUB;
+XMC_GPU_FN void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) XMC_GPU_STUB;
+XMC_GPU_FN void copy_device(void* dst, const void* src, size_t bytes, Stream stream) XMC_GPU_STUB;
+XMC_GPU_FN void memset_device(void* dst, int value, size_t bytes, Stream stream) XMC_GPU_STUB;
+XMC_GPU_FN void synchronize(Stream stream) XMC_GPU_STUB;
 
 // The driver's view of the current device's memory (cudaMemGetInfo).
 struct DeviceMemInfo {
@@ -41,7 +44,7 @@ struct DeviceMemInfo {
   int64_t total_bytes = 0;
   int64_t used_bytes() const { return total_bytes - free_bytes; }
 };
-DeviceMemInfo device_mem_info();
+XMC_GPU_FN DeviceMemInfo device_mem_info() XMC_GPU_STUB;
 
 // Cross-check of the ledger's device total against the driver: the driver's used bytes
 // minus a baseline taken before the buffers were allocated should be the ledger's
@@ -54,7 +57,8 @@ struct MemCrossCheck {
     return ledger_bytes > 0 ? static_cast<double>(driver_bytes) / ledger_bytes - 1.0 : 0.0;
   }
 };
-MemCrossCheck memory_cross_check(const MemoryLedger& ledger, int64_t baseline_used);
+XMC_GPU_FN MemCrossCheck memory_cross_check(const MemoryLedger& ledger,
+                                            int64_t baseline_used) XMC_GPU_STUB;
 
 // One GPU: the selected device, a non-blocking stream, cuBLAS and cuBLASLt handles bound
 // to that stream, and a cuBLASLt workspace (recorded in the ledger, tag workspace).
@@ -102,7 +106,7 @@ class GpuArray {
   GpuArray() = default;
   GpuArray(MemoryLedger& ledger, MemTag tag, size_t n)
       : data_(n ? static_cast<T*>(S == MemSpace::device ? device_alloc(n * sizeof(T))
-                                                         : pinned_alloc(n * sizeof(T)))
+                                                        : pinned_alloc(n * sizeof(T)))
                 : nullptr),
         size_(n),
         entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), S) {}
@@ -130,19 +134,13 @@ class GpuArray {
 
   // Device arrays: host <-> device copies of the first n elements (n <= size()) on
   // `stream`, and zeroing.
-  void upload(const T* host, size_t n, Stream stream)
-    requires(S == MemSpace::device)
-  {
+  void upload(const T* host, size_t n, Stream stream) requires(S == MemSpace::device) {
     copy_to_device(data_, host, n * sizeof(T), stream);
   }
-  void download(T* host, size_t n, Stream stream) const
-    requires(S == MemSpace::device)
-  {
+  void download(T* host, size_t n, Stream stream) const requires(S == MemSpace::device) {
     copy_to_host(host, data_, n * sizeof(T), stream);
   }
-  void zero(Stream stream)
-    requires(S == MemSpace::device)
-  {
+  void zero(Stream stream) requires(S == MemSpace::device) {
     memset_device(data_, 0, bytes(), stream);
   }
 
@@ -166,3 +164,4 @@ template <class T>
 using PinnedBuffer = GpuArray<T, MemSpace::host>;
 
 }  // namespace xmc::gpu
+XMC_GPU_STUBS_END
