@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <numeric>
 #include <span>
 
 #include "core/cuda_context.h"
@@ -22,7 +23,7 @@ void ModelMeta::save(CheckpointWriter& w) const {
   // Internal label index -> original label id. Identity for every backend that keeps
   // the original order; backends that permute labels store their own permutation.
   std::vector<int64_t> label_map(static_cast<size_t>(num_labels));
-  for (int64_t i = 0; i < num_labels; ++i) label_map[static_cast<size_t>(i)] = i;
+  std::iota(label_map.begin(), label_map.end(), int64_t{0});
   w.write_i64("meta/label_map", label_map);
 }
 
@@ -52,18 +53,6 @@ Device training_device(const std::string& requested, const std::string& backend)
               backend);
 }
 
-OptimizerConfig to_optimizer_config(const OptimSpec& spec) {
-  OptimizerConfig c;
-  c.type = parse_optimizer(spec.type);
-  c.lr = spec.lr;
-  c.momentum = spec.momentum;
-  c.weight_decay = spec.weight_decay;
-  c.beta1 = spec.beta1;
-  c.beta2 = spec.beta2;
-  c.eps = spec.eps;
-  return c;
-}
-
 std::vector<double> model_propensities(const DataConfig& data, const PropensityConfig& prop,
                                        const ModelMeta& meta) {
   double a = prop.a, b = prop.b;
@@ -87,6 +76,16 @@ std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64
 }
 
 namespace {
+OptimizerConfig to_optimizer_config(const OptimSpec& spec) {
+  return {.type = parse_optimizer(spec.type),
+          .lr = spec.lr,
+          .momentum = spec.momentum,
+          .weight_decay = spec.weight_decay,
+          .beta1 = spec.beta1,
+          .beta2 = spec.beta2,
+          .eps = spec.eps};
+}
+
 std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
   std::vector<EncoderLayerConfig> out;
   for (const auto& l : cfg.model.encoder) out.push_back({l.type, l.out, l.activation, l.dropout});

@@ -30,8 +30,6 @@ struct ModelMeta {
   static ModelMeta load(const CheckpointReader& r);
 };
 
-OptimizerConfig to_optimizer_config(const OptimSpec& spec);
-
 // model.bias_init: log_prior — the log-odds of each label's smoothed training frequency,
 // log(p/(1-p)) with p = (n_l + 0.5)/(N + 1) (finite for labels without a training point).
 std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64_t n_train);

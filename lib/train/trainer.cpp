@@ -37,25 +37,20 @@ namespace fs = std::filesystem;
 namespace {
 
 io::DataSource to_source(const DataSourceConfig& c, bool cache) {
-  io::DataSource s;
-  s.path = c.path;
-  s.features = c.features;
-  s.labels = c.labels;
-  s.format = c.format;
-  s.hdf5_dataset = c.hdf5_dataset;
-  s.read.index_base = static_cast<int>(c.index_base);
-  s.read.use_cache = cache;
-  return s;
+  return {.path = c.path,
+          .features = c.features,
+          .labels = c.labels,
+          .format = c.format,
+          .hdf5_dataset = c.hdf5_dataset,
+          .read = {.index_base = static_cast<int>(c.index_base), .use_cache = cache}};
 }
 
 ScheduleConfig to_schedule_config(const ScheduleSpec& s) {
-  ScheduleConfig c;
-  c.type = parse_schedule(s.type);
-  c.warmup_steps = s.warmup_steps;
-  c.min_factor = s.min_factor;
-  c.patience = static_cast<int>(s.patience);
-  c.factor = s.factor;
-  return c;
+  return {.type = parse_schedule(s.type),
+          .warmup_steps = s.warmup_steps,
+          .min_factor = s.min_factor,
+          .patience = static_cast<int>(s.patience),
+          .factor = s.factor};
 }
 
 bool is_set(const DataSourceConfig& c) { return !c.path.empty() || !c.features.empty(); }
@@ -229,18 +224,17 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
       throw_input("data.synth.enabled: {} is '{}', but the generator writes '{}'", e.key, e.value,
                   (dir / e.file).string());
   }
-  SynthConfig sc;
-  sc.train = sp.train;
-  sc.test = sp.test;
-  sc.labels = sp.labels;
-  sc.features = sp.features;
-  sc.clusters = sp.clusters;
-  sc.alpha = sp.alpha;
-  sc.labels_per_point = sp.labels_per_point;
-  sc.noise = sp.noise;
-  sc.nnz = sp.nnz;
-  sc.seed = sp.seed;
-  sc.format = sp.format;
+  SynthConfig sc{.train = sp.train,
+                 .test = sp.test,
+                 .labels = sp.labels,
+                 .features = sp.features,
+                 .clusters = sp.clusters,
+                 .alpha = sp.alpha,
+                 .labels_per_point = sp.labels_per_point,
+                 .noise = sp.noise,
+                 .nnz = sp.nnz,
+                 .seed = sp.seed,
+                 .format = sp.format};
   sc.resolve();
   if (synthetic_files_current(sc, dir.string(), "data.synth.")) return;
   Stopwatch sw;
