@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <numeric>
 #include <type_traits>
 
 #include "core/error.h"
@@ -55,10 +57,14 @@ hid_t native_type() {
     return H5T_NATIVE_UINT64;
 }
 
-void write_array(hid_t file, const std::string& path, const std::string& name, hid_t type,
-                 const std::vector<int64_t>& shape, const void* data) {
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+int64_t elements(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+// Creates dataset `name` (and its groups) of `type` over `space`, writes `bytes` bytes
+// of `data` to it and their checksum.
+void write_dataset(hid_t file, const std::string& path, const std::string& name, hid_t type,
+                   hid_t space, const void* data, size_t bytes) {
   Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl, 1);
   Hid ds(H5Dcreate2(file, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
@@ -66,21 +72,23 @@ void write_array(hid_t file, const std::string& path, const std::string& name, h
   errno = 0;
   if (H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     throw_error("{}: cannot write dataset '{}': {}", path, name, write_failure());
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  write_checksum(ds, path, name, data, static_cast<size_t>(n) * H5Tget_size(type));
+  write_checksum(ds, path, name, data, bytes);
 }
 
-struct Stored {
-  std::vector<int64_t> shape;
-};
+void write_array(hid_t file, const std::string& path, const std::string& name, hid_t type,
+                 const std::vector<int64_t>& shape, const void* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  write_dataset(file, path, name, type, space, data,
+                static_cast<size_t>(elements(shape)) * H5Tget_size(type));
+}
 
-Stored open_shape(hid_t ds) {
+std::vector<int64_t> stored_shape(hid_t ds) {
   Hid space(H5Dget_space(ds), H5Sclose);
   int rank = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
   H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  return {std::vector<int64_t>(dims.begin(), dims.end())};
+  return {dims.begin(), dims.end()};
 }
 
 // Compares the stored checksum of a dataset with the bytes read. Returns false when the
@@ -110,12 +118,11 @@ void CheckpointReader::read_checked(const std::string& name, const std::vector<i
                                     std::vector<T>* vec, T* into, bool finite) const {
   Hid ds(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds < 0) throw_input("{}: checkpoint has no dataset '{}'", path_, name);
-  auto st = open_shape(ds);
-  if (expect != nullptr && st.shape != *expect)
+  const std::vector<int64_t> shape = stored_shape(ds);
+  if (expect != nullptr && shape != *expect)
     throw_input("{}: dataset '{}' has shape [{}], the model expects [{}]", path_, name,
-                fmt::join(st.shape, "×"), fmt::join(*expect, "×"));
-  int64_t n = 1;
-  for (auto s : st.shape) n *= s;
+                fmt::join(shape, "×"), fmt::join(*expect, "×"));
+  const int64_t n = elements(shape);
   if (vec != nullptr) {
     vec->assign(static_cast<size_t>(n), T{});
     into = vec->data();
@@ -150,9 +157,7 @@ CheckpointWriter::CheckpointWriter(std::string path)
   io::hdf5_library();
   errno = 0;
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) {
-    abandon(path_, tmp_);
-  }
+  if (file_ < 0) abandon(path_, tmp_);
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -176,15 +181,8 @@ void CheckpointWriter::write_string(const std::string& name, const std::string& 
   Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type, std::max<size_t>(1, value.size()));
   Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl, 1);
-  Hid ds(H5Dcreate2(file_, name.c_str(), type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (ds < 0) throw_error("{}: cannot create dataset '{}': {}", path_, name, write_failure());
-  std::string padded = value.empty() ? std::string(1, '\0') : value;
-  errno = 0;
-  if (H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()) < 0)
-    throw_error("{}: cannot write dataset '{}': {}", path_, name, write_failure());
-  write_checksum(ds, path_, name, padded.data(), padded.size());
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  write_dataset(file_, path_, name, type, space, padded.data(), padded.size());
 }
 
 void CheckpointWriter::write_i64(const std::string& name, const std::vector<int64_t>& v) {
@@ -202,9 +200,7 @@ void CheckpointWriter::commit() {
   errno = 0;
   herr_t rc = H5Fclose(static_cast<hid_t>(file_));
   file_ = -1;
-  if (rc < 0) {
-    abandon(path_, tmp_);
-  }
+  if (rc < 0) abandon(path_, tmp_);
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   if (ec) {
