@@ -29,14 +29,6 @@ int ceil_log2(int n) {
   return b;
 }
 
-// splitmix64 finaliser: the probe sequence of dwta densification.
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 constexpr int kMaxBits = 24;
 
 }  // namespace
@@ -134,9 +126,9 @@ void LshHasher::hash(const float* x, uint32_t* out) const {
         // Densification: borrow the code of the first non-empty bin on a seeded probe path.
         c = 0;
         for (uint64_t a = 1; a <= 64; ++a) {
-          const auto o = static_cast<int>(
-              mix(p_.seed ^ (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(j) << 20) ^ a) %
-              static_cast<uint64_t>(k));
+          const auto o = static_cast<int>(mix64(p_.seed ^ (static_cast<uint64_t>(t) << 40) ^
+                                                (static_cast<uint64_t>(j) << 20) ^ a) %
+                                          static_cast<uint64_t>(k));
           if (!empty[o]) {
             c = codes[o];
             break;

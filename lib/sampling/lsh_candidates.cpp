@@ -20,13 +20,6 @@ namespace {
 
 constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
 
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
