@@ -321,7 +321,6 @@ void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
 int64_t LshSampledLayer::analytic_bytes_impl() const {
   int64_t bytes = block_.analytic_bytes();
   bytes += 4 * shard_labels() + 16;  // dirty flags, schedule
-  bytes += sampler_->scratch_bytes();
   if (tables_) bytes += tables_->bytes();
   return bytes;
 }

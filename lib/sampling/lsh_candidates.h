@@ -70,7 +70,6 @@ class CandidateSampler {
   const CandidateParams& params() const { return p_; }
   // Threads with their own scratch: parallel callers of retrieve use at most this many.
   int threads() const { return static_cast<int>(scratch_.size()); }
-  int64_t scratch_bytes() const { return 0; }
 
  private:
   // Open-addressing map label -> collision count, sized by the candidates of one row
