@@ -33,15 +33,13 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
   j["configs"] = nlohmann::json::array();
   for (int64_t f : p.fan_ins) {
     // The per-label fixed fan-in ops and the FLOPs-matched dense GEMM at this F.
-    FixedFaninBenchParams fp;
-    fp.batch = b;
-    fp.dim = m;
-    fp.labels = n;
-    fp.fan_in = f;
-    fp.chunk = p.chunk;
-    fp.iters = p.iters;
-    fp.threads = p.threads;
-    const nlohmann::json ff = bench_fixed_fanin(fp);
+    const nlohmann::json ff = bench_fixed_fanin({.batch = b,
+                                                 .dim = m,
+                                                 .labels = n,
+                                                 .fan_in = f,
+                                                 .chunk = p.chunk,
+                                                 .iters = p.iters,
+                                                 .threads = p.threads});
     j["ceilings"]["sgemm_gflops"] = ff["ceilings"]["sgemm_gflops"];
     j["fixed_fanin"][std::to_string(f)] = ff["ops"];
 

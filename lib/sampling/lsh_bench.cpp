@@ -34,22 +34,20 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
       Rng rng = Rng::stream(1, static_cast<uint64_t>(l));
       for (int64_t j = 0; j < p.dim; ++j) w[l * p.dim + j] = static_cast<float>(rng.normal());
     }
-    LshParams lp;
-    lp.family = parse_lsh_family(p.hash);
-    lp.k = p.k;
-    lp.tables = p.tables;
-    lp.capacity = p.capacity;
-    lp.seed = 2;
-    LshTables tables(ledger, p.dim, n, lp);
+    LshTables tables(ledger, p.dim, n,
+                     {.family = parse_lsh_family(p.hash),
+                      .k = p.k,
+                      .tables = p.tables,
+                      .capacity = p.capacity,
+                      .seed = 2});
     Stopwatch sw;
     tables.build(ConstMatrix(w.data(), n, p.dim));
     const double build_s = sw.seconds();
 
-    CandidateParams cp;
-    cp.query = parse_lsh_query(p.query);
-    cp.max_candidates = p.max_candidates;
-    cp.min_candidates = p.min_candidates;
-    CandidateSampler sampler(ledger, n, cp);
+    CandidateSampler sampler(ledger, n,
+                             {.query = parse_lsh_query(p.query),
+                              .max_candidates = p.max_candidates,
+                              .min_candidates = p.min_candidates});
     Rng rng(3);
     std::vector<float> h(static_cast<size_t>(p.batch * p.dim));
     CsrMatrix y;
