@@ -63,7 +63,7 @@ class AtomicFile {
   void write(const void* data, size_t bytes);
   void write(std::string_view s) { write(s.data(), s.size()); }
   void commit();
-  const std::string& path() const { return path_; }
+  const std::string& tmp_path() const { return tmp_; }
 
  private:
   std::string path_;

@@ -1,8 +1,6 @@
 // HDF5 dense features through the C API: a named 2-D floating-point dataset, read as float32.
 #include <hdf5.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <mutex>
 
 #include "core/error.h"
@@ -57,7 +55,7 @@ void write_hdf5(const std::string& path, const std::string& dataset, const Dense
   // HDF5 opens the file itself; reserve the temporary name through AtomicFile so a bad
   // directory fails here and the rename stays atomic.
   AtomicFile guard(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string& tmp = guard.tmp_path();
   {
     Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) throw_error("{}: cannot create HDF5 file", tmp);

@@ -14,13 +14,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <utility>
 #include <fstream>
 #include <limits>
-#include <numeric>
 #include <optional>
-#include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -100,8 +97,7 @@ InputError located(std::string_view text, const std::string& name, const ParseFa
   size_t pos = std::min(f.pos, text.size());
   SourceLocation loc{name, 1, 1};
   loc.line += std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n');
-  size_t nl = text.rfind('\n', pos == 0 ? std::string_view::npos : pos - 1);
-  if (pos == 0) nl = std::string_view::npos;
+  const size_t nl = pos == 0 ? std::string_view::npos : text.rfind('\n', pos - 1);
   loc.column = static_cast<long long>(nl == std::string_view::npos ? pos + 1 : pos - nl);
   return InputError(fmt::format("{}: {}", loc.str(), f.what));
 }
@@ -397,22 +393,17 @@ void check_rows(const std::string& name, const Header& h, std::vector<CsrMatrix*
   }
   if (first.rows > h.rows) {
     for (CsrMatrix* m : ms)
-      if (m->indptr.back() != m->indptr[static_cast<size_t>(h.rows)]) {
+      if (m->indptr.back() != m->indptr[static_cast<size_t>(h.rows)])
         throw_input(
             "{}:{}: more rows than the {} the header declares: expected the file to end "
             "after line {}",
             name, h.rows + 2, h.rows, h.rows + 1);
-      }
     for (CsrMatrix* m : ms) {
       m->indptr.resize(static_cast<size_t>(h.rows) + 1);
       m->rows = h.rows;
     }
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Header and body of an XC text file, a parse failure reported at its file and line.
 std::pair<Header, std::vector<Piece>> parse_file(std::string_view text, const std::string& name,
@@ -544,9 +535,6 @@ void append_pairs(fmt::memory_buffer& buf, const CsrMatrix& m, int64_t r, int in
   }
 }
 
-}  // namespace
-
-namespace {
 // Writes the buffered text once it passes 4 MiB, so a large file never sits in memory.
 void xc_flush_if_large(AtomicFile& f, fmt::memory_buffer& buf) {
   if (buf.size() > (1 << 22)) {
