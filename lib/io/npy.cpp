@@ -174,17 +174,12 @@ DenseMatrix read_npy(std::istream& in, const std::string& name) {
     check_memory_plan(static_cast<double>(need) * (f32 ? 1 : 3), name, "a wrong shape?");
 
   DenseMatrix m(dims[0], dims[1]);
-  if (f32) {
-    if (!in.read(reinterpret_cast<char*>(m.values.data()), static_cast<std::streamsize>(need)))
-      throw_input("{}: truncated data: expected {} float32 values for shape {}, found {}", name, n,
-                  shape, in.gcount() / 4);
-  } else {
-    std::vector<uint16_t> h(static_cast<size_t>(n));
-    if (!in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(need)))
-      throw_input("{}: truncated data: expected {} float16 values for shape {}, found {}", name, n,
-                  shape, in.gcount() / 2);
-    for (size_t i = 0; i < h.size(); ++i) m.values[i] = half_to_float(h[i]);
-  }
+  std::vector<uint16_t> h(f16 ? static_cast<size_t>(n) : 0);  // float16 values, converted below
+  char* data = f32 ? reinterpret_cast<char*>(m.values.data()) : reinterpret_cast<char*>(h.data());
+  if (!in.read(data, static_cast<std::streamsize>(need)))
+    throw_input("{}: truncated data: expected {} {} values for shape {}, found {}", name, n, type,
+                shape, in.gcount() / item);
+  for (size_t i = 0; i < h.size(); ++i) m.values[i] = half_to_float(h[i]);
   check_finite(m, name);
   return m;
 }
