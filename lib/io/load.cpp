@@ -10,37 +10,36 @@
 namespace xmc::io {
 namespace {
 
-std::string lower_extension(const std::string& path) {
+// "npy" (.npy) or "hdf5" (.h5, .hdf5) by the extension of a features file in any case,
+// else "".
+std::string dense_format(const std::string& path) {
   size_t dot = path.rfind('.');
   size_t slash = path.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
   std::string ext = path.substr(dot);
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return std::tolower(c); });
-  return ext;
+  if (ext == ".npy") return "npy";
+  if (ext == ".h5" || ext == ".hdf5") return "hdf5";
+  return "";
 }
 
 std::string resolve_format(const DataSource& src) {
   if (src.format != "auto") return src.format;
   if (!src.path.empty()) return "xc";
-  const std::string ext = lower_extension(src.features);
-  if (ext == ".npy") return "npy";
-  if (ext == ".h5" || ext == ".hdf5") return "hdf5";
-  return "split";
+  const std::string dense = dense_format(src.features);
+  return dense.empty() ? "split" : dense;
 }
 
 }  // namespace
 
 Dataset load_dense_dataset(const std::string& features_path, const std::string& labels_path,
                            const std::string& hdf5_dataset, const ReadOptions& opt) {
-  const std::string ext = lower_extension(features_path);
-  DenseMatrix x;
-  if (ext == ".npy")
-    x = read_npy(features_path);
-  else if (ext == ".h5" || ext == ".hdf5")
-    x = read_hdf5(features_path, hdf5_dataset);
-  else
+  const std::string format = dense_format(features_path);
+  if (format.empty())
     throw_input("dense features '{}': expected a .npy, .h5 or .hdf5 file", features_path);
+  DenseMatrix x =
+      format == "npy" ? read_npy(features_path) : read_hdf5(features_path, hdf5_dataset);
   return join_features_and_labels(std::move(x), features_path, labels_path, opt);
 }
 
