@@ -9,20 +9,19 @@
 namespace xmc {
 namespace {
 
-// Appends row r of m to out (indices, and values when m has them).
-void append_row(const CsrMatrix& m, int64_t r, CsrMatrix& out) {
-  out.indices.insert(out.indices.end(), m.row_indices(r), m.row_indices(r) + m.row_nnz(r));
-  if (m.has_values())
-    out.values.insert(out.values.end(), m.row_values(r), m.row_values(r) + m.row_nnz(r));
-  out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
-}
-
-void reset(CsrMatrix& m, int64_t cols) {
-  m.rows = 0;
-  m.cols = cols;
-  m.indptr.assign(1, 0);
-  m.indices.clear();
-  m.values.clear();
+// Rows `ids` of m into out (reusing its buffers): indices, and values when m has them.
+void gather_rows(const CsrMatrix& m, std::span<const int64_t> ids, CsrMatrix& out) {
+  out.rows = static_cast<int64_t>(ids.size());
+  out.cols = m.cols;
+  out.indptr.assign(1, 0);
+  out.indices.clear();
+  out.values.clear();
+  for (int64_t r : ids) {
+    out.indices.insert(out.indices.end(), m.row_indices(r), m.row_indices(r) + m.row_nnz(r));
+    if (m.has_values())
+      out.values.insert(out.values.end(), m.row_values(r), m.row_values(r) + m.row_nnz(r));
+    out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
+  }
 }
 
 }  // namespace
@@ -33,14 +32,9 @@ void gather_batch(const Dataset& ds, std::span<const int64_t> ids, Batch& out) {
   const auto b = static_cast<int64_t>(ids.size());
   out.ids.assign(ids.begin(), ids.end());
   out.sparse = ds.sparse();
-  reset(out.labels, ds.num_labels());
-  for (int64_t id : ids) append_row(ds.labels, id, out.labels);
-  out.labels.rows = b;
+  gather_rows(ds.labels, ids, out.labels);
   if (ds.sparse()) {
-    const CsrMatrix& x = ds.sparse_features();
-    reset(out.sparse_x, x.cols);
-    for (int64_t id : ids) append_row(x, id, out.sparse_x);
-    out.sparse_x.rows = b;
+    gather_rows(ds.sparse_features(), ids, out.sparse_x);
     out.dense_x = DenseMatrix();
   } else {
     const DenseMatrix& x = ds.dense_features();
@@ -50,7 +44,7 @@ void gather_batch(const Dataset& ds, std::span<const int64_t> ids, Batch& out) {
     for (int64_t i = 0; i < b; ++i)
       std::copy_n(x.values.data() + ids[static_cast<size_t>(i)] * x.cols, x.cols,
                   out.dense_x.values.data() + i * x.cols);
-    reset(out.sparse_x, 0);
+    gather_rows(CsrMatrix(), {}, out.sparse_x);
   }
 }
 
