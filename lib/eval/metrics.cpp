@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include "core/error.h"
 
@@ -27,6 +28,16 @@ enum Stat : int {
 // Points per block. Blocks are fixed, so the summation order (within a block, then over
 // blocks) does not depend on the number of threads.
 constexpr int64_t kBlock = 1024;
+
+using NamedMetric = std::pair<const char*, const std::vector<double>*>;  // name, values [k]
+
+// The metrics in table order; PSP and PSnDCG only with propensities.
+std::vector<NamedMetric> named_metrics(const MetricsResult& r) {
+  std::vector<NamedMetric> out = {{"P", &r.p}, {"nDCG", &r.ndcg}};
+  if (r.has_ps()) out.insert(out.end(), {{"PSP", &r.psp}, {"PSnDCG", &r.psndcg}});
+  out.emplace_back("R", &r.recall);
+  return out;
+}
 
 }  // namespace
 
@@ -143,17 +154,9 @@ MetricsResult compute_metrics(const TopK& pred, const CsrMatrix& truth,
 }
 
 nlohmann::json MetricsResult::to_json() const {
-  nlohmann::json j = nlohmann::json::object();
-  for (int i = 0; i < k; ++i) {
-    const auto is = static_cast<size_t>(i);
-    j[fmt::format("P@{}", i + 1)] = p[is];
-    j[fmt::format("nDCG@{}", i + 1)] = ndcg[is];
-    if (has_ps()) {
-      j[fmt::format("PSP@{}", i + 1)] = psp[is];
-      j[fmt::format("PSnDCG@{}", i + 1)] = psndcg[is];
-    }
-    j[fmt::format("R@{}", i + 1)] = recall[is];
-  }
+  nlohmann::json j = nlohmann::json::object();  // keys sorted: the insertion order is not kept
+  for (const auto& [name, values] : named_metrics(*this))
+    for (int i = 0; i < k; ++i) j[fmt::format("{}@{}", name, i + 1)] = (*values)[i];
   j["points"] = points;
   return j;
 }
@@ -167,13 +170,7 @@ std::string MetricsResult::table() const {
     for (double x : v) out += fmt::format(" {:>7.2f}", 100.0 * x);
     out += '\n';
   };
-  row("P", p);
-  row("nDCG", ndcg);
-  if (has_ps()) {
-    row("PSP", psp);
-    row("PSnDCG", psndcg);
-  }
-  row("R", recall);
+  for (const auto& [name, values] : named_metrics(*this)) row(name, *values);
   out += fmt::format("points: {}\n", points);
   return out;
 }

@@ -107,12 +107,11 @@ TopK TopKAccumulator::result() const {
 
 TopK topk_from_csr(const CsrMatrix& pred, int k) {
   TopKAccumulator acc(pred.rows, k);
-  const bool has_values = pred.has_values();
 #pragma omp parallel for schedule(dynamic, 256)
   for (int64_t r = 0; r < pred.rows; ++r) {
     const uint32_t* idx = pred.row_indices(r);
     const float* val = pred.row_values(r);
-    for (int64_t j = 0; j < pred.row_nnz(r); ++j) acc.add(r, idx[j], has_values ? val[j] : 1.0f);
+    for (int64_t j = 0; j < pred.row_nnz(r); ++j) acc.add(r, idx[j], val ? val[j] : 1.0f);
   }
   return acc.result();
 }
