@@ -6,6 +6,7 @@
 #include <charconv>
 #include <functional>
 #include <optional>
+#include <ranges>
 
 #include "core/error.h"
 
@@ -23,15 +24,14 @@ struct FixedColumn {
 constexpr double kMiB = 1048576.0;
 constexpr std::string_view kConfigKeys = "<config keys>";
 
+// find() on a value that is not an object (null: a missing file) gives end().
 ReportCell number(const json& object, const char* key, double scale = 1.0) {
-  if (!object.is_object()) return {};
   auto it = object.find(key);
   if (it == object.end() || !it->is_number()) return {};
   return it->get<double>() / scale;
 }
 
 ReportCell text(const json& object, const char* key) {
-  if (!object.is_object()) return {};
   auto it = object.find(key);
   if (it == object.end() || !it->is_string()) return {};
   return it->get<std::string>();
@@ -51,10 +51,8 @@ const json& last_epoch(const RunRecord& r) {
 // Metrics of the final evaluation, else of the last evaluated epoch.
 const json& last_metrics(const RunRecord& r) {
   static const json none;
-  if (r.results.is_object()) {
-    auto it = r.results.find("metrics");
-    if (it != r.results.end() && it->is_object() && !it->empty()) return *it;
-  }
+  auto found = r.results.find("metrics");
+  if (found != r.results.end() && found->is_object() && !found->empty()) return *found;
   for (auto e = r.epochs.rbegin(); e != r.epochs.rend(); ++e) {
     auto it = e->find("metrics");
     if (it != e->end() && it->is_object() && !it->empty()) return *it;
@@ -124,17 +122,13 @@ const std::vector<FixedColumn>& fixed_columns() {
       {{"epochs", ColumnKind::count, "epochs done (records in metrics.jsonl)"},
        [](const RunRecord& r) -> ReportCell {
          if (!r.epochs.empty()) return static_cast<int64_t>(r.epochs.size());
-         if (r.results.is_object() && r.results.contains("epochs") &&
-             r.results["epochs"].is_number_integer())
+         if (r.results.contains("epochs") && r.results["epochs"].is_number_integer())
            return r.results["epochs"].get<int64_t>();
          return int64_t{0};
        }},
       {{"reason", ColumnKind::text,
         "why the run is not complete, and lines of its files that could not be read"},
-       [](const RunRecord& r) -> ReportCell {
-         if (r.reason.empty()) return {};
-         return r.reason;
-       }},
+       [](const RunRecord& r) { return r.reason.empty() ? ReportCell() : ReportCell(r.reason); }},
   };
   return cols;
 }
@@ -206,9 +200,8 @@ std::string csv_field(const std::string& s) {
 size_t Report::column(std::string_view name) const {
   for (size_t j = 0; j < columns.size(); ++j)
     if (columns[j].name == name) return j;
-  std::vector<std::string> names;
-  for (const auto& c : columns) names.push_back(c.name);
-  throw_input("report: no column '{}'; the columns are: {}", name, fmt::join(names, ", "));
+  throw_input("report: no column '{}'; the columns are: {}", name,
+              fmt::join(columns | std::views::transform(&ReportColumn::name), ", "));
 }
 
 std::vector<ReportColumn> report_column_reference() {
@@ -277,18 +270,12 @@ std::string report_markdown(const Report& report) {
 }
 
 std::string report_csv(const Report& report) {
-  std::string out;
-  for (size_t j = 0; j < report.columns.size(); ++j) {
-    if (j > 0) out += ',';
-    out += csv_field(report.columns[j].name);
-  }
-  out += '\n';
+  auto header =
+      report.columns | std::views::transform([](const auto& c) { return csv_field(c.name); });
+  std::string out = fmt::format("{}\n", fmt::join(header, ","));
   for (const auto& row : report.rows) {
-    for (size_t j = 0; j < row.size(); ++j) {
-      if (j > 0) out += ',';
-      out += csv_field(plain(row[j]));
-    }
-    out += '\n';
+    auto fields = row | std::views::transform([](const auto& c) { return csv_field(plain(c)); });
+    out += fmt::format("{}\n", fmt::join(fields, ","));
   }
   return out;
 }

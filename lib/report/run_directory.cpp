@@ -171,11 +171,11 @@ RunRecord read_run_directory(const fs::path& dir) {
       }
     } catch (const std::exception& e) {
       unreadable.push_back(fmt::format("{}: {}", results_file.string(), e.what()));
-      r.results = nullptr;
     }
   }
 
   const fs::path failure_file = dir / run_file::failure;
+  const std::string planned = r.planned_epochs > 0 ? std::to_string(r.planned_epochs) : "?";
   std::string status_reason;
   if (fs::exists(failure_file, ec)) {
     r.status = RunStatus::failed;
@@ -195,18 +195,16 @@ RunRecord read_run_directory(const fs::path& dir) {
   } else if (run_directory_in_use(dir)) {
     r.status = RunStatus::running;
     status_reason = fmt::format("a train command is running in it: {} of {} epochs done",
-                                r.epochs.size(),
-                                r.planned_epochs > 0 ? std::to_string(r.planned_epochs) : "?");
+                                r.epochs.size(), planned);
   } else {
     r.status = RunStatus::incomplete;
-    const auto done = static_cast<int64_t>(r.epochs.size());
     const std::string resume =
         r.has_checkpoint
             ? fmt::format("{} present (train --resume continues it)", run_file::checkpoint)
             : std::string("no checkpoint (train it again)");
     status_reason = fmt::format(
-        "no {} and no train command running in it: killed or interrupted after {} of {} epochs; {}", run_file::results,
-        done, r.planned_epochs > 0 ? std::to_string(r.planned_epochs) : "?", resume);
+        "no {} and no train command running in it: killed or interrupted after {} of {} epochs; {}",
+        run_file::results, r.epochs.size(), planned, resume);
   }
   if (!unreadable.empty()) add_reason(r, fmt::format("{}", fmt::join(unreadable, "; ")));
   if (!status_reason.empty())
