@@ -11,16 +11,6 @@
 
 namespace xmc {
 
-namespace {
-
-double lg_dot(const float* a, const float* b, int64_t d) {
-  double s = 0.0;
-  for (int64_t j = 0; j < d; ++j) s += static_cast<double>(a[j]) * b[j];
-  return s;
-}
-
-}  // namespace
-
 GroupingType parse_grouping(std::string_view name) {
   static constexpr std::array<EnumName<GroupingType>, 3> kNames{{{GroupingType::frequency, "frequency"},
                                                                  {GroupingType::random, "random"},
@@ -76,7 +66,7 @@ DenseMatrix label_centroids(ConstMatrix x, const CsrMatrix& point_labels,
       const float* xr = x.row(points[static_cast<size_t>(e)]);
       for (int64_t j = 0; j < d; ++j) ci[j] += xr[j];
     }
-    const double norm = std::sqrt(lg_dot(ci, ci, d));
+    const double norm = std::sqrt(dot_double(ci, ci, d));
     if (norm > 0.0)
       for (int64_t j = 0; j < d; ++j) ci[j] = static_cast<float>(ci[j] / norm);
   }
@@ -115,7 +105,7 @@ std::vector<int64_t> semantic_arrangement(ConstMatrix centroids, const SemanticG
       if (take > 0) {
         sims.clear();
         const float* sv = centroids.row(seed_row);
-        for (int64_t r : rem) sims.emplace_back(-lg_dot(sv, centroids.row(r), d), r);
+        for (int64_t r : rem) sims.emplace_back(-dot_double(sv, centroids.row(r), d), r);
         std::partial_sort(sims.begin(), sims.begin() + static_cast<std::ptrdiff_t>(take), sims.end());
         std::vector<int64_t> chosen;
         for (size_t t = 0; t < take; ++t) chosen.push_back(sims[t].second);

@@ -71,9 +71,7 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
       std::copy(xr, xr + d, res.centres.values.begin() + c * d);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) {
-        const float* xi = x.row(i);
-        double dot = 0.0;
-        for (int64_t j = 0; j < d; ++j) dot += static_cast<double>(xi[j]) * xr[j];
+        const double dot = dot_double(x.row(i), xr, d);
         dist[static_cast<size_t>(i)] = std::min(dist[static_cast<size_t>(i)], std::max(0.0, 1.0 - dot));
       }
     }
@@ -101,7 +99,6 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
         best[static_cast<size_t>(r0 + i)] = si[arg];
       }
     }
-    res.iterations = it + 1;
     if (moved == 0 || it + 1 == rounds) break;  // the centres of the final assignment are not needed
     // New centres: normalised sums in row order (parallel over clusters).
     const KmMembers mem = km_members(res.assign, k);

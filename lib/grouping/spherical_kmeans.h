@@ -12,7 +12,6 @@ namespace xmc {
 struct KMeansResult {
   std::vector<int32_t> assign;  // [n], cluster of each row, in [0, k)
   DenseMatrix centres;          // [k×D], the unit centres the final assignment used
-  int iterations = 0;           // assignment rounds run (stops early when nothing moves)
 };
 
 // x [n×D]; 1 <= k (k > n is clamped to n). Initial centres: k-means++ seeding on the
@@ -22,6 +21,13 @@ struct KMeansResult {
 // own centres (one per tight group of rows). Deterministic given the
 // seed: no step depends on thread scheduling.
 KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed);
+
+// Dot product of two rows of length d, accumulated in double in index order.
+inline double dot_double(const float* a, const float* b, int64_t d) {
+  double s = 0.0;
+  for (int64_t j = 0; j < d; ++j) s += static_cast<double>(a[j]) * b[j];
+  return s;
+}
 
 // k clusters in two levels when k is large (k > 64): ceil(sqrt(k)) top clusters, then each
 // top cluster split into a number of clusters proportional to its size (at least 1), so
