@@ -112,10 +112,8 @@ void apply_filter(TopK& topk, const FilterSet& filter) {
       sc[n] = sc[j];
       ++n;
     }
-    for (; n < k; ++n) {
-      lab[n] = TopK::kNoLabel;
-      sc[n] = -std::numeric_limits<float>::infinity();
-    }
+    std::fill(lab + n, lab + k, TopK::kNoLabel);
+    std::fill(sc + n, sc + k, -std::numeric_limits<float>::infinity());
   }
 }
 

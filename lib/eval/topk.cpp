@@ -139,15 +139,9 @@ TopK merge_topk(const TopK& a, const TopK& b) {
       const bool a_ok = i < a.k && la[i] != TopK::kNoLabel;
       const bool b_ok = j < b.k && lb[j] != TopK::kNoLabel;
       if (!a_ok && !b_ok) break;
-      uint32_t l;
-      float s;
-      if (a_ok && (!b_ok || ranks_before(sa[i], la[i], sb[j], lb[j]))) {
-        l = la[i];
-        s = sa[i++];
-      } else {
-        l = lb[j];
-        s = sb[j++];
-      }
+      const bool from_a = a_ok && (!b_ok || ranks_before(sa[i], la[i], sb[j], lb[j]));
+      const uint32_t l = from_a ? la[i] : lb[j];
+      const float s = from_a ? sa[i++] : sb[j++];
       // The same label in both lists: its first (better) occurrence is already kept.
       if (std::find(lo, lo + n, l) != lo + n) continue;
       lo[n] = l;
