@@ -54,13 +54,9 @@ DatasetStats compute_stats(const Dataset& ds) {
   s.rank_frequency_slope = rank_frequency_slope(freq, DatasetStats::kSlopeMinFrequency);
   std::sort(freq.begin(), freq.end());
   for (double q : DatasetStats::kQuantiles) {
-    if (freq.empty()) {
-      s.frequency_quantiles.push_back(0);
-      continue;
-    }
     // Nearest rank: the smallest value with at least q of the labels at or below it.
     auto k = static_cast<size_t>(std::ceil(q * static_cast<double>(freq.size())));
-    s.frequency_quantiles.push_back(freq[k == 0 ? 0 : k - 1]);
+    s.frequency_quantiles.push_back(freq.empty() ? 0 : freq[k == 0 ? 0 : k - 1]);
   }
   if (!freq.empty()) {
     s.histogram.push_back({0, 0, 0});
