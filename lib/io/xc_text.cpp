@@ -535,18 +535,25 @@ void append_pairs(fmt::memory_buffer& buf, const CsrMatrix& m, int64_t r, int in
   }
 }
 
-// Writes the buffered text once it passes 4 MiB, so a large file never sits in memory.
-void xc_flush_if_large(AtomicFile& f, fmt::memory_buffer& buf) {
-  if (buf.size() > (1 << 22)) {
-    f.write(std::string_view(buf.data(), buf.size()));
-    buf.clear();
+// Writes `header`, then rows 0..rows-1, each by row(buf, r) and a newline. The text goes to
+// the file whenever it passes 4 MiB, so a large file never sits in memory.
+template <class Row>
+void write_rows(const std::string& path, const std::string& header, int64_t rows, Row row) {
+  AtomicFile f(path);
+  fmt::memory_buffer buf;
+  buf.append(header);
+  for (int64_t r = 0; r < rows; ++r) {
+    row(buf, r);
+    buf.push_back('\n');
+    if (buf.size() > (1 << 22)) {
+      f.write(std::string_view(buf.data(), buf.size()));
+      buf.clear();
+    }
   }
-}
-// The rest of the text, then the file in place.
-void xc_finish(AtomicFile& f, fmt::memory_buffer& buf) {
   f.write(std::string_view(buf.data(), buf.size()));
   f.commit();
 }
+
 }  // namespace
 
 void write_xc_combined(const std::string& path, const CsrMatrix& features, const CsrMatrix& labels,
@@ -554,10 +561,8 @@ void write_xc_combined(const std::string& path, const CsrMatrix& features, const
   check_base(index_base);
   XMC_CHECK(features.rows == labels.rows, "features have {} rows, labels {}", features.rows,
             labels.rows);
-  AtomicFile f(path);
-  fmt::memory_buffer buf;
-  fmt::format_to(std::back_inserter(buf), "{} {} {}\n", features.rows, features.cols, labels.cols);
-  for (int64_t r = 0; r < features.rows; ++r) {
+  const std::string header = fmt::format("{} {} {}\n", features.rows, features.cols, labels.cols);
+  write_rows(path, header, features.rows, [&](fmt::memory_buffer& buf, int64_t r) {
     const uint32_t* y = labels.row_indices(r);
     for (int64_t k = 0; k < labels.row_nnz(r); ++k) {
       if (k > 0) buf.push_back(',');
@@ -565,23 +570,14 @@ void write_xc_combined(const std::string& path, const CsrMatrix& features, const
     }
     // A row without labels starts with a blank, so the features are not read as labels.
     append_pairs(buf, features, r, index_base, true);
-    buf.push_back('\n');
-    xc_flush_if_large(f, buf);
-  }
-  xc_finish(f, buf);
+  });
 }
 
 void write_xc_sparse(const std::string& path, const CsrMatrix& m, int index_base) {
   check_base(index_base);
-  AtomicFile f(path);
-  fmt::memory_buffer buf;
-  fmt::format_to(std::back_inserter(buf), "{} {}\n", m.rows, m.cols);
-  for (int64_t r = 0; r < m.rows; ++r) {
-    append_pairs(buf, m, r, index_base, false);
-    buf.push_back('\n');
-    xc_flush_if_large(f, buf);
-  }
-  xc_finish(f, buf);
+  write_rows(
+      path, fmt::format("{} {}\n", m.rows, m.cols), m.rows,
+      [&](fmt::memory_buffer& buf, int64_t r) { append_pairs(buf, m, r, index_base, false); });
 }
 
 }  // namespace xmc::io
