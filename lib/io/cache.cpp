@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -111,8 +110,7 @@ std::optional<std::vector<CsrMatrix>> load_cache(const std::string& source, cons
     c.get_array(m.values, nvalues);
     if (!c.ok || m.indptr.front() != 0 || m.indptr.back() != nnz) return std::nullopt;
   }
-  auto end = c.get<std::array<char, 8>>();
-  if (!c.ok || std::memcmp(end.data(), kEnd, 8) != 0 || c.pos != c.buf.size()) return std::nullopt;
+  if (!c.ok || c.buf.substr(c.pos) != std::string_view(kEnd, 8)) return std::nullopt;
   for (size_t i = 0; i < out.size(); ++i)
     if (std::string bad = invalid_contents(out[i]); !bad.empty()) {
       spdlog::warn("cache '{}' is corrupted (matrix {}: {}); reparsing '{}'", path, i, bad, source);
