@@ -289,10 +289,9 @@ CsrMatrix sparse_counts(const SynthConfig& cfg, const Structure& s, const Vocabu
     }
     std::sort(words.begin(), words.end());
     auto& row = rows[static_cast<size_t>(i)];
-    for (size_t a = 0; a < words.size();) {
-      size_t b = a;
-      while (b < words.size() && words[b] == words[a]) ++b;
-      row.emplace_back(words[a], static_cast<float>(b - a));
+    for (auto a = words.begin(); a != words.end();) {
+      const auto b = std::upper_bound(a, words.end(), *a);  // a run of equal words
+      row.emplace_back(*a, static_cast<float>(b - a));
       a = b;
     }
   }
