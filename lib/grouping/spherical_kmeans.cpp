@@ -50,8 +50,7 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
     int64_t row = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
     for (int64_t c = 0; c < k; ++c) {
       if (c > 0) {
-        double total = 0.0;
-        for (double v : dist) total += v;
+        const double total = std::accumulate(dist.begin(), dist.end(), 0.0);
         if (total <= 0.0) {
           row = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
         } else {
