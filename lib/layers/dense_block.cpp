@@ -1,17 +1,13 @@
 #include "layers/dense_block.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "core/resources.h"
-#include "core/rng.h"
 #include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
-#include "layers/param_refs.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 

@@ -3,10 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
-#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -14,9 +11,7 @@
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"
 #include "layers/device_topk.h"
-#include "layers/param_refs.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <span>
 
@@ -18,9 +17,7 @@
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"  // transpose
 #include "kernels/group_shared_ops.h"
-#include "layers/param_refs.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 

@@ -27,7 +27,6 @@ class Projection {
              int64_t max_batch, uint64_t seed);
 
   bool active() const { return out_ > 0; }
-  int64_t out_dim() const { return out_; }
   // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
   void apply(ConstMatrix x, Matrix u) const;
   // Evaluation input: x itself when inactive, else its projection into buf (a workspace

@@ -6,9 +6,7 @@
 #include "core/error.h"
 #include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
-#include "layers/param_refs.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 
 namespace xmc {
 

@@ -71,7 +71,6 @@ struct LayerParams {
 class EncoderLayerBase {
  public:
   int64_t in_dim() const { return in_; }
-  int64_t out_dim() const { return out_; }
   double dropout() const { return dropout_; }
   // Host views on a CPU Context (tests): W [in×out], b [out].
   Matrix weight() { return {p_.w(), in_, out_}; }

@@ -1,6 +1,5 @@
 #include "model/linear.h"
 
-#include <algorithm>
 
 #include "core/error.h"
 #include "kernels/dense_ops.h"

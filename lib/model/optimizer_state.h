@@ -8,14 +8,8 @@
 
 namespace xmc {
 
-// State array `which` (1 or 2) of an optimizer over n parameters, recorded under
-// MemTag::optimizer; empty when the optimizer needs fewer arrays.
-inline HostBuffer<float> optimizer_state_buffer(MemoryLedger& ledger, const OptimizerConfig& optim,
-                                                int which, size_t n) {
-  if (optimizer_state_arrays(optim) < which) return {};
-  return HostBuffer<float>(ledger, MemTag::optimizer, n);
-}
-// The same on the Context's device (zero on both).
+// State array `which` (1 or 2) of an optimizer over n parameters on the Context's device,
+// zero, recorded under MemTag::optimizer; empty when the optimizer needs fewer arrays.
 inline Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
                                             size_t n) {
   if (optimizer_state_arrays(optim) < which) return {};

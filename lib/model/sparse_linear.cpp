@@ -1,6 +1,5 @@
 #include "model/sparse_linear.h"
 
-#include <algorithm>
 #include <limits>
 
 #include "core/error.h"
