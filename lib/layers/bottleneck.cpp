@@ -8,7 +8,6 @@
 #include "dist/comm.h"
 #include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
-#include "layers/param_refs.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {

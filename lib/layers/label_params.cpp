@@ -1,6 +1,5 @@
 #include "layers/label_params.h"
 
-#include "layers/param_refs.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
@@ -45,8 +44,16 @@ void LabelParams::update_rows(const Context& ctx, const OptimizerConfig& optim, 
 }
 
 void LabelParams::append_refs(std::vector<TensorRef>& out, const std::string& prefix) {
-  append_weight_bias_refs(out, rows, cols, w.host_data(), b.host_data(), host_or_null(w_s1),
-                          host_or_null(b_s1), host_or_null(w_s2), host_or_null(b_s2), prefix);
+  out.push_back({prefix + "weight", {rows, cols}, w.host_data()});
+  out.push_back({prefix + "bias", {rows}, b.host_data()});
+  if (!w_s1.empty()) {
+    out.push_back({prefix + "weight_opt1", {rows, cols}, w_s1.host_data()});
+    out.push_back({prefix + "bias_opt1", {rows}, b_s1.host_data()});
+  }
+  if (!w_s2.empty()) {
+    out.push_back({prefix + "weight_opt2", {rows, cols}, w_s2.host_data()});
+    out.push_back({prefix + "bias_opt2", {rows}, b_s2.host_data()});
+  }
 }
 
 void LabelParams::sync(StateSync s) {

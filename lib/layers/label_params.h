@@ -2,7 +2,7 @@
 // LabelParams: the per-label parameters that dense_block, fixed_fanin, group_shared's tail
 // and the sampled block all keep — weights [rows×cols] (WeightArray: fp32, or bf16 on the
 // GPU), bias [rows] and their optimizer state — on the Context's device, with the one
-// slice update, the checkpoint names of param_refs.h and the host staging of checkpoints.
+// slice update, the checkpoint names and the host staging of checkpoints.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,8 +38,9 @@ struct LabelParams {
   void update_rows(const Context& ctx, const OptimizerConfig& optim, double lr, int64_t step,
                    const uint32_t* ids, int64_t count, const float* dw, const float* db);
 
-  // "<prefix>weight", "<prefix>bias" and the state that exists (append_weight_bias_refs),
-  // host arrays: on a CUDA Context after sync(to_host).
+  // "<prefix>weight" [rows×cols], "<prefix>bias" [rows], then "<prefix>weight_opt1",
+  // "<prefix>bias_opt1", "<prefix>weight_opt2", "<prefix>bias_opt2" for the state that
+  // exists; host arrays: on a CUDA Context after sync(to_host).
   void append_refs(std::vector<TensorRef>& out, const std::string& prefix = "output/");
   void sync(StateSync s);
   // Bytes of the weights, the bias and their optimizer state.

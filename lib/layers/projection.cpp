@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "kernels/dense_ops.h"
-#include "layers/param_refs.h"
 #include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 

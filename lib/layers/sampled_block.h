@@ -77,7 +77,7 @@ class SampledBlock {
   const float* host_bias();
   void release_host();
 
-  // "output/weight" [n×d], "output/bias" [n] and their optimizer state (param_refs.h);
+  // "output/weight" [n×d], "output/bias" [n] and their optimizer state (LabelParams);
   // host arrays: on a CUDA Context after sync_state(to_host).
   std::vector<TensorRef> state();
   void sync_state(StateSync s);

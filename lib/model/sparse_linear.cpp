@@ -6,6 +6,7 @@
 #include "kernels/dense_ops.h"
 #include "kernels/encoder_ops.h"
 #include "model/dropout.h"
+#include "model/optimizer_state.h"
 
 namespace xmc {
 
@@ -83,9 +84,8 @@ void SparseLinear::apply_update(double lr, int64_t step) {
   optimizer_update_rows(ctx, optim_, lr, step, p_.w(), row_grad_.data(), p_.opt1.data(),
                         p_.opt2.data(), xt_.cols, xt_.count, out_);
   const int64_t boff = in_ * out_;
-  auto at = [&](Buffer<float>& s) { return s.empty() ? nullptr : s.data() + boff; };
-  optimizer_update(ctx, optim_, lr, step, p_.bias(), bias_grad_.data(), at(p_.opt1),
-                   at(p_.opt2), out_);
+  optimizer_update(ctx, optim_, lr, step, p_.bias(), bias_grad_.data(), data_or_null(p_.opt1, boff),
+                   data_or_null(p_.opt2, boff), out_);
   p_.step = step;
 }
 
