@@ -1,7 +1,6 @@
 #include "layers/output_layer.h"
 
 #include <algorithm>
-#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -44,9 +43,8 @@ void OutputLayer::init_bias(std::span<const float> bias) {
 
 void OutputLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) {
   const auto is_bias = [&](const TensorRef& r) {
-    const std::string_view name = r.name, tail = "/bias";
-    return name.size() >= tail.size() && name.substr(name.size() - tail.size()) == tail &&
-           r.shape == std::vector<int64_t>{hi_ - lo_} && std::holds_alternative<float*>(r.data);
+    return r.name.ends_with("/bias") && r.shape == std::vector<int64_t>{hi_ - lo_} &&
+           std::holds_alternative<float*>(r.data);
   };
   const auto n = std::count_if(refs.begin(), refs.end(), is_bias);
   XMC_CHECK(n == 1, "init_bias: the layer's state has {} label-bias tensors, expected 1", n);
