@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/staging_slot.h"
@@ -125,23 +126,25 @@ void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
     XMC_CHECK(batch.dense_x.cols == m.input_dim, "encoder expects {} input features, got [{}×{}]",
               m.input_dim, batch.dense_x.rows, batch.dense_x.cols);
   }
-  // Layout.
+  // Layout; the host arrays of the sections given one are copied in once the block exists.
   size_t bytes = 0;
-  auto section = [&](size_t n) {
+  std::vector<std::tuple<size_t, const void*, size_t>> copies;
+  auto section = [&](size_t n, const void* src = nullptr) {
     const size_t off = bytes;
     bytes = align_up(bytes + n);
+    if (src != nullptr && n > 0) copies.emplace_back(off, src, n);
     return off;
   };
   const auto nnz = static_cast<size_t>(x.nnz());
   if (m.sparse_input) {
-    slot.off_indptr = section(static_cast<size_t>(rows + 1) * sizeof(int64_t));
-    slot.off_indices = section(nnz * sizeof(uint32_t));
-    slot.off_values = section(nnz * sizeof(float));
+    slot.off_indptr = section(x.indptr.size() * sizeof(int64_t), x.indptr.data());
+    slot.off_indices = section(nnz * sizeof(uint32_t), x.indices.data());
+    slot.off_values = section(nnz * sizeof(float), x.values.data());
     if (training) {
-      slot.off_tcols = section(xt.cols.size() * sizeof(uint32_t));
-      slot.off_tstart = section(xt.start.size() * sizeof(int64_t));
-      slot.off_trows = section(nnz * sizeof(uint32_t));
-      slot.off_tvals = section(nnz * sizeof(float));
+      slot.off_tcols = section(xt.cols.size() * sizeof(uint32_t), xt.cols.data());
+      slot.off_tstart = section(xt.start.size() * sizeof(int64_t), xt.start.data());
+      slot.off_trows = section(nnz * sizeof(uint32_t), xt.rows.data());
+      slot.off_tvals = section(nnz * sizeof(float), xt.values.data());
     }
   } else {
     slot.off_x = section(static_cast<size_t>(rows * m.input_dim) * sizeof(float));
@@ -153,24 +156,12 @@ void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
   bytes = std::max<size_t>(bytes, kAlign);
   // Fill.
   unsigned char* base = slot.mem.host(bytes);
-  auto put = [&](size_t off, const void* src, size_t n) {
-    if (n) std::memcpy(base + off, src, n);
-  };
-  if (m.sparse_input) {
-    put(slot.off_indptr, x.indptr.data(), x.indptr.size() * sizeof(int64_t));
-    put(slot.off_indices, x.indices.data(), nnz * sizeof(uint32_t));
-    put(slot.off_values, x.values.data(), nnz * sizeof(float));
-    if (training) {
-      put(slot.off_tcols, xt.cols.data(), xt.cols.size() * sizeof(uint32_t));
-      put(slot.off_tstart, xt.start.data(), xt.start.size() * sizeof(int64_t));
-      put(slot.off_trows, xt.rows.data(), nnz * sizeof(uint32_t));
-      put(slot.off_tvals, xt.values.data(), nnz * sizeof(float));
-    }
-  } else {
+  for (const auto& [off, src, n] : copies) std::memcpy(base + off, src, n);
+  if (!m.sparse_input) {
     const ConstMatrix dx = batch.dense_x.view();
+    const auto row_bytes = static_cast<size_t>(m.input_dim) * sizeof(float);
     for (int64_t r = 0; r < rows; ++r)
-      put(slot.off_x + static_cast<size_t>(r * m.input_dim) * sizeof(float), dx.row(r),
-          static_cast<size_t>(m.input_dim) * sizeof(float));
+      std::memcpy(base + slot.off_x + static_cast<size_t>(r) * row_bytes, dx.row(r), row_bytes);
   }
   for (size_t i = 0; i < m.dense.size(); ++i)
     if (slot.off_mask[i] != SIZE_MAX)
