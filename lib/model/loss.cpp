@@ -149,20 +149,15 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
                              int64_t batch_size, int64_t* zero_grads) {
   check_chunk(logits, targets, lo, batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
+  if (type == LossType::softmax)
+    throw_error(
+        "elementwise_loss_grad: softmax is not elementwise; use "
+        "softmax_accumulate + softmax_loss_grad");
   int64_t zeros = 0;
-  double loss = 0.0;
-  switch (type) {
-    case LossType::bce:
-      loss = elementwise_impl<LossType::bce>(logits, targets, lo, inv_b, zeros);
-      break;
-    case LossType::squared_hinge:
-      loss = elementwise_impl<LossType::squared_hinge>(logits, targets, lo, inv_b, zeros);
-      break;
-    case LossType::softmax:
-      throw_error(
-          "elementwise_loss_grad: softmax is not elementwise; use "
-          "softmax_accumulate + softmax_loss_grad");
-  }
+  const double loss =
+      type == LossType::bce
+          ? elementwise_impl<LossType::bce>(logits, targets, lo, inv_b, zeros)
+          : elementwise_impl<LossType::squared_hinge>(logits, targets, lo, inv_b, zeros);
   if (zero_grads) *zero_grads += zeros;
   return loss;
 }
@@ -225,14 +220,9 @@ double candidate_point(LossType type, const uint8_t* flag, const float* wt, int6
                        double inv_b, float* g, std::vector<uint32_t>& pos_at) {
   const ChunkTargets tg = flagged(flag, nc, pos_at);
   int64_t zeros = 0;  // counted by the caller
-  switch (type) {
-    case LossType::bce:
-      return row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, zeros, wt);
-    case LossType::squared_hinge:
-      return row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, zeros, wt);
-    case LossType::softmax:
-      break;
-  }
+  if (type == LossType::bce) return row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, zeros, wt);
+  if (type == LossType::squared_hinge)
+    return row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, zeros, wt);
   if (pos_at.empty()) {
     std::fill(g, g + nc, 0.0f);  // points without positives contribute nothing
     return 0.0;
