@@ -141,15 +141,12 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   }
   SampledCandidates c;
   const auto hard_w = static_cast<float>(cfg_.hard_weight);
-  for (int64_t i = 0; i < rows; ++i) {
-    const auto& v = cand[static_cast<size_t>(i)];
+  for (size_t i = 0; i < cand.size(); ++i) {
+    const auto& v = cand[i];
     c.labels.insert(c.labels.end(), v.begin(), v.end());
-    for (size_t j = 0; j < v.size(); ++j) {
-      c.positive.push_back(static_cast<int64_t>(j) < npos[static_cast<size_t>(i)] ? 1 : 0);
-      const auto jj = static_cast<int64_t>(j);
-      c.weight.push_back(jj < npos[static_cast<size_t>(i)]     ? 1.0f
-                         : jj < nfixed[static_cast<size_t>(i)] ? hard_w
-                                                               : rweight[static_cast<size_t>(i)]);
+    for (int64_t j = 0; j < static_cast<int64_t>(v.size()); ++j) {
+      c.positive.push_back(j < npos[i] ? 1 : 0);
+      c.weight.push_back(j < npos[i] ? 1.0f : j < nfixed[i] ? hard_w : rweight[i]);
     }
     c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
   }
