@@ -9,14 +9,14 @@
 
 namespace xmc {
 
+namespace {
+
+// The device form (the header's first comment); the arguments are stream_topk's, checked.
 TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t block_rows, int64_t n,
                         int64_t chunk, int64_t label_offset, float* workspace,
                         const std::function<void(int64_t, int64_t)>& begin_block,
                         const std::function<void(int64_t, Matrix)>& score) {
   gpu::check_topk_k(k);
-  XMC_CHECK(rows >= 0 && block_rows > 0 && n > 0 && chunk > 0,
-            "device top-k: {} rows in blocks of {}, {} labels in chunks of {}", rows, block_rows,
-            n, chunk);
   const auto s = ctx.stream();
   const auto rk = static_cast<size_t>(rows * k);
   TopK out;
@@ -50,6 +50,8 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
     if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
   return out;
 }
+
+}  // namespace
 
 TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
                  int64_t label_offset, const std::function<void(int64_t, int64_t)>& begin_block,

@@ -11,16 +11,10 @@
 #include <functional>
 
 #include "core/context.h"
-#include "core/cuda_context.h"
 #include "core/matrix.h"
 #include "eval/topk.h"
 
 namespace xmc {
-
-TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t block_rows, int64_t n,
-                        int64_t chunk, int64_t label_offset, float* workspace,
-                        const std::function<void(int64_t r0, int64_t rows)>& begin_block,
-                        const std::function<void(int64_t c0, Matrix z)>& score);
 
 // The same on the host, scores written into the HOST workspace (at least
 // min(block_rows, rows)·chunk floats), merged by TopKAccumulator (eval/topk.h) chunk by
@@ -30,7 +24,7 @@ TopK host_stream_topk(int64_t rows, int k, int64_t block_rows, int64_t n, int64_
                       const std::function<void(int64_t r0, int64_t rows)>& begin_block,
                       const std::function<void(int64_t c0, Matrix z)>& score);
 
-// The same on the Context's device: CUDA — device_stream_topk with a device workspace of
+// The same on the Context's device: CUDA — the device form above with a workspace of
 // min(block_rows, rows)·chunk floats (in the ledger); CPU — host_stream_topk with such a
 // host workspace. score() writes DEVICE views on a CUDA Context.
 TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
