@@ -13,18 +13,6 @@ Linear::Linear(Context& ctx, int64_t in, int64_t out, Activation act, double dro
   grad_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>((in + 1) * out));
 }
 
-ConstMatrix Linear::forward(ConstMatrix x, bool training, Rng& rng) {
-  const float* mask = nullptr;
-  if (training && dropout_ > 0.0) {
-    if (x.rows > own_mask_rows_) {
-      own_mask_ = DropoutMask(*ctx_, x.rows, in_);
-      own_mask_rows_ = x.rows;
-    }
-    mask = own_mask_.draw(x.rows, dropout_, rng);
-  }
-  return forward(x, mask, training);
-}
-
 ConstMatrix Linear::forward(ConstMatrix x, const float* mask, bool training) {
   XMC_CHECK(x.cols == in_, "linear layer expects {} inputs, got [{}×{}]", in_, x.rows, x.cols);
   const Context& ctx = *ctx_;

@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "core/matrix.h"
-#include "model/dropout.h"
 #include "model/layer_params.h"
 
 namespace xmc {
@@ -25,9 +24,6 @@ class Linear : public EncoderLayerBase {
   // dropout mask [B×in] when training and mask is not null: 0 or 1/(1-p) per entry, from
   // dropout_mask), so x need not outlive the call.
   ConstMatrix forward(ConstMatrix x, const float* mask, bool training);
-  // The same, the mask drawn here from rng when training with dropout (dropout_mask's
-  // draws).
-  ConstMatrix forward(ConstMatrix x, bool training, Rng& rng);
   // dh [B×out] for the last training forward -> dW, db into grad buffers (overwritten);
   // returns dL/dx [B×in] when need_dx (else an empty view), valid until the next backward.
   ConstMatrix backward(ConstMatrix dh, bool need_dx);
@@ -49,8 +45,6 @@ class Linear : public EncoderLayerBase {
   int64_t batch_ = 0;
   bool have_forward_ = false;
   const float* mask_ = nullptr;  // the last training forward's mask (null: none)
-  DropoutMask own_mask_;         // forward(x, training, rng)'s draw
-  int64_t own_mask_rows_ = 0;
   Buffer<float> x_;              // [B×in] input after dropout
   Buffer<float> h_;              // [B×out]
   Buffer<float> dz_;             // [B×out]

@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "model/activation.h"
+#include "model/dropout.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"
 #include "model_test_util.h"
@@ -62,7 +63,7 @@ TEST_CASE("linear layer: dW, db, dx match finite differences (none and relu)") {
     INFO("relu = " << relu);
     const int64_t bs = 3, in = 5, out = 4;
     Context ctx;
-    Rng init(1), rng(2), data(3);
+    Rng init(1), data(3);
     OptimizerConfig opt{.type = OptimizerType::sgd};
     Linear layer(ctx, in, out, relu ? Activation::relu : Activation::none, 0.0, opt, init);
     auto x = float_exact(data, bs * in, -1, 1);
@@ -74,7 +75,7 @@ TEST_CASE("linear layer: dW, db, dx match finite differences (none and relu)") {
     for (int64_t j = 0; j < out; ++j) layer.bias()[j] = static_cast<float>(b[j]);
 
     auto xf = to_float(x);
-    ConstMatrix h = layer.forward(ConstMatrix{xf.data(), bs, in}, true, rng);
+    ConstMatrix h = layer.forward(ConstMatrix{xf.data(), bs, in}, nullptr, true);
     std::vector<double> h_ref;
     ref_linear_loss(x, w, b, r, bs, in, out, relu, &h_ref);
     for (int64_t i = 0; i < bs * out; ++i) REQUIRE(h.data[i] == Approx(h_ref[i]).margin(1e-6));
@@ -124,8 +125,9 @@ TEST_CASE("linear layer: inverted dropout zeroes about p of the inputs and scale
   // look at dL/dx: with dh = 1 and all weights 1, dx = Σ_j W[k,j]·mask = 2·mask.
   Matrix W = layer.weight();
   std::fill(W.data, W.data + in * out, 1.0f);
-  std::vector<float> x(bs * in, 1.0f), dh(bs * out, 1.0f);
-  ConstMatrix h = layer.forward(ConstMatrix{x.data(), bs, in}, true, rng);
+  std::vector<float> x(bs * in, 1.0f), dh(bs * out, 1.0f), mask(bs * in);
+  dropout_mask(mask.data(), bs * in, layer.dropout(), rng);  // the mask the Encoder draws
+  ConstMatrix h = layer.forward(ConstMatrix{x.data(), bs, in}, mask.data(), true);
   ConstMatrix dx = layer.backward(ConstMatrix{dh.data(), bs, out}, true);
   int64_t dropped = 0;
   double h_sum = 0;
@@ -143,7 +145,7 @@ TEST_CASE("linear layer: inverted dropout zeroes about p of the inputs and scale
   // Inverted scaling keeps the expected activation: mean h ≈ in.
   CHECK(h_sum / bs == Approx(static_cast<double>(in)).epsilon(0.03));
   // Evaluation: no dropout.
-  ConstMatrix he = layer.forward(ConstMatrix{x.data(), bs, in}, false, rng);
+  ConstMatrix he = layer.forward(ConstMatrix{x.data(), bs, in}, nullptr, false);
   for (int64_t i = 0; i < bs; ++i) REQUIRE(he(i, 0) == Approx(static_cast<double>(in)));
 }
 
