@@ -30,15 +30,6 @@ ConstMatrix SparseLinear::forward(const gpu::DeviceCsrValues& x, bool training) 
   return h;
 }
 
-ConstMatrix SparseLinear::forward(const CsrMatrix& x, bool training, Rng& rng) {
-  XMC_CHECK(!ctx_->on_gpu(), "sparse_linear: a host batch on a CUDA Context (the Encoder stages "
-                             "the batch on the device)");
-  prepare_input(x, training, rng, host_x_, host_xt_);
-  return forward(gpu::DeviceCsrValues{host_x_.indptr.data(), host_x_.indices.data(),
-                                      host_x_.values.data(), host_x_.rows, host_x_.cols},
-                 training);
-}
-
 void SparseLinear::prepare_input(const CsrMatrix& x, bool training, Rng& rng, CsrMatrix& out,
                                  CsrByColumn& xt) const {
   XMC_CHECK(x.cols == in_, "sparse_linear expects {} input features, got [{}×{}]", in_, x.rows,
@@ -52,12 +43,6 @@ void SparseLinear::prepare_input(const CsrMatrix& x, bool training, Rng& rng, Cs
     XMC_CHECK(out.indices[k] < in_, "feature id {} (non-zero {}) >= input dim {}",
               out.indices[k], k, in_);
   if (training) group_by_column(out, xt);
-}
-
-void SparseLinear::backward(ConstMatrix dh) {
-  backward(dh, gpu::DeviceCsrByColumn{host_xt_.cols.data(), host_xt_.start.data(),
-                                      host_xt_.rows.data(), host_xt_.values.data(),
-                                      host_xt_.count()});
 }
 
 void SparseLinear::backward(ConstMatrix dh, const gpu::DeviceCsrByColumn& xt) {

@@ -34,11 +34,7 @@ class SparseLinear : public EncoderLayerBase {
   // column, on the Context's device (its columns are the touched rows) -> their gradient
   // rows and db.
   void backward(ConstMatrix dh, const gpu::DeviceCsrByColumn& xt);
-  // Host input (CPU Context; tests): x [B×D] CSR (values may be absent = all ones) is
-  // copied, dropped out from rng when training, grouped by column for backward(dh).
-  ConstMatrix forward(const CsrMatrix& x, bool training, Rng& rng);
-  void backward(ConstMatrix dh);
-  // The host side of a batch's input (both forwards' callers): x checked against the input
+  // The host side of a batch's input (the Encoder's staging): x checked against the input
   // dimension, copied into out (values filled with ones when absent), dropped out from rng
   // and, when training, grouped by column into xt.
   void prepare_input(const CsrMatrix& x, bool training, Rng& rng, CsrMatrix& out,
@@ -68,8 +64,6 @@ class SparseLinear : public EncoderLayerBase {
   Buffer<float> dz_;             // [B×out]
   Buffer<float> row_grad_;       // [U×out]
   Buffer<float> bias_grad_;      // [out]
-  CsrMatrix host_x_;             // forward(CsrMatrix)'s input after dropout
-  CsrByColumn host_xt_;          // ... grouped by column
 };
 
 }  // namespace xmc

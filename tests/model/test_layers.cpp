@@ -156,6 +156,8 @@ struct SparseCase {
   std::vector<std::vector<uint32_t>> idx = {{1, 5, 7}, {5, 12}, {0, 7, 12, 19}};
   std::vector<std::vector<double>> val;
   CsrMatrix x;
+  CsrMatrix staged;      // x as the Encoder stages it for the layer (dropout applied) ...
+  CsrByColumn staged_t;  // ... and grouped by column
   SparseCase() {
     Rng data(5);
     std::vector<std::vector<float>> vf;
@@ -178,6 +180,19 @@ struct SparseCase {
       }
     return l;
   }
+  // The layer's forward and backward on x, staged on the host (CPU Context) as the Encoder
+  // stages a batch.
+  ConstMatrix forward(SparseLinear& layer, bool training, Rng& rng) {
+    layer.prepare_input(x, training, rng, staged, staged_t);
+    return layer.forward(gpu::DeviceCsrValues{staged.indptr.data(), staged.indices.data(),
+                                              staged.values.data(), staged.rows, staged.cols},
+                         training);
+  }
+  void backward(SparseLinear& layer, ConstMatrix dh) {
+    layer.backward(
+        dh, gpu::DeviceCsrByColumn{staged_t.cols.data(), staged_t.start.data(),
+                                   staged_t.rows.data(), staged_t.values.data(), staged_t.count()});
+  }
 };
 
 }  // namespace
@@ -195,8 +210,8 @@ TEST_CASE("sparse_linear layer: dW on the touched rows and db match finite diffe
   auto r = float_exact(data, c.bs * c.out, -1, 1);
   auto rf = to_float(r);
 
-  layer.forward(c.x, true, rng);
-  layer.backward(ConstMatrix{rf.data(), c.bs, c.out});
+  c.forward(layer, true, rng);
+  c.backward(layer, ConstMatrix{rf.data(), c.bs, c.out});
   const std::vector<uint32_t> expect_rows = {0, 1, 5, 7, 12, 19};
   auto touched = layer.touched_rows();
   REQUIRE(std::vector<uint32_t>(touched.begin(), touched.end()) == expect_rows);
@@ -237,8 +252,8 @@ TEST_CASE("sparse_linear update leaves rows outside the batch bit-identical") {
     const std::vector<float> before(W.data, W.data + c.d * c.out);
     std::vector<float> dh(c.bs * c.out, 0.5f);
     for (int step = 1; step <= 3; ++step) {
-      layer.forward(c.x, true, rng);
-      layer.backward(ConstMatrix{dh.data(), c.bs, c.out});
+      c.forward(layer, true, rng);
+      c.backward(layer, ConstMatrix{dh.data(), c.bs, c.out});
       layer.apply_update(0.1, step);
     }
     const std::set<uint32_t> touched = {0, 1, 5, 7, 12, 19};
@@ -265,8 +280,8 @@ TEST_CASE("sparse_linear dropout removes entries from the touched set") {
   std::vector<float> dh(c.bs * c.out, 1.0f);
   size_t min_touched = 100;
   for (int t = 0; t < 20; ++t) {
-    layer.forward(c.x, true, rng);
-    layer.backward(ConstMatrix{dh.data(), c.bs, c.out});
+    c.forward(layer, true, rng);
+    c.backward(layer, ConstMatrix{dh.data(), c.bs, c.out});
     min_touched = std::min(min_touched, layer.touched_rows().size());
   }
   CHECK(min_touched < 6);  // with p = 0.5, some draw drops a feature everywhere
