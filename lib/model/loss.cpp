@@ -213,28 +213,6 @@ ChunkTargets flagged(const uint8_t* flag, int64_t nc, std::vector<uint32_t>& pos
   return {pos_at.data(), pos_at.data() + pos_at.size()};
 }
 
-// One point's candidate entries (see candidate_loss_grad) through the full losses' row
-// functions: the entries are the row's "labels" 0..nc-1, its positives the flagged ones
-// (pos_at: scratch). Returns the point's loss.
-double candidate_point(LossType type, const uint8_t* flag, const float* wt, int64_t nc,
-                       double inv_b, float* g, std::vector<uint32_t>& pos_at) {
-  const ChunkTargets tg = flagged(flag, nc, pos_at);
-  int64_t zeros = 0;  // counted by the caller
-  if (type == LossType::bce) return row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, zeros, wt);
-  if (type == LossType::squared_hinge)
-    return row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, zeros, wt);
-  if (pos_at.empty()) {
-    std::fill(g, g + nc, 0.0f);  // points without positives contribute nothing
-    return 0.0;
-  }
-  double row_max = -std::numeric_limits<double>::infinity(), sumexp = 0.0;
-  softmax_row_accumulate(g, nc, row_max, sumexp);
-  double loss = 0.0;
-  softmax_row_loss_grad(g, nc, 0, tg, static_cast<int64_t>(pos_at.size()), row_max,
-                        row_max + std::log(sumexp), inv_b, loss);
-  return loss;
-}
-
 // point(i, g, nc, pos_at) -> the loss of point i, whose nc entries' scores g become their
 // gradients, over every point in parallel (each with scratch pos_at); returns the loss
 // summed in point order (the same for any thread count) and counts the exactly-zero
@@ -260,13 +238,12 @@ double over_points(const int64_t* ptr, int64_t rows, float* zg, int64_t* zeros, 
   return ls;
 }
 
-// candidate_loss_grad's softmax over label shards: pass 1 on every point, the statistics
-// and positive counts merged over the processes, pass 2 with the global normaliser.
-double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positive,
-                                 double inv_b, float* zg, int64_t* zeros,
-                                 const RowReductions& sh) {
+// candidate_loss_grad's softmax: pass 1 on every point; over label shards (sh not null) the
+// statistics and positive counts merged over the processes; pass 2 with the normaliser.
+double candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positive, double inv_b,
+                         float* zg, int64_t* zeros, const RowReductions* sh) {
   SoftmaxStats st(rows);
-  std::vector<double> npos(static_cast<size_t>(rows));  // positives over every process
+  std::vector<double> npos(static_cast<size_t>(rows));  // positives (over every process)
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t i = 0; i < rows; ++i) {
     const auto ri = static_cast<size_t>(i);
@@ -274,14 +251,16 @@ double sharded_candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t
     npos[ri] = static_cast<double>(std::count_if(positive + ptr[i], positive + ptr[i + 1],
                                                  [](uint8_t f) { return f != 0; }));
   }
-  merge_softmax_stats(st, sh);
-  sh.reduce_sum(npos);
+  if (sh != nullptr) {
+    merge_softmax_stats(st, *sh);
+    sh->reduce_sum(npos);
+  }
   return over_points(ptr, rows, zg, zeros,
                      [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
                        const auto ri = static_cast<size_t>(i);
                        double loss = 0.0;
                        if (npos[ri] == 0.0) {
-                         std::fill(g, g + nc, 0.0f);  // no positive on any process
+                         std::fill(g, g + nc, 0.0f);  // points without positives: nothing
                          return loss;
                        }
                        softmax_row_loss_grad(g, nc, 0, flagged(positive + ptr[i], nc, pos_at),
@@ -298,13 +277,20 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                            float* zg, int64_t* zeros, const RowReductions* shards) {
   XMC_CHECK(batch_size > 0, "candidate loss over a batch of {}", batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
-  if (shards != nullptr && type == LossType::softmax)
-    return sharded_candidate_softmax(ptr, rows, positive, inv_b, zg, zeros, *shards);
+  if (type == LossType::softmax)
+    return candidate_softmax(ptr, rows, positive, inv_b, zg, zeros, shards);
+  // A point's entries through the full losses' row functions: the row's "labels" are
+  // 0..nc-1, its positives the flagged entries.
   return over_points(ptr, rows, zg, zeros,
                      [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
                        const int64_t e0 = ptr[i];
-                       return candidate_point(type, positive + e0, weight ? weight + e0 : nullptr,
-                                              nc, inv_b, g, pos_at);
+                       const ChunkTargets tg = flagged(positive + e0, nc, pos_at);
+                       const float* wt = weight ? weight + e0 : nullptr;
+                       int64_t z = 0;  // over_points counts the zeros
+                       return type == LossType::bce
+                                  ? row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, z, wt)
+                                  : row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, z,
+                                                                           wt);
                      });
 }
 
