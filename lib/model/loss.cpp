@@ -31,10 +31,9 @@ struct ChunkTargets {
 ChunkTargets chunk_targets(const CsrMatrix& t, int64_t r, int64_t lo, int64_t hi) {
   const uint32_t* b = t.row_indices(r);
   const uint32_t* e = b + t.row_nnz(r);
-  const uint32_t* first = std::lower_bound(b, e, static_cast<uint64_t>(lo),
-                                           [](uint32_t a, uint64_t v) { return a < v; });
-  const uint32_t* last = std::lower_bound(first, e, static_cast<uint64_t>(hi),
-                                          [](uint32_t a, uint64_t v) { return a < v; });
+  const auto below = [](uint32_t a, uint64_t v) { return a < v; };
+  const uint32_t* first = std::lower_bound(b, e, static_cast<uint64_t>(lo), below);
+  const uint32_t* last = std::lower_bound(first, e, static_cast<uint64_t>(hi), below);
   return {first, last};
 }
 
@@ -200,10 +199,6 @@ void softmax_row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, int
   const auto t_b = static_cast<float>(t * inv_b);
   for (const uint32_t* p = tg.first; p != tg.last; ++p) z[*p - lo] -= t_b;
 }
-
-}  // namespace
-
-namespace {
 
 // The flagged entries' positions among a point's nc entries, into pos_at.
 ChunkTargets flagged(const uint8_t* flag, int64_t nc, std::vector<uint32_t>& pos_at) {
