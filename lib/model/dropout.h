@@ -32,7 +32,6 @@ class DropoutMask {
   // Draws rows×n multipliers (0 or 1/(1-p)) from rng; returns the mask (a DEVICE pointer
   // on a CUDA Context).
   const float* draw(int64_t rows, double p, Rng& rng);
-  const float* data() const { return mask_.data(); }
   int64_t bytes() const { return static_cast<int64_t>(mask_.bytes() + host_.bytes()); }
 
  private:
