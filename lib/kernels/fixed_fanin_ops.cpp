@@ -187,10 +187,8 @@ void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
 
 void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
                          const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z) {
-  if (ctx.on_gpu())
-    gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z);
-  else
-    fixed_fanin_forward(idx, w, bias, n, fan_in, ut, z);
+  ctx.on_gpu() ? gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z)
+               : fixed_fanin_forward(idx, w, bias, n, fan_in, ut, z);
 }
 
 void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
@@ -206,10 +204,8 @@ void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n,
 
 void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                             int64_t fan_in, ConstMatrix g, Matrix du) {
-  if (ctx.on_gpu())
-    gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du);
-  else
-    fixed_fanin_input_grad(idx, w, n, fan_in, g, du);
+  ctx.on_gpu() ? gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du)
+               : fixed_fanin_input_grad(idx, w, n, fan_in, g, du);
 }
 
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {

@@ -196,10 +196,8 @@ const gpu::CudaContext& bf16_gpu(const Context& ctx, const char* op) {
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           ConstMatrix ut, Matrix z) {
-  if (ctx.on_gpu())
-    gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z);
-  else
-    group_shared_forward(idx, w, bias, n, group, fan_in, ut, z);
+  ctx.on_gpu() ? gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z)
+               : group_shared_forward(idx, w, bias, n, group, fan_in, ut, z);
 }
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
@@ -208,10 +206,8 @@ void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf
 }
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
-  if (ctx.on_gpu())
-    gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db);
-  else
-    group_shared_weight_grad(idx, n, group, fan_in, g, ut, dw, db);
+  ctx.on_gpu() ? gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db)
+               : group_shared_weight_grad(idx, n, group, fan_in, g, ut, dw, db);
 }
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
@@ -221,10 +217,8 @@ void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n
 }
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
-  if (ctx.on_gpu())
-    gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du);
-  else
-    group_shared_input_grad(idx, w, n, group, fan_in, g, du);
+  ctx.on_gpu() ? gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du)
+               : group_shared_input_grad(idx, w, n, group, fan_in, g, du);
 }
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                              int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {

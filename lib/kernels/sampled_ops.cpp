@@ -98,26 +98,20 @@ void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix 
 
 void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
                     const CandidateCsr& cand, ConstMatrix h, float* scores) {
-  if (ctx.on_gpu())
-    gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores);
-  else
-    sampled_scores(w, bias, d, cand, h, scores);
+  ctx.on_gpu() ? gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores)
+               : sampled_scores(w, bias, d, cand, h, scores);
 }
 
 void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
                         const float* g, Matrix dh) {
-  if (ctx.on_gpu())
-    gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh);
-  else
-    sampled_input_grad(w, d, cand, g, dh);
+  ctx.on_gpu() ? gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh)
+               : sampled_input_grad(w, d, cand, g, dh);
 }
 
 void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
                          ConstMatrix h, Matrix dw, float* db) {
-  if (ctx.on_gpu())
-    gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db);
-  else
-    sampled_weight_grad(groups, g, h, dw, db);
+  ctx.on_gpu() ? gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db)
+               : sampled_weight_grad(groups, g, h, dw, db);
 }
 
 void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int64_t count,
