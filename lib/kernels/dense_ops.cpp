@@ -40,10 +40,18 @@ void gemm_tn(ConstMatrix a, ConstMatrix b, Matrix c, float alpha, float beta) {
 }
 
 void column_sums(ConstMatrix a, float* out) {
-  for (int64_t j = 0; j < a.cols; ++j) out[j] = 0.0f;
+  std::fill(out, out + a.cols, 0.0f);
   for (int64_t i = 0; i < a.rows; ++i) {
     const float* r = a.row(i);
     for (int64_t j = 0; j < a.cols; ++j) out[j] += r[j];
+  }
+}
+
+void relu_inplace(Matrix m) {
+#pragma omp parallel for schedule(static) if (m.rows * m.cols > 65536)
+  for (int64_t i = 0; i < m.rows; ++i) {
+    float* r = m.row(i);
+    for (int64_t j = 0; j < m.cols; ++j) r[j] = std::max(r[j], 0.0f);
   }
 }
 
@@ -158,13 +166,7 @@ void affine(const Context& ctx, ConstMatrix x, const float* w, bool w_rows_out, 
     gemm_nt(x, wm, out, 1.0f, 1.0f);
   else
     gemm_nn(x, wm, out, 1.0f, 1.0f);
-  if (relu) {
-#pragma omp parallel for schedule(static) if (out.rows * out.cols > 65536)
-    for (int64_t r = 0; r < out.rows; ++r) {
-      float* o = out.row(r);
-      for (int64_t j = 0; j < out.cols; ++j) o[j] = std::max(o[j], 0.0f);
-    }
-  }
+  if (relu) relu_inplace(out);
 }
 }  // namespace
 

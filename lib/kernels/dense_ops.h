@@ -21,6 +21,8 @@ void gemm_tn(ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f, float b
 void column_sums(ConstMatrix a, float* out);
 // Each row of m += bias (bias has m.cols entries).
 void add_row_vector(Matrix m, const float* bias);
+// m = max(m, 0) element-wise (the CPU ReLU of affine_* and csr_dense_forward).
+void relu_inplace(Matrix m);
 
 void gemm_nt(const Context& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f,
              float beta = 0.0f);

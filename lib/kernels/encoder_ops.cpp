@@ -7,16 +7,6 @@
 
 namespace xmc::kernels {
 
-namespace {
-void relu_inplace(Matrix h) {
-#pragma omp parallel for schedule(static) if (h.rows * h.cols > 65536)
-  for (int64_t r = 0; r < h.rows; ++r) {
-    float* x = h.row(r);
-    for (int64_t j = 0; j < h.cols; ++j) x[j] = std::max(x[j], 0.0f);
-  }
-}
-}  // namespace
-
 void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const float* w,
                        const float* bias, bool relu, Matrix h) {
   XMC_CHECK(h.rows == x.rows, "sparse forward: {} input rows, h [{}×{}]", x.rows, h.rows, h.cols);
