@@ -6,20 +6,21 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
 
 namespace xmc {
 namespace {
-int64_t read_status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
+// The value of the line starting with `key` of a /proc file (in kB), in bytes; none when
+// the file has no such line.
+std::optional<int64_t> proc_bytes(const char* path, std::string_view key) {
+  std::ifstream in(path);
   std::string line;
-  const std::string k(key);
-  while (std::getline(in, line)) {
-    if (line.compare(0, k.size(), k) == 0) return std::stoll(line.substr(k.size())) * 1024;
-  }
-  return 0;
+  while (std::getline(in, line))
+    if (line.starts_with(key)) return std::stoll(line.substr(key.size())) * 1024;
+  return std::nullopt;
 }
 
 int64_t parse_memory_limit(const std::string& text) {
@@ -53,12 +54,8 @@ int64_t parse_memory_limit(const std::string& text) {
 MemoryBudget memory_budget() {
   if (const char* env = std::getenv("XMC_MEMORY_LIMIT"); env && *env)
     return {parse_memory_limit(env), "XMC_MEMORY_LIMIT"};
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  const std::string key = "MemAvailable:";
-  while (std::getline(in, line))
-    if (line.compare(0, key.size(), key) == 0)
-      return {std::stoll(line.substr(key.size())) * 1024, "MemAvailable"};
+  if (const auto avail = proc_bytes("/proc/meminfo", "MemAvailable:"))
+    return {*avail, "MemAvailable"};
   return {};
 }
 
@@ -80,6 +77,6 @@ void check_memory_plan(double bytes, std::string_view what, std::string_view adv
               budget.source == "MemAvailable" ? " in /proc/meminfo" : "", advice);
 }
 
-int64_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
+int64_t peak_rss_bytes() { return proc_bytes("/proc/self/status", "VmHWM:").value_or(0); }
 
 }  // namespace xmc
