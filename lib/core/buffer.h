@@ -102,13 +102,7 @@ class Buffer {
     staged_ = false;
   }
   // A buffer whose host copy the host fills from scratch (no download first).
-  T* stage_for_write() {
-    if (cuda_ && !staged_) {
-      copy_.resize(size());
-      staged_ = true;
-    }
-    return host_data();
-  }
+  T* stage_for_write() { return stage(0); }
   // OutputLayer::sync_state (core/tensor_ref.h): to_host stages, to_device commits,
   // release drops the copy.
   void sync(StateSync s) {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace xmc {
 
@@ -77,20 +78,18 @@ LedgerEntry::LedgerEntry(MemoryLedger& ledger, MemTag tag, int64_t bytes, MemSpa
 }
 
 LedgerEntry::LedgerEntry(LedgerEntry&& o) noexcept
-    : ledger_(o.ledger_), tag_(o.tag_), space_(o.space_), bytes_(o.bytes_) {
-  o.ledger_ = nullptr;
-  o.bytes_ = 0;
-}
+    : ledger_(std::exchange(o.ledger_, nullptr)),
+      tag_(o.tag_),
+      space_(o.space_),
+      bytes_(std::exchange(o.bytes_, 0)) {}
 
 LedgerEntry& LedgerEntry::operator=(LedgerEntry&& o) noexcept {
   if (this != &o) {
     if (ledger_) ledger_->sub(tag_, space_, bytes_);
-    ledger_ = o.ledger_;
+    ledger_ = std::exchange(o.ledger_, nullptr);
     tag_ = o.tag_;
     space_ = o.space_;
-    bytes_ = o.bytes_;
-    o.ledger_ = nullptr;
-    o.bytes_ = 0;
+    bytes_ = std::exchange(o.bytes_, 0);
   }
   return *this;
 }

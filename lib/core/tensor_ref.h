@@ -2,6 +2,8 @@
 // A named, shaped, non-owning reference to a parameter or state array. Components list
 // their state as TensorRefs; checkpoints write and read them by name (HDF5 datasets).
 #include <cstdint>
+#include <functional>
+#include <numeric>
 #include <string>
 #include <variant>
 #include <vector>
@@ -21,9 +23,7 @@ struct TensorRef {
   std::variant<float*, uint32_t*, int64_t*> data;
 
   int64_t numel() const {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    return n;
+    return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   }
 };
 
