@@ -98,9 +98,4 @@ LedgerEntry::~LedgerEntry() {
   if (ledger_) ledger_->sub(tag_, space_, bytes_);
 }
 
-void LedgerEntry::resize(int64_t bytes) {
-  if (ledger_) ledger_->add(tag_, space_, bytes - bytes_);
-  bytes_ = bytes;
-}
-
 }  // namespace xmc

@@ -49,7 +49,7 @@ class MemoryLedger {
 };
 
 // RAII record of `bytes` under a tag for a buffer owned elsewhere (a std::vector, a
-// library's index). resize() updates the record.
+// library's index).
 class LedgerEntry {
  public:
   LedgerEntry() = default;
@@ -59,8 +59,6 @@ class LedgerEntry {
   LedgerEntry(const LedgerEntry&) = delete;
   LedgerEntry& operator=(const LedgerEntry&) = delete;
   ~LedgerEntry();
-  void resize(int64_t bytes);
-  int64_t bytes() const { return bytes_; }
 
  private:
   MemoryLedger* ledger_ = nullptr;

@@ -16,8 +16,7 @@ TEST_CASE("ledger tracks current and peak per tag and in total") {
     }
     CHECK(ledger.current(MemTag::indices) == 0);
     CHECK(ledger.peak(MemTag::indices) == 2000);
-    LedgerEntry e(ledger, MemTag::workspace, 100);
-    e.resize(3000);
+    LedgerEntry e(ledger, MemTag::workspace, 3000);
     CHECK(ledger.current(MemTag::workspace) == 3000);
     CHECK(ledger.total_peak() == 7000);
   }
