@@ -154,18 +154,12 @@ void affine(const Context& ctx, ConstMatrix x, const float* w, bool w_rows_out, 
             bool relu, Matrix out) {
   const ConstMatrix wm = w_rows_out ? ConstMatrix(w, out.cols, x.cols) : ConstMatrix(w, x.cols, out.cols);
   if (ctx.on_gpu()) {
-    if (w_rows_out)
-      gpu::gemm_nt(ctx.cuda(), x, wm, out);
-    else
-      gpu::gemm_nn(ctx.cuda(), x, wm, out);
+    w_rows_out ? gpu::gemm_nt(ctx.cuda(), x, wm, out) : gpu::gemm_nn(ctx.cuda(), x, wm, out);
     gpu::bias_activation(ctx.cuda(), out, bias, relu);
     return;
   }
   for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
-  if (w_rows_out)
-    gemm_nt(x, wm, out, 1.0f, 1.0f);
-  else
-    gemm_nn(x, wm, out, 1.0f, 1.0f);
+  w_rows_out ? gemm_nt(x, wm, out, 1.0f, 1.0f) : gemm_nn(x, wm, out, 1.0f, 1.0f);
   if (relu) relu_inplace(out);
 }
 }  // namespace
