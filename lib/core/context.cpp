@@ -12,17 +12,15 @@ std::string_view to_string(Device d) { return d == Device::cpu ? "cpu" : "cuda";
 
 Device resolve_device(std::string_view requested) {
   if (requested == "cpu") return Device::cpu;
-  if (requested == "cuda" || requested == "auto") {
-    if (!gpu::built_with_cuda()) {
-      if (requested == "auto") return Device::cpu;
+  if (requested == "auto")
+    return gpu::built_with_cuda() && !gpu::query_devices().empty() ? Device::cuda : Device::cpu;
+  if (requested == "cuda") {
+    if (!gpu::built_with_cuda())
       throw InputError(
           "device 'cuda' requested, but xmctrain was built without CUDA support "
           "(rebuild with -DXMC_CUDA=ON)");
-    }
-    if (gpu::query_devices().empty()) {
-      if (requested == "auto") return Device::cpu;
+    if (gpu::query_devices().empty())
       throw InputError("device 'cuda' requested, but no CUDA GPU is visible on this machine");
-    }
     return Device::cuda;
   }
   throw_input("unknown device '{}': expected cpu, cuda or auto", requested);
