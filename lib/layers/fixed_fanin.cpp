@@ -217,10 +217,6 @@ TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
       [&](int64_t c0, Matrix z) { forward(c0, ut.data(), z); });
 }
 
-bool FixedFaninLayer::rewire_due(int64_t step, int64_t total_steps) const {
-  return xmc::rewire_due(rewire_cfg_, step, total_steps);
-}
-
 void FixedFaninLayer::on_step_impl(const TrainerView& t) {
   const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
   if (!rewire_due(t.step, total)) return;

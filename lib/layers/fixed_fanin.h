@@ -87,7 +87,9 @@ class FixedFaninLayer final : public OutputLayer {
   RewireStats rewire(int64_t step);
   const RewireStats& last_rewire() const { return last_rewire_; }
   // True when the schedule rewires after `step` completed steps of total_steps.
-  bool rewire_due(int64_t step, int64_t total_steps) const;
+  bool rewire_due(int64_t step, int64_t total_steps) const {
+    return xmc::rewire_due(rewire_cfg_, step, total_steps);
+  }
   const FixedFaninTimings& timings() const { return timings_; }
 
  private:

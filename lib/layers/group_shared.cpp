@@ -510,16 +510,11 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   init_tail_weights(p_.w.stage_for_write(), p_.w_s1.empty() ? nullptr : p_.w_s1.stage_for_write(),
                     p_.w_s2.empty() ? nullptr : p_.w_s2.stage_for_write());
   p_.w.commit();
-  p_.w_s1.commit();
-  p_.w_s2.commit();
+  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",
       t, groups_, seconds, coh, coh_freq, coh_rand);
-}
-
-bool GroupSharedLayer::rewire_due(int64_t step, int64_t total_steps) const {
-  return xmc::rewire_due(rewire_cfg_, step, total_steps);
 }
 
 void GroupSharedLayer::on_step_impl(const TrainerView& t) {
@@ -564,8 +559,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
                                          p_.w_s2.empty() ? nullptr : p_.w_s2.stage());
     idx_.commit();
     p_.w.commit();
-    p_.w_s1.commit();
-    p_.w_s2.commit();
+    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
     return pruned;
   });
   timings_.rewire += last_rewire_.seconds;

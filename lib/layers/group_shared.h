@@ -160,7 +160,9 @@ class GroupSharedLayer final : public OutputLayer {
   // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
   RewireStats rewire(int64_t step);
   const RewireStats& last_rewire() const { return last_rewire_; }
-  bool rewire_due(int64_t step, int64_t total_steps) const;
+  bool rewire_due(int64_t step, int64_t total_steps) const {
+    return xmc::rewire_due(rewire_cfg_, step, total_steps);
+  }
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
