@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <ranges>
 #include <sstream>
 
 #include "config/config_loader.h"
@@ -177,16 +178,14 @@ std::vector<ConfigChange> significant_changes(const std::string& before, const s
 }
 
 std::string change_keys(const std::vector<ConfigChange>& changes) {
-  std::string s;
-  for (const auto& c : changes) s += (s.empty() ? "" : ", ") + c.key;
-  return s;
+  return fmt::format("{}", fmt::join(changes | std::views::transform(&ConfigChange::key), ", "));
 }
 
 std::string describe_changes(const std::vector<ConfigChange>& changes) {
-  std::string s;
-  for (const auto& c : changes)
-    s += fmt::format("{}{} {} -> {}", s.empty() ? "" : ", ", c.key, c.before, c.after);
-  return s;
+  const auto describe = [](const ConfigChange& c) {
+    return fmt::format("{} {} -> {}", c.key, c.before, c.after);
+  };
+  return fmt::format("{}", fmt::join(changes | std::views::transform(describe), ", "));
 }
 
 }  // namespace
