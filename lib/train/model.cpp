@@ -99,16 +99,15 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
                                        meta_.sparse_input,
                                        to_optimizer_config(cfg.optim.encoder), cfg.seed);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = encoder_->output_dim();
-  init.num_labels = meta_.num_labels;
-  init.batch_size = cfg.train.batch_size;
-  init.optim = to_optimizer_config(cfg.optim.output);
-  init.seed = cfg.seed ^ 0x6f75747075745eULL;
-  init.label_freq = meta_.label_freq;
-  init.total_steps = total_steps;
-  init.num_train = meta_.n_train;
+  LayerInit init{.ctx = &ctx,
+                 .input_dim = encoder_->output_dim(),
+                 .num_labels = meta_.num_labels,
+                 .batch_size = cfg.train.batch_size,
+                 .optim = to_optimizer_config(cfg.optim.output),
+                 .seed = cfg.seed ^ 0x6f75747075745eULL,
+                 .label_freq = meta_.label_freq,
+                 .total_steps = total_steps,
+                 .num_train = meta_.n_train};
   if (comm_ != nullptr && shard_set == nullptr) {
     if (comm_->size() > meta_.num_labels)
       throw_input("{} processes for {} labels: a label-sharded run needs at least one label per "
