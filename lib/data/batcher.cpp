@@ -44,7 +44,7 @@ void gather_batch(const Dataset& ds, std::span<const int64_t> ids, Batch& out) {
     for (int64_t i = 0; i < b; ++i)
       std::copy_n(x.values.data() + ids[static_cast<size_t>(i)] * x.cols, x.cols,
                   out.dense_x.values.data() + i * x.cols);
-    gather_rows(CsrMatrix(), {}, out.sparse_x);
+    out.sparse_x = CsrMatrix();
   }
 }
 
