@@ -1,6 +1,5 @@
 #include "layers/lsh_sampled.h"
 
-#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,39 +10,25 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "dist/comm.h"
-#include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
 
 namespace xmc {
 
 namespace {
 
-// The entries of a step as a CSR over the batch: point i's candidates are entries
-// [off[i], off[i+1]). A shared candidate set is repeated for every point (each point
-// scores it).
-struct LshEntries {
-  std::vector<int64_t> off;        // [B+1]
-  std::vector<uint32_t> repeated;  // shared sets: the set once per point
-  const uint32_t* labels = nullptr;
-
-  LshEntries(const CsrMatrix& cand, int64_t nb, bool shared) : off(static_cast<size_t>(nb + 1), 0) {
-    auto cand_row = [&](int64_t i) { return shared ? int64_t{0} : i; };
-    for (int64_t i = 0; i < nb; ++i) off[i + 1] = off[i] + cand.row_nnz(cand_row(i));
-    labels = cand.indices.data();
-    if (shared) {
-      repeated.reserve(static_cast<size_t>(off[nb]));
-      for (int64_t i = 0; i < nb; ++i)
-        repeated.insert(repeated.end(), cand.row_indices(0), cand.row_indices(0) + cand.row_nnz(0));
-      labels = repeated.data();
-    }
+// The entries of a step as a CSR over the batch: point i's candidates are row i. A shared
+// candidate set (one row) is repeated for every point (each point scores it).
+CsrMatrix per_point(CsrMatrix cand, int64_t nb, bool shared) {
+  if (!shared) return cand;
+  CsrMatrix out;
+  out.rows = nb;
+  out.cols = cand.cols;
+  for (int64_t i = 0; i < nb; ++i) {
+    out.indices.insert(out.indices.end(), cand.indices.begin(), cand.indices.end());
+    out.indptr.push_back(out.nnz());
   }
-  LshEntries(const LshEntries&) = delete;  // labels may point into repeated
-  LshEntries& operator=(const LshEntries&) = delete;
-  kernels::CandidateCsr csr() const {
-    const auto nb = static_cast<int64_t>(off.size()) - 1;
-    return {off.data(), labels, nb, off[static_cast<size_t>(nb)]};
-  }
-};
+  return out;
+}
 
 // dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
 // entries flagged positive from each point's labels, in the candidates' ids); returns the
@@ -108,16 +93,15 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   // per-point candidate budget (LayerInit::shard_share).
   const int64_t n = shard_labels(), d = init.input_dim;
   auto& ledger = init.ctx->ledger();
-  LshParams p;
-  p.family = parse_lsh_family(cfg.hash);
-  p.k = static_cast<int>(cfg.k);
-  p.tables = static_cast<int>(cfg.tables);
-  p.capacity = static_cast<int>(cfg.bucket_capacity);
-  p.policy = parse_bucket_policy(cfg.insertion);
-  p.sparse_projection = cfg.projection == "sparse";
-  p.density = cfg.projection_density;
-  p.bin = static_cast<int>(cfg.dwta_bin);
-  p.seed = init.seed ^ 0x15B7AB1E5ULL;
+  const LshParams p{.family = parse_lsh_family(cfg.hash),
+                    .k = static_cast<int>(cfg.k),
+                    .tables = static_cast<int>(cfg.tables),
+                    .capacity = static_cast<int>(cfg.bucket_capacity),
+                    .policy = parse_bucket_policy(cfg.insertion),
+                    .sparse_projection = cfg.projection == "sparse",
+                    .density = cfg.projection_density,
+                    .bin = static_cast<int>(cfg.dwta_bin),
+                    .seed = init.seed ^ 0x15B7AB1E5ULL};
   check_memory_plan_lsh(init, cfg, p, init.ctx->on_gpu());
   // Per-step entries reserved up front: B points × (the cap, or the padding target).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
@@ -131,13 +115,12 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   sched_[0] = cfg.rebuild_interval;
 
-  CandidateParams cp;
-  cp.query = parse_lsh_query(cfg.query);
-  cp.max_candidates = max_cand;
-  cp.min_candidates = min_cand;
-  cp.shared = cfg.shared_candidates;
   // Each shard its own random draws (one process: lo = 0, the seed as before).
-  cp.seed = Rng::shard_seed(init.seed ^ 0xC4D1DA7E5ULL, label_lo());
+  const CandidateParams cp{.query = parse_lsh_query(cfg.query),
+                           .max_candidates = max_cand,
+                           .min_candidates = min_cand,
+                           .shared = cfg.shared_candidates,
+                           .seed = Rng::shard_seed(init.seed ^ 0xC4D1DA7E5ULL, label_lo())};
   sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
   // The sampled softmax's normaliser over every process's candidates.
   if (comm_ != nullptr) shards_ = row_reductions(*comm_);
@@ -201,9 +184,9 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   const int64_t nb = h.rows;
   CsrMatrix scratch;
   const CsrMatrix& positives = local_labels(batch.labels, scratch);
-  const CsrMatrix cand = draw(batch, positives, h, lr.step);
-  const LshEntries entries(cand, nb, cfg_.shared_candidates);
-  const kernels::CandidateCsr csr = entries.csr();
+  const CsrMatrix entries =
+      per_point(draw(batch, positives, h, lr.step), nb, cfg_.shared_candidates);
+  const kernels::CandidateCsr csr{entries.indptr.data(), entries.indices.data(), nb, entries.nnz()};
   double loss_sum = 0.0;
   int64_t zeros = 0;
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then
@@ -259,32 +242,15 @@ TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
 TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
   // The tables are queried on the host: a device layer downloads h (rows×d floats).
   const HostView hv(*ctx_, h);
-  const ConstMatrix hq = hv.view();
-  std::vector<std::vector<uint32_t>> retrieved(static_cast<size_t>(h.rows));
-#pragma omp parallel num_threads(sampler_->threads())
-  {
-    const int th = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t i = 0; i < h.rows; ++i)
-      sampler_->retrieve(*tables_, hq.row(i), eval_candidates_, th,
-                         retrieved[static_cast<size_t>(i)]);
-  }
-  std::vector<int64_t> ptr(static_cast<size_t>(h.rows + 1), 0);
-  std::vector<uint32_t> labels;
-  for (int64_t i = 0; i < h.rows; ++i) {
-    const auto& r = retrieved[static_cast<size_t>(i)];
-    labels.insert(labels.end(), r.begin(), r.end());
-    ptr[static_cast<size_t>(i + 1)] = static_cast<int64_t>(labels.size());
-  }
+  const CsrMatrix r = sampler_->retrieve_rows(*tables_, hv.view(), eval_candidates_);
   // Scores of the retrieved labels: gathered dot products.
-  const std::vector<float> z = block_.candidate_scores(
-      {ptr.data(), labels.data(), h.rows, static_cast<int64_t>(labels.size())}, h);
+  const std::vector<float> z =
+      block_.candidate_scores({r.indptr.data(), r.indices.data(), h.rows, r.nnz()}, h);
   TopKAccumulator acc(h.rows, k);
 #pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < h.rows; ++i)
-    for (int64_t e = ptr[static_cast<size_t>(i)]; e < ptr[static_cast<size_t>(i + 1)]; ++e)
-      acc.add(i, static_cast<uint32_t>(label_lo() + labels[static_cast<size_t>(e)]),
-              z[static_cast<size_t>(e)]);
+    for (int64_t e = r.indptr[i]; e < r.indptr[i + 1]; ++e)
+      acc.add(i, static_cast<uint32_t>(label_lo() + r.indices[e]), z[e]);
   TopK approx = acc.result();
   // Recall@k against exact scoring, reported so the approximation is never silent.
   const TopK exact = block_.topk(h, k, eval_rows_);

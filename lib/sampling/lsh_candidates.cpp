@@ -20,6 +20,18 @@ namespace {
 
 constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
 
+// The rows one after another: CSR [rows.size()×cols].
+CsrMatrix concat_rows(const std::vector<std::vector<uint32_t>>& rows, int64_t cols) {
+  CsrMatrix out;
+  out.rows = static_cast<int64_t>(rows.size());
+  out.cols = cols;
+  for (const auto& r : rows) {
+    out.indices.insert(out.indices.end(), r.begin(), r.end());
+    out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
+  }
+  return out;
+}
+
 }  // namespace
 
 constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
@@ -192,8 +204,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
   const LshTables* retrieval = p_.query == LshQuery::none ? nullptr : tables;
   const int64_t batch = h.rows;
   const uint64_t step_seed = mix64(p_.seed ^ mix64(step));
-  CsrMatrix out;
-  out.cols = num_labels_;
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(p_.shared ? 1 : batch));
   if (p_.shared) {
     std::vector<uint32_t> pos;
     std::vector<const float*> queries;
@@ -209,15 +220,10 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
       for (uint32_t l : u) queries.push_back(w.row(l));
     }
     Rng rng = Rng::stream(step_seed, 0);
-    std::vector<uint32_t> row;
     build_row(retrieval, queries, pos.data(), static_cast<int64_t>(pos.size()), p_.max_candidates,
-              p_.min_candidates, rng, scratch_[0], row);
-    out.rows = 1;
-    out.indices = std::move(row);
-    out.indptr = {0, static_cast<int64_t>(out.indices.size())};
-    return out;
+              p_.min_candidates, rng, scratch_[0], rows[0]);
+    return concat_rows(rows, num_labels_);
   }
-  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(batch));
 #pragma omp parallel num_threads(threads())
   {
     Scratch& s = scratch_[static_cast<size_t>(omp_get_thread_num())];
@@ -235,13 +241,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
                 rows[i]);
     }
   }
-  out.rows = batch;
-  out.indptr.assign(1, 0);
-  for (auto& r : rows) {
-    out.indices.insert(out.indices.end(), r.begin(), r.end());
-    out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
-  }
-  return out;
+  return concat_rows(rows, num_labels_);
 }
 
 void CandidateSampler::retrieve(const LshTables& tables, const float* x, int64_t cap, int thread,
@@ -250,6 +250,18 @@ void CandidateSampler::retrieve(const LshTables& tables, const float* x, int64_t
   Rng rng(p_.seed);
   const std::vector<const float*> queries{x};
   build_row(&tables, queries, nullptr, 0, cap, 0, rng, s, out);
+}
+
+CsrMatrix CandidateSampler::retrieve_rows(const LshTables& tables, ConstMatrix x, int64_t cap) {
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(x.rows));
+#pragma omp parallel num_threads(threads())
+  {
+    const int th = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t i = 0; i < x.rows; ++i)
+      retrieve(tables, x.row(i), cap, th, rows[static_cast<size_t>(i)]);
+  }
+  return concat_rows(rows, num_labels_);
 }
 
 }  // namespace xmc

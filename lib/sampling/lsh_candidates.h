@@ -66,6 +66,8 @@ class CandidateSampler {
   // most `cap` (evaluation through the tables). Uses the scratch of thread `thread`.
   void retrieve(const LshTables& tables, const float* x, int64_t cap, int thread,
                 std::vector<uint32_t>& out);
+  // retrieve() of every row of x [n×d] (OpenMP over the rows): CSR [n×num_labels].
+  CsrMatrix retrieve_rows(const LshTables& tables, ConstMatrix x, int64_t cap);
 
   const CandidateParams& params() const { return p_; }
   // Threads with their own scratch: parallel callers of retrieve use at most this many.
