@@ -251,31 +251,25 @@ void LshTables::build(ConstMatrix w) {
 void LshTables::reinsert(std::span<const uint32_t> labels, ConstMatrix w) {
   XMC_CHECK(w.rows == num_labels_, "LSH reinsert over {} rows, tables sized for {} labels",
             w.rows, num_labels_);
-  for (uint32_t l : labels)
-    XMC_CHECK(l < num_labels_, "reinsert of label {} >= {}", l, num_labels_);
-  std::vector<const float*> vec(labels.size());
-  for (size_t i = 0; i < labels.size(); ++i) vec[i] = w.row(labels[i]);
-  reinsert_vectors(labels, vec);
+  reinsert_vectors(labels, [&](int64_t i) { return w.row(labels[i]); });
 }
 
 void LshTables::reinsert_rows(std::span<const uint32_t> labels, ConstMatrix rows) {
   XMC_CHECK(rows.rows == static_cast<int64_t>(labels.size()) && rows.cols == hasher_.dim(),
             "LSH reinsert of {} labels from rows [{}×{}], dim {}", labels.size(), rows.rows,
             rows.cols, hasher_.dim());
-  for (uint32_t l : labels)
-    XMC_CHECK(l < num_labels_, "reinsert of label {} >= {}", l, num_labels_);
-  std::vector<const float*> vec(labels.size());
-  for (size_t i = 0; i < labels.size(); ++i) vec[i] = rows.row(static_cast<int64_t>(i));
-  reinsert_vectors(labels, vec);
+  reinsert_vectors(labels, [&](int64_t i) { return rows.row(i); });
 }
 
-void LshTables::reinsert_vectors(std::span<const uint32_t> labels,
-                                 const std::vector<const float*>& vec) {
+template <class Vec>
+void LshTables::reinsert_vectors(std::span<const uint32_t> labels, Vec vec) {
+  for (uint32_t l : labels)
+    XMC_CHECK(l < num_labels_, "reinsert of label {} >= {}", l, num_labels_);
   const int nt = tables();
   const auto n = static_cast<int64_t>(labels.size());
   std::vector<uint32_t> fresh(static_cast<size_t>(n * nt));
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) hasher_.hash(vec[static_cast<size_t>(i)], fresh.data() + i * nt);
+  for (int64_t i = 0; i < n; ++i) hasher_.hash(vec(i), fresh.data() + i * nt);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int t = 0; t < nt; ++t) {
     for (int64_t i = 0; i < n; ++i) {

@@ -65,7 +65,6 @@ class LshHasher {
   // Bits of the bucket id for these parameters (what bits() will be), before any check.
   static int64_t bits_for(const LshParams& p);
   int64_t dim() const { return dim_; }
-  int tables() const { return p_.tables; }
 
  private:
   int64_t dim_;
@@ -86,10 +85,8 @@ class LshTables {
   // Labels are ids in [0, num_labels). Tables are recorded in the ledger as MemTag::index.
   LshTables(MemoryLedger& ledger, int64_t dim, int64_t num_labels, const LshParams& p);
 
-  const LshHasher& hasher() const { return hasher_; }
   int tables() const { return p_.tables; }
   int64_t buckets_per_table() const { return nb_; }
-  int capacity() const { return p_.capacity; }
 
   // Empty every bucket, then insert every label l with vector w.row(l), in label order.
   void build(ConstMatrix w);
@@ -117,8 +114,9 @@ class LshTables {
   static double planned_bytes(int64_t num_labels, const LshParams& p);
 
  private:
-  // labels[i] re-enters the buckets of vector vec[i].
-  void reinsert_vectors(std::span<const uint32_t> labels, const std::vector<const float*>& vec);
+  // labels[i] (checked < num_labels) re-enters the buckets of vector vec(i) [dim].
+  template <class Vec>
+  void reinsert_vectors(std::span<const uint32_t> labels, Vec vec);
   void insert_one(int t, uint32_t b, uint32_t label);
   void remove_one(int t, uint32_t b, uint32_t label);
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "core/memory_ledger.h"
 #include "core/resources.h"
 #include "core/rng.h"
