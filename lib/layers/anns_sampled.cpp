@@ -13,7 +13,6 @@
 #include "kernels/dense_ops.h"
 #include "kernels/sampled_ops.h"
 #include "layers/device_topk.h"
-#include "model/optimizer.h"
 
 namespace xmc {
 
@@ -294,24 +293,23 @@ void AnnsSampledLayer::start_refresh(const TrainerView& t) {
     done_ = false;
     worker_error_ = nullptr;
   }
-  if (cfg_.synchronous) {
-    compute_hard_set(*vectors, *queries, seed);
+  // On the worker thread, or here when synchronous (an error rethrown by install_refresh).
+  auto refresh = [this, vectors, queries, seed] {
+    std::exception_ptr err;
+    try {
+      compute_hard_set(*vectors, *queries, seed);
+    } catch (...) {
+      err = std::current_exception();
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    worker_error_ = err;
     done_ = true;
-  } else {
-    worker_ = std::thread([this, vectors, queries, seed] {
-      std::exception_ptr err;
-      try {
-        compute_hard_set(*vectors, *queries, seed);
-      } catch (...) {
-        err = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      worker_error_ = err;
-      done_ = true;
-    });
+  };
+  if (!cfg_.synchronous) {
+    worker_ = std::thread(refresh);
     return;
   }
+  refresh();
   install_refresh(/*block=*/true);
 }
 
