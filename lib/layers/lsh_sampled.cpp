@@ -121,7 +121,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
                            .min_candidates = min_cand,
                            .shared = cfg.shared_candidates,
                            .seed = Rng::shard_seed(init.seed ^ 0xC4D1DA7E5ULL, label_lo())};
-  sampler_ = std::make_unique<CandidateSampler>(ledger, n, cp);
+  sampler_ = std::make_unique<CandidateSampler>(n, cp);
   // The sampled softmax's normaliser over every process's candidates.
   if (comm_ != nullptr) shards_ = row_reductions(*comm_);
   if (uses_tables(cfg)) {

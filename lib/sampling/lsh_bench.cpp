@@ -43,10 +43,9 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
     tables.build(ConstMatrix(w.data(), n, p.dim));
     const double build_s = sw.seconds();
 
-    CandidateSampler sampler(ledger, n,
-                             {.query = parse_lsh_query(p.query),
-                              .max_candidates = p.max_candidates,
-                              .min_candidates = p.min_candidates});
+    CandidateSampler sampler(n, {.query = parse_lsh_query(p.query),
+                                 .max_candidates = p.max_candidates,
+                                 .min_candidates = p.min_candidates});
     Rng rng(3);
     std::vector<float> h(static_cast<size_t>(p.batch * p.dim));
     CsrMatrix y;

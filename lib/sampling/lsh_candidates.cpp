@@ -94,8 +94,7 @@ void CandidateSampler::LabelMap::grow() {
   for (auto [l, v] : items) insert(l, v, &ins);
 }
 
-CandidateSampler::CandidateSampler(MemoryLedger& /*ledger*/, int64_t num_labels,
-                                   const CandidateParams& p)
+CandidateSampler::CandidateSampler(int64_t num_labels, const CandidateParams& p)
     : num_labels_(num_labels), p_(p) {
   if (p.max_candidates < 1 || p.min_candidates < 0)
     throw_input("candidate bounds need max_candidates >= 1 and min_candidates >= 0; got {} and {}",

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "core/matrix.h"
-#include "core/memory_ledger.h"
 #include "sampling/lsh.h"
 
 namespace xmc {
@@ -46,7 +45,7 @@ class CandidateSampler {
  public:
   // Labels [0, num_labels). The per-thread scratch is a few KiB per thread, sized by the
   // candidate sets and not by num_labels, so it is not recorded in the ledger.
-  CandidateSampler(MemoryLedger& ledger, int64_t num_labels, const CandidateParams& p);
+  CandidateSampler(int64_t num_labels, const CandidateParams& p);
 
   // h [B×d] the batch embeddings, w [L×d] the label weights (label queries), positives
   // [B×L] (global ids). tables may be null only when query = none.

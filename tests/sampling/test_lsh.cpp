@@ -329,7 +329,7 @@ TEST_CASE("candidate sets: positives first, distinct, within the size bounds") {
         cp.min_candidates = 20;
         cp.shared = shared;
         cp.seed = 1;
-        CandidateSampler sampler(ledger, n, cp);
+        CandidateSampler sampler(n, cp);
         CsrMatrix c = sampler.sample(&tables, ConstMatrix(h.data(), batch, d),
                                      ConstMatrix(w.data(), n, d), y, 5);
         REQUIRE(c.rows == (shared ? 1 : batch));
@@ -353,7 +353,7 @@ TEST_CASE("candidate sets: positives first, distinct, within the size bounds") {
         // Same result for a different thread count.
         const int saved = omp_get_max_threads();
         omp_set_num_threads(1);
-        CandidateSampler one(ledger, n, cp);
+        CandidateSampler one(n, cp);
         CsrMatrix c1 = one.sample(&tables, ConstMatrix(h.data(), batch, d),
                                   ConstMatrix(w.data(), n, d), y, 5);
         omp_set_num_threads(saved);
@@ -377,7 +377,7 @@ TEST_CASE("embedding queries retrieve the labels most similar to the point") {
   CandidateParams cp;
   cp.max_candidates = 50;
   cp.min_candidates = 0;
-  CandidateSampler sampler(ledger, n, cp);
+  CandidateSampler sampler(n, cp);
   // Query with slightly perturbed copies of labels' own weight vectors: that label should
   // come back ranked first (it collides in nearly every table).
   Rng rng(4);
@@ -458,7 +458,7 @@ TEST_CASE("label queries from the positives' rows alone equal queries over the f
       cp.min_candidates = 15;
       cp.shared = shared;
       cp.seed = 4;
-      CandidateSampler sampler(ledger, n, cp);
+      CandidateSampler sampler(n, cp);
       const CsrMatrix a = sampler.sample(&tables, ConstMatrix(h.data(), batch, d),
                                          ConstMatrix(w.data(), n, d), y, 9);
       const CsrMatrix b = sampler.sample(&tables, ConstMatrix(h.data(), batch, d), lv, y, 9);
