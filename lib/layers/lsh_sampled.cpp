@@ -172,9 +172,7 @@ std::vector<float> LshSampledLayer::label_vectors(std::span<const uint32_t> ids)
   const std::vector<float> rows = block_.rows_to_host(mine);
   std::vector<float> out(ids.size() * static_cast<size_t>(d), 0.0f);
   for (size_t j = 0; j < at.size(); ++j)
-    std::copy(rows.begin() + static_cast<std::ptrdiff_t>(j * d),
-              rows.begin() + static_cast<std::ptrdiff_t>((j + 1) * d),
-              out.begin() + static_cast<std::ptrdiff_t>(at[j] * d));
+    std::copy_n(rows.data() + j * d, d, out.data() + at[j] * d);
   comm_->allreduce_sum(std::span<float>(out));
   return out;
 }
