@@ -1,8 +1,9 @@
 #pragma once
 // The experiment config: typed structs with defaults. Each struct lists its fields once,
 // in visit(), with a one-line description and its bounds or choices; loading, validation,
-// the resolved dump and the Markdown reference all come from that one list.
-// Load with load_config()/parse_config() (config_loader.h).
+// the resolved dump and the Markdown reference all come from that one list. The encoder
+// layers and the schedule (model/) declare theirs beside their fields. Load with
+// load_config()/parse_config() (config_loader.h).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,6 +11,10 @@
 #include "config/field_constraints.h"
 #include "config/output_spec.h"
 #include "core/launch_shape.h"
+#include "data/synthetic.h"
+#include "model/encoder.h"
+#include "model/optimizer.h"
+#include "model/schedule.h"
 
 namespace xmc {
 
@@ -54,20 +59,9 @@ struct PropensityConfig {
   bool operator==(const PropensityConfig&) const = default;
 };
 
-// Synthetic data, generated when enabled and data.train is not given.
-struct SynthSpec {
+// Synthetic data (data/synthetic.h), generated when enabled and data.train is not given.
+struct SynthSpec : SynthConfig {
   bool enabled = false;
-  std::string format = "dense";
-  int64_t train = 20000;
-  int64_t test = 5000;
-  int64_t labels = 2000;
-  int64_t features = 0;
-  int64_t clusters = 50;
-  double alpha = 1.0;
-  double labels_per_point = 3.0;
-  double noise = -1.0;
-  int64_t nnz = 60;
-  uint64_t seed = 0;
 
   template <class V>
   void visit(V& v) {
@@ -113,37 +107,13 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
-// One encoder layer (mirrors model/encoder.h EncoderLayerConfig).
-struct EncoderLayerSpec {
-  std::string type = "linear";
-  int64_t out = 512;
-  std::string activation = "relu";
-  double dropout = 0.0;
-
+// One optimizer: the keys of kernels/op_settings.h's struct (kernels/ includes no config/).
+struct OptimSpec : OptimizerConfig {
   template <class V>
   void visit(V& v) {
-    v.field("type", type, "Layer type; sparse input needs sparse_linear first",
-            Choices{"sparse_linear", "linear"});
-    v.field("out", out, "Output width", Range{1, 1 << 24});
-    v.field("activation", activation, "Activation after the layer", Choices{"none", "relu"});
-    v.field("dropout", dropout, "Input dropout probability", Range::half_open(0, 1));
-  }
-  bool operator==(const EncoderLayerSpec&) const = default;
-};
-
-// One optimizer (mirrors model/optimizer.h OptimizerConfig).
-struct OptimSpec {
-  std::string type = "adam";
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-
-  template <class V>
-  void visit(V& v) {
-    v.field("type", type, "Optimizer", Choices{"sgd", "adam", "adamw"});
+    std::string name(to_string(type));  // the visitors read and write the name
+    v.field("type", name, "Optimizer", Choices{"sgd", "adam", "adamw"});
+    type = parse_optimizer(name);
     v.field("lr", lr, "Base learning rate", Range::greater_than(0));
     v.field("momentum", momentum, "sgd: momentum", Range::half_open(0, 1));
     v.field("weight_decay", weight_decay, "sgd: L2 added to the gradient; adamw: decoupled decay",
@@ -155,32 +125,10 @@ struct OptimSpec {
   bool operator==(const OptimSpec&) const = default;
 };
 
-// Learning-rate schedule (mirrors model/schedule.h ScheduleConfig).
-struct ScheduleSpec {
-  std::string type = "constant";
-  int64_t warmup_steps = 0;
-  double min_factor = 0.0;
-  int64_t patience = 1;
-  double factor = 0.5;
-
-  template <class V>
-  void visit(V& v) {
-    v.field("type", type, "Schedule of the lr multiplier",
-            Choices{"constant", "cosine", "plateau"});
-    v.field("warmup_steps", warmup_steps, "cosine: steps of linear warmup from 0",
-            Range::at_least(0));
-    v.field("min_factor", min_factor, "cosine, plateau: floor of the multiplier", Range{0, 1});
-    v.field("patience", patience,
-            "plateau: evaluations without improvement before the lr is reduced", Range{1, 1e6});
-    v.field("factor", factor, "plateau: multiplier applied on a plateau", Range{0, 1, true, false});
-  }
-  bool operator==(const ScheduleSpec&) const = default;
-};
-
 struct OptimConfig {
   OptimSpec encoder;
   OptimSpec output;
-  ScheduleSpec schedule;
+  ScheduleConfig schedule;
 
   template <class V>
   void visit(V& v) {
@@ -192,7 +140,7 @@ struct OptimConfig {
 };
 
 struct ModelConfig {
-  std::vector<EncoderLayerSpec> encoder;
+  std::vector<EncoderLayerConfig> encoder;
   OutputSpec output;
   std::string bias_init = "zero";
 

@@ -43,6 +43,7 @@ struct SynthConfig {
 
   // Fills the 0 defaults and checks bounds (InputError naming the option).
   void resolve();
+  bool operator==(const SynthConfig&) const = default;
 };
 
 struct SynthData {

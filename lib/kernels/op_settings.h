@@ -16,6 +16,7 @@ struct OptimizerConfig {
   double beta1 = 0.9;          // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 // How many state arrays (each as long as the parameters) the optimizer needs:

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "config/field_constraints.h"
 #include "core/context.h"
 #include "core/matrix.h"
 #include "core/rng.h"
@@ -28,9 +29,19 @@ namespace xmc {
 
 struct EncoderLayerConfig {
   std::string type = "linear";      // sparse_linear | linear
-  int64_t out = 0;                  // output width
+  int64_t out = 512;                // output width
   std::string activation = "relu";  // none | relu
   double dropout = 0.0;             // input dropout probability in [0, 1)
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "Layer type; sparse input needs sparse_linear first",
+            Choices{"sparse_linear", "linear"});
+    v.field("out", out, "Output width", Range{1, 1 << 24});
+    v.field("activation", activation, "Activation after the layer", Choices{"none", "relu"});
+    v.field("dropout", dropout, "Input dropout probability", Range::half_open(0, 1));
+  }
+  bool operator==(const EncoderLayerConfig&) const = default;
 };
 
 class Encoder {

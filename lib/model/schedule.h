@@ -1,7 +1,10 @@
 #pragma once
 // Learning-rate schedules: a multiplier on each group's base lr.
 #include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "config/field_constraints.h"
 
 namespace xmc {
 
@@ -13,8 +16,23 @@ struct ScheduleConfig {
   ScheduleType type = ScheduleType::constant;
   int64_t warmup_steps = 0;  // cosine: linear warmup from 0
   double min_factor = 0.0;   // cosine: floor of the multiplier; plateau: floor
-  int patience = 1;          // plateau: evaluations without improvement before halving
+  int64_t patience = 1;      // plateau: evaluations without improvement before halving
   double factor = 0.5;       // plateau: multiplier applied on a plateau
+
+  template <class V>
+  void visit(V& v) {
+    std::string name(to_string(type));  // the visitors read and write the name
+    v.field("type", name, "Schedule of the lr multiplier",
+            Choices{"constant", "cosine", "plateau"});
+    type = parse_schedule(name);
+    v.field("warmup_steps", warmup_steps, "cosine: steps of linear warmup from 0",
+            Range::at_least(0));
+    v.field("min_factor", min_factor, "cosine, plateau: floor of the multiplier", Range{0, 1});
+    v.field("patience", patience,
+            "plateau: evaluations without improvement before the lr is reduced", Range{1, 1e6});
+    v.field("factor", factor, "plateau: multiplier applied on a plateau", Range{0, 1, true, false});
+  }
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 class LrSchedule {

@@ -75,35 +75,16 @@ std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64
   return out;
 }
 
-namespace {
-OptimizerConfig to_optimizer_config(const OptimSpec& spec) {
-  return {.type = parse_optimizer(spec.type),
-          .lr = spec.lr,
-          .momentum = spec.momentum,
-          .weight_decay = spec.weight_decay,
-          .beta1 = spec.beta1,
-          .beta2 = spec.beta2,
-          .eps = spec.eps};
-}
-
-std::vector<EncoderLayerConfig> encoder_layers(const ExperimentConfig& cfg) {
-  std::vector<EncoderLayerConfig> out;
-  for (const auto& l : cfg.model.encoder) out.push_back({l.type, l.out, l.activation, l.dropout});
-  return out;
-}
-}  // namespace
-
 Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
              Comm* comm, const ShardSelection* shard_set)
     : meta_(std::move(meta)), ctx_(&ctx), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
-  encoder_ = std::make_unique<Encoder>(ctx, encoder_layers(cfg), meta_.input_dim,
-                                       meta_.sparse_input,
-                                       to_optimizer_config(cfg.optim.encoder), cfg.seed);
+  encoder_ = std::make_unique<Encoder>(ctx, cfg.model.encoder, meta_.input_dim, meta_.sparse_input,
+                                       cfg.optim.encoder, cfg.seed);
   LayerInit init{.ctx = &ctx,
                  .input_dim = encoder_->output_dim(),
                  .num_labels = meta_.num_labels,
                  .batch_size = cfg.train.batch_size,
-                 .optim = to_optimizer_config(cfg.optim.output),
+                 .optim = cfg.optim.output,
                  .seed = cfg.seed ^ 0x6f75747075745eULL,
                  .label_freq = meta_.label_freq,
                  .total_steps = total_steps,

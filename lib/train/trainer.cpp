@@ -46,14 +46,6 @@ io::DataSource to_source(const DataSourceConfig& c, bool cache) {
           .read = {.index_base = static_cast<int>(c.index_base), .use_cache = cache}};
 }
 
-ScheduleConfig to_schedule_config(const ScheduleSpec& s) {
-  return {.type = parse_schedule(s.type),
-          .warmup_steps = s.warmup_steps,
-          .min_factor = s.min_factor,
-          .patience = static_cast<int>(s.patience),
-          .factor = s.factor};
-}
-
 bool is_set(const DataSourceConfig& c) { return !c.path.empty() || !c.features.empty(); }
 
 // Where a checkpoint stands: after `epoch` whole epochs and `epoch_step` steps of the next
@@ -223,17 +215,7 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
       throw_input("data.synth.enabled: {} is '{}', but the generator writes '{}'", e.key, e.value,
                   (dir / e.file).string());
   }
-  SynthConfig sc{.train = sp.train,
-                 .test = sp.test,
-                 .labels = sp.labels,
-                 .features = sp.features,
-                 .clusters = sp.clusters,
-                 .alpha = sp.alpha,
-                 .labels_per_point = sp.labels_per_point,
-                 .noise = sp.noise,
-                 .nnz = sp.nnz,
-                 .seed = sp.seed,
-                 .format = sp.format};
+  SynthConfig sc = sp;
   sc.resolve();
   if (synthetic_files_current(sc, dir.string(), "data.synth.")) return;
   Stopwatch sw;
@@ -433,7 +415,7 @@ TrainLoop::TrainLoop(const ExperimentConfig& cfg, const TrainOptions& opt, Conte
       steps_per_epoch_((data.train.num_points() + batch_size_ - 1) / batch_size_),
       total_steps_(cfg.train.epochs * steps_per_epoch_),
       model_(ctx, cfg, data.meta, total_steps_, comm),
-      schedule_(to_schedule_config(cfg.optim.schedule), total_steps_) {
+      schedule_(cfg.optim.schedule, total_steps_) {
   spdlog::info("model: encoder {}→{}, output '{}' over {} labels: {:.1f} MiB (analytic {:.1f} MiB)",
                data.meta.input_dim, model_.encoder().output_dim(), cfg.model.output.type,
                data.meta.num_labels, model_.output_ledger_bytes() / 1048576.0,

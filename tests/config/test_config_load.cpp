@@ -50,10 +50,10 @@ TEST_CASE("an empty config gives every default") {
   CHECK(c.model.encoder.empty());
   CHECK(c.model.output.type == "dense");
   CHECK(c.model.output.as<FakeDenseConfig>().chunk_size == 8192);
-  CHECK(c.optim.encoder.type == "adam");
+  CHECK(c.optim.encoder.type == OptimizerType::adam);
   CHECK(c.optim.output.lr == 1e-3);
   CHECK(c.optim.output.eps == 1e-8);
-  CHECK(c.optim.schedule.type == "constant");
+  CHECK(c.optim.schedule.type == ScheduleType::constant);
   CHECK(c.optim.schedule.factor == 0.5);
   CHECK(c.train.epochs == 5);
   CHECK(c.train.batch_size == 256);
@@ -139,8 +139,8 @@ eval: {k: 10, batch_size: 64, search: hnsw, ef: 200}
   CHECK(c.data.synth.nnz == 7);
   CHECK(c.data.synth.seed == 9);
   REQUIRE(c.model.encoder.size() == 2);
-  CHECK(c.model.encoder[0] == EncoderLayerSpec{"sparse_linear", 1024, "relu", 0.1});
-  CHECK(c.model.encoder[1] == EncoderLayerSpec{"linear", 256, "none", 0.0});
+  CHECK(c.model.encoder[0] == EncoderLayerConfig{"sparse_linear", 1024, "relu", 0.1});
+  CHECK(c.model.encoder[1] == EncoderLayerConfig{"linear", 256, "none", 0.0});
   CHECK(c.model.output.type == "fake_sparse");
   const auto& out = c.model.output.as<FakeSparseConfig>();
   CHECK(out.fan_in == 32);
@@ -152,13 +152,13 @@ eval: {k: 10, batch_size: 64, search: hnsw, ef: 200}
   CHECK(out.extra[1].interval == 1000);
   CHECK(out.extra[1].fraction == 0.5);
   CHECK_THROWS_AS(c.model.output.as<FakeDenseConfig>(), Error);
-  CHECK(c.optim.encoder.type == "adam");
+  CHECK(c.optim.encoder.type == OptimizerType::adam);
   CHECK(c.optim.encoder.lr == 1e-3);
-  CHECK(c.optim.output.type == "sgd");
+  CHECK(c.optim.output.type == OptimizerType::sgd);
   CHECK(c.optim.output.lr == 0.05);
   CHECK(c.optim.output.momentum == 0.9);
   CHECK(c.optim.output.weight_decay == 1e-4);
-  CHECK(c.optim.schedule.type == "cosine");
+  CHECK(c.optim.schedule.type == ScheduleType::cosine);
   CHECK(c.optim.schedule.warmup_steps == 500);
   CHECK(c.optim.schedule.min_factor == 0.01);
   CHECK(c.train.epochs == 10);
@@ -247,16 +247,16 @@ TEST_CASE("overrides (--set) set scalars, nested keys and lists before validatio
   REQUIRE(c.model.encoder.size() == 2);
   CHECK(c.model.encoder[1].activation == "none");
   CHECK(c.model.encoder[1].out == 32);
-  CHECK(c.optim.output.type == "sgd");
+  CHECK(c.optim.output.type == OptimizerType::sgd);
 
   // Whole lists and maps as YAML flow values.
   c = parse(text, {"model.encoder=[]"});
   CHECK(c.model.encoder.empty());
   c = parse(text, {"model.encoder=[{type: sparse_linear, out: 16}]"});
   REQUIRE(c.model.encoder.size() == 1);
-  CHECK(c.model.encoder[0] == EncoderLayerSpec{"sparse_linear", 16, "relu", 0.0});
+  CHECK(c.model.encoder[0] == EncoderLayerConfig{"sparse_linear", 16, "relu", 0.0});
   c = parse(text, {"model.encoder[0]={out: 5, dropout: 0.5}"});
-  CHECK(c.model.encoder[0] == EncoderLayerSpec{"linear", 5, "relu", 0.5});
+  CHECK(c.model.encoder[0] == EncoderLayerConfig{"linear", 5, "relu", 0.5});
   // Later overrides win; an empty value unsets a path.
   c = parse("out: runs/x\n", {"train.epochs=3", "train.epochs=4", "out="});
   CHECK(c.train.epochs == 4);
