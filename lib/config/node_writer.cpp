@@ -21,30 +21,6 @@ void NodeWriter::add(std::string_view key, ConfigNode value, std::string_view do
   node_.add(std::string(key), std::move(value));
 }
 
-void NodeWriter::field(std::string_view key, bool v, std::string_view doc) {
-  add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
-}
-void NodeWriter::field(std::string_view key, int64_t v, std::string_view doc, Range) {
-  add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
-}
-void NodeWriter::field(std::string_view key, uint64_t v, std::string_view doc, Range) {
-  add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
-}
-void NodeWriter::field(std::string_view key, double v, std::string_view doc, Range) {
-  add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
-}
-void NodeWriter::field(std::string_view key, const std::string& v, std::string_view doc) {
-  add(key, ConfigNode::make_scalar(v), doc);
-}
-void NodeWriter::field(std::string_view key, const std::string& v, std::string_view doc,
-                       const Choices&) {
-  add(key, ConfigNode::make_scalar(v), doc);
-}
-void NodeWriter::field(std::string_view key, const std::string& v, std::string_view doc,
-                       PathField) {
-  add(key, ConfigNode::make_scalar(v), doc);
-}
-
 void NodeWriter::field(std::string_view key, const OutputSpec& v, std::string_view doc) {
   ConfigNode section = ConfigNode::make_map();
   section.add("type", ConfigNode::make_scalar(v.type)).doc = "Output layer backend";

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "config/config_node.h"
@@ -21,13 +22,16 @@ std::string scalar_text(double v);
 
 class NodeWriter {
  public:
-  void field(std::string_view key, bool v, std::string_view doc);
-  void field(std::string_view key, int64_t v, std::string_view doc, Range = {});
-  void field(std::string_view key, uint64_t v, std::string_view doc, Range = {});
-  void field(std::string_view key, double v, std::string_view doc, Range = {});
-  void field(std::string_view key, const std::string& v, std::string_view doc);
-  void field(std::string_view key, const std::string& v, std::string_view doc, const Choices&);
-  void field(std::string_view key, const std::string& v, std::string_view doc, PathField);
+  // A scalar field (bool, int64_t, uint64_t, double, string): its text; the constraint
+  // (Range, Choices, PathField) is the reader's.
+  template <class T, class... Constraint>
+  requires std::is_arithmetic_v<T> || std::is_same_v<T, std::string>
+  void field(std::string_view key, const T& v, std::string_view doc, const Constraint&...) {
+    if constexpr (std::is_same_v<T, std::string>)
+      add(key, ConfigNode::make_scalar(v), doc);
+    else
+      add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
+  }
   void field(std::string_view key, const OutputSpec& v, std::string_view doc);
 
   template <VisitableBy<NodeWriter> S>
