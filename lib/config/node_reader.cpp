@@ -120,7 +120,7 @@ void NodeReader::field(std::string_view key, double& v, std::string_view, Range 
   read_number(key, v, expected("a number", r, false), r);
 }
 
-void NodeReader::field(std::string_view key, std::string& v, std::string_view) {
+void NodeReader::field(std::string_view key, std::string& v, std::string_view, PathField) {
   const ConfigNode* c = lookup(key);
   if (!c) return;
   if (c->is_null()) {
@@ -143,10 +143,6 @@ void NodeReader::field(std::string_view key, std::string& v, std::string_view, c
                      best.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", best)));
   }
   v = c->scalar;
-}
-
-void NodeReader::field(std::string_view key, std::string& v, std::string_view doc, PathField) {
-  field(key, v, doc);  // null or "" = unset
 }
 
 void NodeReader::field(std::string_view key, OutputSpec& v, std::string_view) {

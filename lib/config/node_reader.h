@@ -27,9 +27,9 @@ class NodeReader {
   void field(std::string_view key, int64_t& v, std::string_view doc, Range r = {});
   void field(std::string_view key, uint64_t& v, std::string_view doc, Range r = {});
   void field(std::string_view key, double& v, std::string_view doc, Range r = {});
-  void field(std::string_view key, std::string& v, std::string_view doc);
+  // A string, or a path: null or "" = unset.
+  void field(std::string_view key, std::string& v, std::string_view doc, PathField = {});
   void field(std::string_view key, std::string& v, std::string_view doc, const Choices& c);
-  void field(std::string_view key, std::string& v, std::string_view doc, PathField);
   void field(std::string_view key, OutputSpec& v, std::string_view doc);
 
   template <VisitableBy<NodeReader> S>
