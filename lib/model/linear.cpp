@@ -21,8 +21,7 @@ ConstMatrix Linear::forward(ConstMatrix x, const float* mask, bool training) {
   mask_ = training ? mask : nullptr;
   kernels::multiply_mask(ctx, x, mask_, xc);
   const Matrix h(ensure_size(h_, *ctx_, MemTag::activations, b * out_), b, out_);
-  kernels::affine_nn(ctx, xc, p_.w(), p_.bias(),
-                     act_ == Activation::relu, h);
+  kernels::affine_nn(ctx, xc, w(), bias_data(), act_ == Activation::relu, h);
   batch_ = b;
   have_forward_ = training;
   return h;
@@ -42,16 +41,16 @@ ConstMatrix Linear::backward(ConstMatrix dh, bool need_dx) {
   if (!need_dx) return {};
   // dx [B×in] = dz·Wᵀ, then through the dropout mask.
   const Matrix dx(ensure_size(dx_, *ctx_, MemTag::workspace, b * in_), b, in_);
-  kernels::gemm_nt(ctx, dz, ConstMatrix(p_.w(), in_, out_), dx);
+  kernels::gemm_nt(ctx, dz, ConstMatrix(w(), in_, out_), dx);
   if (mask_) kernels::multiply_mask(ctx, dx, mask_, dx);
   return dx;
 }
 
 void Linear::apply_update(double lr, int64_t step) {
   XMC_CHECK(have_forward_, "linear update without a training forward");
-  optimizer_update(*ctx_, optim_, lr, step, p_.params.data(), grad_.data(), p_.opt1.data(),
-                   p_.opt2.data(), static_cast<int64_t>(p_.params.size()));
-  p_.step = step;
+  optimizer_update(*ctx_, optim_, lr, step, params_.data(), grad_.data(), opt1_.data(),
+                   opt2_.data(), static_cast<int64_t>(params_.size()));
+  step_ = step;
 }
 
 }  // namespace xmc

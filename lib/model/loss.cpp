@@ -65,30 +65,24 @@ double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTarget
   const float inv_bf = static_cast<float>(inv_b);
   int64_t row_zeros = 0;
   double row_loss = 0.0;  // summed in double: chunking must not change the total
-  if (w == nullptr) {
+  // One loop for both: weight(j) is w[j], or the constant 1 (× 1 is exact, folded away).
+  const auto entries = [&](auto weight) {
 #pragma omp simd reduction(+ : row_loss, row_zeros)
     for (int64_t j = 0; j < c; ++j) {
       const float x = z[j];
       const float e = exp_approx(-std::fabs(x));
-      row_loss += static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
-      const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-      const float g = sig * inv_bf;
-      z[j] = g;
-      row_zeros += g == 0.0f;
-    }
-  } else {
-#pragma omp simd reduction(+ : row_loss, row_zeros)
-    for (int64_t j = 0; j < c; ++j) {
-      const float x = z[j];
-      const float e = exp_approx(-std::fabs(x));
-      row_loss += static_cast<double>(w[j]) *
+      row_loss += static_cast<double>(weight(j)) *
                   static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
       const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-      const float g = sig * inv_bf * w[j];
+      const float g = sig * inv_bf * weight(j);
       z[j] = g;
       row_zeros += g == 0.0f;
     }
-  }
+  };
+  if (w == nullptr)
+    entries([](int64_t) { return 1.0f; });
+  else
+    entries([w](int64_t j) { return w[j]; });
   loss += row_loss;
   for (const uint32_t* p = tg.first; p != tg.last; ++p) {
     float& g = z[*p - lo];

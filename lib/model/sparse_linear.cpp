@@ -22,8 +22,7 @@ ConstMatrix SparseLinear::forward(const gpu::DeviceCsrValues& x, bool training) 
             x.cols);
   const int64_t b = x.rows;
   const Matrix h(ensure_size(h_, *ctx_, MemTag::activations, b * out_), b, out_);
-  kernels::csr_dense_forward(*ctx_, x, p_.w(), p_.bias(),
-                             act_ == Activation::relu, h);
+  kernels::csr_dense_forward(*ctx_, x, w(), bias_data(), act_ == Activation::relu, h);
   batch_ = b;
   have_forward_ = training;
   have_backward_ = false;
@@ -66,12 +65,12 @@ void SparseLinear::apply_update(double lr, int64_t step) {
   XMC_CHECK(step >= 1, "optimizer step is 1-based, got {}", step);
   const Context& ctx = *ctx_;
   // The touched rows only (lazy), then the dense bias.
-  optimizer_update_rows(ctx, optim_, lr, step, p_.w(), row_grad_.data(), p_.opt1.data(),
-                        p_.opt2.data(), xt_.cols, xt_.count, out_);
+  optimizer_update_rows(ctx, optim_, lr, step, w(), row_grad_.data(), opt1_.data(), opt2_.data(),
+                        xt_.cols, xt_.count, out_);
   const int64_t boff = in_ * out_;
-  optimizer_update(ctx, optim_, lr, step, p_.bias(), bias_grad_.data(), data_or_null(p_.opt1, boff),
-                   data_or_null(p_.opt2, boff), out_);
-  p_.step = step;
+  optimizer_update(ctx, optim_, lr, step, bias_data(), bias_grad_.data(), data_or_null(opt1_, boff),
+                   data_or_null(opt2_, boff), out_);
+  step_ = step;
 }
 
 }  // namespace xmc

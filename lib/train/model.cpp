@@ -105,15 +105,13 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
     return ctx.ledger().total_current(MemSpace::host) + ctx.ledger().total_current(MemSpace::device);
   };
   const int64_t before = ledger_total();
-  if (shard_set != nullptr) {
-    output_ = std::make_unique<ShardSetLayer>(init, cfg.model.output, *shard_set);
-    output_ledger_bytes_ = ledger_total() - before;
-    return;  // every parameter from the checkpoint set
-  }
-  output_ = create_output_layer(init, cfg.model.output);
+  output_ = shard_set != nullptr
+                ? std::make_unique<ShardSetLayer>(init, cfg.model.output, *shard_set)
+                : create_output_layer(init, cfg.model.output);
   output_ledger_bytes_ = ledger_total() - before;
-  // A resumed run then reads every parameter, the bias included, from its checkpoint.
-  if (cfg.model.bias_init == "log_prior") {
+  // A resumed run then reads every parameter, the bias included, from its checkpoint (a
+  // shard set every parameter from the checkpoint set).
+  if (shard_set == nullptr && cfg.model.bias_init == "log_prior") {
     const std::vector<float> prior = label_log_prior(meta_.label_freq, meta_.n_train);
     output_->init_bias(prior);
   }
