@@ -27,24 +27,13 @@ constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
 }  // namespace
 
 FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
-      ctx_(init.ctx),
-      fan_in_(cfg.fan_in),
-      m_(cfg.intermediate > 0 ? cfg.intermediate : init.input_dim),
-      max_batch_(init.batch_size),
-      chunk_(std::min(cfg.chunk_size, init.label_end() - init.label_lo)),
-      eval_rows_(init.eval_rows()),
-      dropout_(cfg.dropout),
-      loss_(parse_loss(cfg.loss)),
-      rewire_cfg_(cfg.rewire),
-      optim_(init.optim),
-      seed_(init.seed),
-      total_steps_(init.total_steps),
+    : FaninLayer(init, cfg.fan_in, cfg.intermediate, cfg.dropout, cfg.loss, cfg.rewire),
       time_ops_(!init.ctx->on_gpu() || cfg.gpu_timing) {
   // Label-sharded (mpirun): this process's labels [lo, lo + n); every per-label draw uses
   // the global label id, so a shard starts as the same rows of a one-process layer.
   const int64_t d = init.input_dim, n = shard_labels(), f = fan_in_, lo = label_lo();
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
+  chunk_ = std::min(cfg.chunk_size, n);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
     throw_input("fixed_fanin: loss '{}' is not supported (squared_hinge, bce)", cfg.loss);
   if (f > m_)
@@ -59,16 +48,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
                       Rng::stream(seed_, kInterStream).next());
   // Label-sharded: the intermediate layer's gradient summed over the processes.
   if (Comm* c = init.shard_comm()) inter_.set_comm(c);
-  if (dropout_ > 0.0) {
-    mask_ = DropoutMask(ctx, max_batch_, d);
-    xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
-  }
-  ut_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(m_ * max_batch_));
-  z_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
-  dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * f));
-  db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
-  targets_ = LossTargets(ctx, max_batch_);
-  acc_ = LossAccumulator(ctx);
+  allocate_workspace(true);
 
   // Drawn on the host on both devices (a GPU layer uploads them).
   uint32_t* idx = idx_.stage_for_write();
@@ -125,22 +105,15 @@ void FixedFaninLayer::mark(Stopwatch& sw, double FixedFaninTimings::*field) {
 StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const Context& ctx = *ctx_;
-  const int64_t bsz = h.rows, d = input_dim(), n = shard_labels(), f = fan_in_;
+  const int64_t bsz = h.rows, n = shard_labels(), f = fan_in_;
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
   StepStats stats;
   Stopwatch sw;
 
   // x = dropout(h) [B×d] (the mask drawn on the host on both devices); u = relu(x·Pᵀ + c)
   // [B×m] or x; ut = uᵀ [m×B].
-  ConstMatrix x = h;
-  const float* mask = nullptr;
-  if (dropout_ > 0.0) {
-    Rng rng = Rng::stream(seed_ ^ kDropoutStream, static_cast<uint64_t>(lr.step));
-    mask = mask_.draw(bsz, dropout_, rng);
-    Matrix xd(xd_.data(), bsz, d);
-    kernels::multiply_mask(ctx, h, mask, xd);
-    x = xd;
-  }
+  const float* mask;
+  const ConstMatrix x = apply_dropout(h, kDropoutStream, lr.step, &mask);
   const ConstMatrix u = inter_.active() ? ConstMatrix(inter_.forward(x)) : x;
   Matrix ut(ut_.data(), m_, bsz);
   kernels::transpose(ctx, u, ut);
@@ -218,13 +191,7 @@ TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
 }
 
 void FixedFaninLayer::on_step_impl(const TrainerView& t) {
-  const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
-  if (!rewire_due(t.step, total)) return;
-  const RewireStats s = rewire(t.step);
-  const int64_t nf = shard_labels() * fan_in_;
-  spdlog::info("fixed_fanin: rewired {} of {} connections ({:.1f}%) at step {} in {:.3f}s",
-               s.pruned, nf, 100.0 * static_cast<double>(s.pruned) / static_cast<double>(nf),
-               s.step, s.seconds);
+  rewire_when_due(t, "fixed_fanin", shard_labels() * fan_in_, "connections");
 }
 
 void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
@@ -253,28 +220,20 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
   // Label-sharded: each process prunes the fraction of its own slots (not the lowest of
   // every process's slots together) and regrows from its own label streams.
   const int64_t n = shard_labels(), f = fan_in_, nf = n * f;
-  last_rewire_ = run_rewire(rewire_cfg_, step, nf, f < m_, [&](int64_t k) {
-    // On host copies of idx, w and their moments (on the GPU a round trip of
-    // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
-    // rewire with this very code.
-    float* w = p_.w.stage();
-    float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
-    float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
+  // On host copies of idx, w and their moments (on the GPU a round trip of
+  // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
+  // rewire with this very code.
+  const auto prune_regrow = [&](int64_t k, uint32_t* idx, float* w, float* s1, float* s2) {
     // The k smallest |w| over all L·F slots; each label regrows its own.
     const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
     const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-    const int64_t pruned = regrow_sets(idx_.stage(), n, f, m_, prune, base, [&](int64_t l, int64_t j) {
+    return regrow_sets(idx, n, f, m_, prune, base, [&](int64_t l, int64_t j) {
       w[l * f + j] = 0.0f;
       if (s1) s1[l * f + j] = 0.0f;
       if (s2) s2[l * f + j] = 0.0f;
     });
-    p_.w.commit();
-    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
-    idx_.commit();
-    return pruned;
-  });
-  timings_.rewire += last_rewire_.seconds;
-  return last_rewire_;
+  };
+  return rewire_on_host(step, nf, f < m_, &timings_.rewire, prune_regrow);
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

@@ -19,17 +19,12 @@
 #include <vector>
 
 #include "config/field_constraints.h"
-
 #include "core/buffer.h"
 #include "core/resources.h"  // Stopwatch
-#include "core/rng.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
-#include "layers/label_params.h"
 #include "layers/projection.h"
 #include "layers/rewire.h"
-#include "model/dropout.h"
-#include "model/loss.h"
 
 namespace xmc {
 
@@ -76,20 +71,13 @@ struct FixedFaninTimings {
   int64_t label_steps = 0;
 };
 
-class FixedFaninLayer final : public OutputLayer {
+class FixedFaninLayer final : public FaninLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
 
-  int64_t fan_in() const { return fan_in_; }
   // Width of the sparse layer's input: the intermediate size, or d without one.
   int64_t sparse_input_dim() const { return m_; }
-  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
-  RewireStats rewire(int64_t step);
-  const RewireStats& last_rewire() const { return last_rewire_; }
-  // True when the schedule rewires after `step` completed steps of total_steps.
-  bool rewire_due(int64_t step, int64_t total_steps) const {
-    return xmc::rewire_due(rewire_cfg_, step, total_steps);
-  }
+  RewireStats rewire(int64_t step) override;
   const FixedFaninTimings& timings() const { return timings_; }
 
  private:
@@ -110,27 +98,8 @@ class FixedFaninLayer final : public OutputLayer {
   // Per-op timing: with time_ops_, synchronise (GPU) and charge the interval to `field`.
   void mark(Stopwatch& sw, double FixedFaninTimings::*field);
 
-  Context* ctx_;
-  int64_t fan_in_, m_, max_batch_, chunk_;
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
-  double dropout_;
-  LossType loss_;
-  RewireConfig rewire_cfg_;
-  OptimizerConfig optim_;
-  uint64_t seed_;
-  int64_t total_steps_;
   bool time_ops_ = true;
-  Buffer<uint32_t> idx_;                       // [L×F]
-  LabelParams p_;                              // W [L×F], bias [L], their optimizer state
-  Projection inter_;                           // u = relu(x·Pᵀ + c) [B×m], or none
-  DropoutMask mask_;                           // [B×d] (dropout only)
-  Buffer<float> xd_;                           // workspace [B×d] (dropout only)
-  Buffer<float> ut_;                           // workspace [m×B]
-  Buffer<float> z_;                            // workspace [B×chunk]
-  Buffer<float> dw_, db_;                      // workspace [chunk×F], [chunk]
-  LossTargets targets_;                        // the batch's positives (GPU: uploaded)
-  LossAccumulator acc_;                        // the step's loss and zero counts
-  RewireStats last_rewire_;
+  Projection inter_;  // u = relu(x·Pᵀ + c) [B×m], or none
   FixedFaninTimings timings_;
 };
 

@@ -72,28 +72,16 @@ GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, in
 // GroupSharedLayer
 
 GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
-      ctx_(init.ctx),
+    : FaninLayer(init, cfg.fan_in, cfg.tail_projection, cfg.dropout, cfg.loss, cfg.rewire),
       group_(cfg.group_size),
-      fan_in_(cfg.fan_in),
       split_(group_shared_split(init.num_labels, cfg.head_fraction, cfg.group_size, init.shard,
                                 init.shards)),
       head_(split_.head),
       groups_(split_.groups),
-      m_(cfg.tail_projection > 0 ? cfg.tail_projection : init.input_dim),
-      max_batch_(init.batch_size),
-      chunk_(0),
-      eval_rows_(init.eval_rows()),
-      dropout_(cfg.dropout),
-      loss_(parse_loss(cfg.loss)),
       grouping_(parse_grouping(cfg.grouping)),
       beta_(cfg.beta),
       kmeans_iters_(static_cast<int>(cfg.kmeans_iters)),
-      rewire_cfg_(cfg.rewire),
-      optim_(init.optim),
-      stochastic_rounding_(cfg.stochastic_rounding),
-      seed_(init.seed),
-      total_steps_(init.total_steps) {
+      stochastic_rounding_(cfg.stochastic_rounding) {
   // Label-sharded (mpirun): this process holds its part of the one-process arrangement
   // (split_: a slice of the head, whole groups of the tail), every array drawn as the
   // one-process layer draws those rows and groups; the projections and the dropout masks
@@ -165,16 +153,6 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     const bool bf16 = precision.bf16;
     idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(groups_ * f));
     p_ = LabelParams(ctx, optim_, t, f, bf16);
-    const auto utn = static_cast<size_t>(m_ * max_batch_);
-    if (bf16)
-      ut16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, utn);
-    else
-      ut_ = Buffer<float>(ctx, MemTag::workspace, utn);
-    z_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
-    dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * f));
-    db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
-    targets_ = LossTargets(ctx, max_batch_);
-    acc_ = LossAccumulator(ctx);
     // The initial index sets and weights, drawn on the host (the moments start at zero).
     draw_tail_indices(idx_.stage_for_write());
     idx_.commit();
@@ -187,11 +165,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     head_proj_.set_comm(c);
     tail_proj_.set_comm(c);
   }
-  if (dropout_ > 0.0) {
-    // The mask is drawn on the host on both devices (the same draws).
-    mask_ = DropoutMask(ctx, max_batch_, d);
-    xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d));
-  }
+  allocate_workspace(t > 0);
 
   spdlog::info(
       "group_shared: L={}: dense head of {} labels{}, tail of {} labels in {} groups of G={} "
@@ -252,7 +226,7 @@ void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
 StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                             const LrState& lr) {
   const Context& ctx = *ctx_;
-  const int64_t bsz = h.rows, d = input_dim();
+  const int64_t bsz = h.rows;
   XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
   StepStats stats;
   Stopwatch sw;  // each phase adds sw.lap() to its timing
@@ -261,15 +235,8 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
 
   // x = dropout(h) [B×d]; the mask is drawn on the host from the same stream on both
   // devices (dropout_mask makes dropout_dense's draws).
-  ConstMatrix x = h;
-  const float* mask = nullptr;
-  if (dropout_ > 0.0) {
-    Rng rng = Rng::stream(seed_ ^ kGsDropoutStream, static_cast<uint64_t>(lr.step));
-    mask = mask_.draw(bsz, dropout_, rng);
-    Matrix xd(xd_.data(), bsz, d);
-    kernels::multiply_mask(ctx, h, mask, xd);
-    x = xd;
-  }
+  const float* mask;
+  const ConstMatrix x = apply_dropout(h, kGsDropoutStream, lr.step, &mask);
   timings_.forward += sw.lap();
 
   // Head: overwrites dh with its part of dL/dx (or zeroes dh without a head).
@@ -524,13 +491,7 @@ void GroupSharedLayer::on_step_impl(const TrainerView& t) {
     const DenseMatrix x = t.embed_train();
     regroup_semantic(x.view(), t.train->labels);
   }
-  const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
-  if (!rewire_due(t.step, total)) return;
-  const RewireStats s = rewire(t.step);
-  const int64_t slots = groups_ * fan_in_;
-  spdlog::info("group_shared: rewired {} of {} shared slots ({:.1f}%) at step {} in {:.3f}s",
-               s.pruned, slots, 100.0 * static_cast<double>(s.pruned) / static_cast<double>(std::max<int64_t>(1, slots)),
-               s.step, s.seconds);
+  rewire_when_due(t, "group_shared", groups_ * fan_in_, "shared slots");
 }
 
 void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
@@ -549,51 +510,37 @@ void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
 }
 
 RewireStats GroupSharedLayer::rewire(int64_t step) {
-  const int64_t f = fan_in_;
-  last_rewire_ = run_rewire(rewire_cfg_, step, groups_ * f, tail_labels() > 0 && f < m_,
-                            [&](int64_t k) {
-    // On host copies of the indices, weights and moments (biases stay): on the GPU a round
-    // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
-    const int64_t pruned = rewire_arrays(step, k, idx_.stage(), p_.w.stage(),
-                                         p_.w_s1.empty() ? nullptr : p_.w_s1.stage(),
-                                         p_.w_s2.empty() ? nullptr : p_.w_s2.stage());
-    idx_.commit();
-    p_.w.commit();
-    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
-    return pruned;
-  });
-  timings_.rewire += last_rewire_.seconds;
-  return last_rewire_;
-}
-
-int64_t GroupSharedLayer::rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
-                                        float* s2) const {
   const int64_t t = tail_labels(), g = group_, f = fan_in_, slots = groups_ * f;
-  // Slot score: mean |w| over the group's labels (the last group may be partial).
-  std::vector<float> score(static_cast<size_t>(slots));
+  // On host copies of the indices, weights and moments (biases stay): on the GPU a round
+  // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
+  const auto prune_regrow = [&](int64_t k, uint32_t* idx, float* w, float* s1, float* s2) {
+    // Slot score: mean |w| over the group's labels (the last group may be partial).
+    std::vector<float> score(static_cast<size_t>(slots));
 #pragma omp parallel for schedule(static)
-  for (int64_t q = 0; q < groups_; ++q) {
-    const int64_t r0 = q * g, gn = std::min(g, t - r0);
-    for (int64_t j = 0; j < f; ++j) {
-      float s = 0.0f;
-      for (int64_t r = r0; r < r0 + gn; ++r) s += std::abs(w[r * f + j]);
-      score[static_cast<size_t>(q * f + j)] = s / static_cast<float>(gn);
+    for (int64_t q = 0; q < groups_; ++q) {
+      const int64_t r0 = q * g, gn = std::min(g, t - r0);
+      for (int64_t j = 0; j < f; ++j) {
+        float s = 0.0f;
+        for (int64_t r = r0; r < r0 + gn; ++r) s += std::abs(w[r * f + j]);
+        score[static_cast<size_t>(q * f + j)] = s / static_cast<float>(gn);
+      }
     }
-  }
-  // The k lowest scores (ties to the lower slot); each group regrows its own slots, whose
-  // weights and moments restart at zero for every label of the group.
-  const std::vector<char> prune = lowest_slots(score.data(), slots, k);
-  const uint64_t base =
-      shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
-  return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
-    const int64_t r0 = q * g, gn = std::min(g, t - r0);
-    for (int64_t r = r0; r < r0 + gn; ++r) {
-      const int64_t e = r * f + j;
-      w[e] = 0.0f;
-      if (s1) s1[e] = 0.0f;
-      if (s2) s2[e] = 0.0f;
-    }
-  });
+    // The k lowest scores (ties to the lower slot); each group regrows its own slots, whose
+    // weights and moments restart at zero for every label of the group.
+    const std::vector<char> prune = lowest_slots(score.data(), slots, k);
+    const uint64_t base =
+        shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
+    return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
+      const int64_t r0 = q * g, gn = std::min(g, t - r0);
+      for (int64_t r = r0; r < r0 + gn; ++r) {
+        const int64_t e = r * f + j;
+        w[e] = 0.0f;
+        if (s1) s1[e] = 0.0f;
+        if (s2) s2[e] = 0.0f;
+      }
+    });
+  };
+  return rewire_on_host(step, slots, t > 0 && f < m_, &timings_.rewire, prune_regrow);
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {

@@ -57,9 +57,6 @@
 #include "layers/output_layer.h"
 #include "layers/projection.h"
 #include "layers/rewire.h"
-#include "layers/label_params.h"
-#include "model/dropout.h"
-#include "model/loss.h"
 
 namespace xmc {
 
@@ -138,12 +135,11 @@ struct GroupSharedSplit {
 GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
                                     int shard, int shards);
 
-class GroupSharedLayer final : public OutputLayer {
+class GroupSharedLayer final : public FaninLayer {
  public:
   GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg);
 
   int64_t group_size() const { return group_; }
-  int64_t fan_in() const { return fan_in_; }
   int64_t head_labels() const { return head_; }
   int64_t tail_labels() const { return split_.tail; }
   int64_t num_groups() const { return groups_; }
@@ -157,12 +153,7 @@ class GroupSharedLayer final : public OutputLayer {
   // Semantic grouping from the layer inputs x [N×d] of the training points and their
   // labels [N×L] (what on_step does once with embed_train()). Logs time and cohesion.
   void regroup_semantic(ConstMatrix x, const CsrMatrix& point_labels);
-  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
-  RewireStats rewire(int64_t step);
-  const RewireStats& last_rewire() const { return last_rewire_; }
-  bool rewire_due(int64_t step, int64_t total_steps) const {
-    return xmc::rewire_due(rewire_cfg_, step, total_steps);
-  }
+  RewireStats rewire(int64_t step) override;
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -196,9 +187,6 @@ class GroupSharedLayer final : public OutputLayer {
   // zero moments s1, s2 [T×F] (nullable).
   void draw_tail_indices(uint32_t* idx) const;
   void init_tail_weights(float* w, float* s1, float* s2) const;
-  // Alg. 3's prune and regrow of k slots on host arrays; returns the slots pruned.
-  int64_t rewire_arrays(int64_t step, int64_t k, uint32_t* idx, float* w, float* s1,
-                        float* s2) const;
   // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.
   void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
@@ -214,37 +202,18 @@ class GroupSharedLayer final : public OutputLayer {
   // process.
   uint64_t shard_seed(uint64_t s) const { return Rng::shard_seed(s, split_.group0); }
 
-  Context* ctx_;
-  int64_t group_, fan_in_;
+  int64_t group_;
   GroupSharedSplit split_;
-  int64_t head_, groups_, m_, max_batch_, chunk_;
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
-  double dropout_;
-  LossType loss_;
+  int64_t head_, groups_;
   GroupingType grouping_;
   double beta_;
   int kmeans_iters_;
-  RewireConfig rewire_cfg_;
-  OptimizerConfig optim_;
   bool stochastic_rounding_ = false;
-  uint64_t seed_;
-  int64_t total_steps_;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
   std::optional<DenseBlock> head_block_;
-  Projection head_proj_;             // d→head_dim (linear), or none
-  Buffer<uint32_t> idx_;                        // [K×F]
-  LabelParams p_;  // W [T×F] (fp32, or bf16 on the GPU), bias [T], their optimizer state
-  Projection tail_proj_;             // d→m (ReLU), or none
-  Buffer<float> xd_;                            // workspace [B×d] (dropout only)
-  DropoutMask mask_;                            // [B×d] (dropout only)
-  Buffer<float> ut_;                            // workspace [m×B] (fp32 mode)
-  Buffer<gpu::Bf16> ut16_;                      // workspace [m×B] (bf16 mode)
-  Buffer<float> z_;                             // workspace [B×chunk]
-  Buffer<float> dw_, db_;                       // workspace [chunk×F], [chunk]
-  LossTargets targets_;                         // the batch's positives at internal positions
-  LossAccumulator acc_;                         // the step's loss
-  RewireStats last_rewire_;
+  Projection head_proj_;  // d→head_dim (linear), or none
+  Projection tail_proj_;  // d→m (ReLU), or none
   GroupSharedTimings timings_;
 };
 

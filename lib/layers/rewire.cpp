@@ -1,5 +1,7 @@
 #include "layers/rewire.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -7,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/resources.h"
+#include "kernels/dense_ops.h"
 
 namespace xmc {
 
@@ -122,6 +125,79 @@ void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
              (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
     idx[j] = c;
   }
+}
+
+FaninLayer::FaninLayer(const LayerInit& init, int64_t fan_in, int64_t m, double dropout,
+                       const std::string& loss, const RewireConfig& rewire)
+    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+      ctx_(init.ctx),
+      fan_in_(fan_in),
+      m_(m > 0 ? m : init.input_dim),
+      max_batch_(init.batch_size),
+      eval_rows_(init.eval_rows()),
+      dropout_(dropout),
+      loss_(parse_loss(loss)),
+      rewire_cfg_(rewire),
+      optim_(init.optim),
+      seed_(init.seed),
+      total_steps_(init.total_steps) {}
+
+void FaninLayer::allocate_workspace(bool chunks) {
+  Context& ctx = *ctx_;
+  if (dropout_ > 0.0) {
+    mask_ = DropoutMask(ctx, max_batch_, input_dim());
+    xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * input_dim()));
+  }
+  if (!chunks) return;
+  const auto utn = static_cast<size_t>(m_ * max_batch_);
+  if (p_.w.bf16())
+    ut16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, utn);
+  else
+    ut_ = Buffer<float>(ctx, MemTag::workspace, utn);
+  z_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * chunk_));
+  dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * fan_in_));
+  db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
+  targets_ = LossTargets(ctx, max_batch_);
+  acc_ = LossAccumulator(ctx);
+}
+
+ConstMatrix FaninLayer::apply_dropout(ConstMatrix h, uint64_t stream, int64_t step,
+                                      const float** mask) {
+  *mask = nullptr;
+  if (dropout_ <= 0.0) return h;
+  Rng rng = Rng::stream(seed_ ^ stream, static_cast<uint64_t>(step));
+  *mask = mask_.draw(h.rows, dropout_, rng);
+  const Matrix xd(xd_.data(), h.rows, input_dim());
+  kernels::multiply_mask(*ctx_, h, *mask, xd);
+  return xd;
+}
+
+RewireStats FaninLayer::rewire_on_host(
+    int64_t step, int64_t slots, bool possible, double* seconds,
+    const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow) {
+  last_rewire_ = run_rewire(rewire_cfg_, step, slots, possible, [&](int64_t k) {
+    float* w = p_.w.stage();
+    float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
+    float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
+    const int64_t pruned = prune_regrow(k, idx_.stage(), w, s1, s2);
+    p_.w.commit();
+    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
+    idx_.commit();
+    return pruned;
+  });
+  *seconds += last_rewire_.seconds;
+  return last_rewire_;
+}
+
+void FaninLayer::rewire_when_due(const TrainerView& t, const char* name, int64_t slots,
+                                 const char* what) {
+  const int64_t total = t.total_steps > 0 ? t.total_steps : total_steps_;
+  if (!rewire_due(t.step, total)) return;
+  const RewireStats s = rewire(t.step);
+  spdlog::info(
+      "{}: rewired {} of {} {} ({:.1f}%) at step {} in {:.3f}s", name, s.pruned, slots, what,
+      100.0 * static_cast<double>(s.pruned) / static_cast<double>(std::max<int64_t>(1, slots)),
+      s.step, s.seconds);
 }
 
 }  // namespace xmc

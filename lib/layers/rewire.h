@@ -7,10 +7,17 @@
 // per label, or the mean |w| over a group) and resets what a regrown slot held.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "config/field_constraints.h"
+#include "core/buffer.h"
 #include "core/rng.h"
+#include "layers/label_params.h"
+#include "layers/layer_init.h"
+#include "layers/output_layer.h"
+#include "model/dropout.h"
+#include "model/loss.h"
 
 namespace xmc {
 
@@ -67,5 +74,64 @@ int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
 // regrown slot really changes). Needs f < m.
 void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
                    const std::vector<uint32_t>& old, int64_t m, Rng& rng);
+
+// What fixed_fanin and group_shared's tail share: index sets of F of the m inputs of the
+// sparse part, per-label weights and biases with their optimizer state (p_), input dropout
+// on h, the chunk loop's workspaces and the rewiring schedule (each backend's rewire()
+// scores its own slots and resets what a regrown slot held).
+class FaninLayer : public OutputLayer {
+ public:
+  int64_t fan_in() const { return fan_in_; }
+  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
+  virtual RewireStats rewire(int64_t step) = 0;
+  const RewireStats& last_rewire() const { return last_rewire_; }
+  // True when the schedule rewires after `step` completed steps of total_steps.
+  bool rewire_due(int64_t step, int64_t total_steps) const {
+    return xmc::rewire_due(rewire_cfg_, step, total_steps);
+  }
+
+ protected:
+  // m: the width of the sparse part's input (0: the layer's input, d wide).
+  FaninLayer(const LayerInit& init, int64_t fan_in, int64_t m, double dropout,
+             const std::string& loss, const RewireConfig& rewire);
+  // With dropout its mask [B×d] (drawn on the host on both devices) and x [B×d]; with
+  // `chunks` the transposed input ut [m×B] (bf16 when the weights are), z [B×chunk], dw
+  // [chunk×F], db [chunk], the targets and the loss accumulator, for chunks of chunk_.
+  void allocate_workspace(bool chunks);
+  // x = dropout(h) [B×d], the mask drawn from stream (seed_ ^ stream, step) and returned
+  // in *mask; without dropout h itself (*mask null).
+  ConstMatrix apply_dropout(ConstMatrix h, uint64_t stream, int64_t step, const float** mask);
+  // One rewiring at `step` (run_rewire over `slots` slots) on host copies of the
+  // indices, the weights and their moments (s1, s2 null where the optimizer keeps none):
+  // prune_regrow(k, idx, w, s1, s2) returns the slots it pruned; on the GPU a round trip.
+  // The stats go into last_rewire_, their time is added to *seconds.
+  RewireStats rewire_on_host(
+      int64_t step, int64_t slots, bool possible, double* seconds,
+      const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow);
+  // The trainer hook's rewiring: rewire(t.step) when the schedule is due (over
+  // t.total_steps, or the planned steps), logged as "<name>: rewired P of `slots` <what>".
+  void rewire_when_due(const TrainerView& t, const char* name, int64_t slots, const char* what);
+
+  Context* ctx_;
+  int64_t fan_in_, m_, max_batch_, chunk_ = 0;
+  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
+  double dropout_;
+  LossType loss_;
+  RewireConfig rewire_cfg_;
+  OptimizerConfig optim_;
+  uint64_t seed_;
+  int64_t total_steps_;
+  Buffer<uint32_t> idx_;    // [sets×F]
+  LabelParams p_;           // W [labels×F] (fp32, or bf16 on the GPU), bias, their state
+  DropoutMask mask_;        // [B×d] (dropout only)
+  Buffer<float> xd_;        // workspace [B×d] (dropout only)
+  Buffer<float> ut_;        // workspace [m×B] (fp32 weights)
+  Buffer<gpu::Bf16> ut16_;  // workspace [m×B] (bf16 weights)
+  Buffer<float> z_;         // workspace [B×chunk]
+  Buffer<float> dw_, db_;   // workspace [chunk×F], [chunk]
+  LossTargets targets_;     // the batch's positives (group_shared: at internal positions)
+  LossAccumulator acc_;     // the step's loss and zero counts
+  RewireStats last_rewire_;
+};
 
 }  // namespace xmc
