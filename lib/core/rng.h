@@ -12,9 +12,7 @@ __extension__ using uint128_t = unsigned __int128;
 
 class Rng {
  public:
-  explicit Rng(uint64_t seed = 0) { seed_with(seed); }
-
-  void seed_with(uint64_t seed) {
+  explicit Rng(uint64_t seed = 0) {
     for (auto& s : s_) {
       seed += 0x9e3779b97f4a7c15ULL;
       uint64_t z = seed;

@@ -45,6 +45,25 @@ std::pair<uint32_t, int64_t> select_key(const float* s, int64_t n, int64_t k, bo
   return {(hi << 16) | lo, below};
 }
 
+// The regrowth of one set: for each slot j in `slots` of the index set idx [f], whose
+// pruned inputs were `old` (same order), draw a new input uniformly in [0, m) that the set
+// does not use — neither a kept input nor one regrown before it — and, when at least
+// slots.size() inputs remain outside the set, none of the ones just pruned (so every
+// regrown slot really changes). Needs f < m.
+void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
+                   const std::vector<uint32_t>& old, int64_t m, Rng& rng) {
+  XMC_CHECK(f < m, "regrow_inputs: fan-in {} leaves no free input among {}", f, m);
+  const bool avoid_old = m - f >= static_cast<int64_t>(slots.size());
+  for (int64_t j : slots) {
+    uint32_t c;
+    do {
+      c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
+    } while (std::find(idx, idx + f, c) != idx + f ||
+             (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
+    idx[j] = c;
+  }
+}
+
 }  // namespace
 
 bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps) {
@@ -55,18 +74,6 @@ bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps) {
 
 int64_t rewire_count(const RewireConfig& cfg, int64_t slots) {
   return std::llround(cfg.fraction * static_cast<double>(slots));
-}
-
-RewireStats run_rewire(const RewireConfig& cfg, int64_t step, int64_t slots, bool possible,
-                       const std::function<int64_t(int64_t k)>& prune_regrow) {
-  Stopwatch sw;
-  RewireStats out;
-  out.step = step;
-  const int64_t k = rewire_count(cfg, slots);
-  if (k <= 0 || !possible) return out;  // nothing to prune, or every input already used
-  out.pruned = prune_regrow(k);
-  out.seconds = sw.seconds();
-  return out;
 }
 
 std::vector<char> lowest_slots(const float* score, int64_t n, int64_t k, bool abs) {
@@ -111,20 +118,6 @@ int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
     }
   }
   return regrown;
-}
-
-void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
-                   const std::vector<uint32_t>& old, int64_t m, Rng& rng) {
-  XMC_CHECK(f < m, "regrow_inputs: fan-in {} leaves no free input among {}", f, m);
-  const bool avoid_old = m - f >= static_cast<int64_t>(slots.size());
-  for (int64_t j : slots) {
-    uint32_t c;
-    do {
-      c = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
-    } while (std::find(idx, idx + f, c) != idx + f ||
-             (avoid_old && std::find(old.begin(), old.end(), c) != old.end()));
-    idx[j] = c;
-  }
 }
 
 FaninLayer::FaninLayer(const LayerInit& init, int64_t fan_in, int64_t m, double dropout,
@@ -175,16 +168,19 @@ ConstMatrix FaninLayer::apply_dropout(ConstMatrix h, uint64_t stream, int64_t st
 RewireStats FaninLayer::rewire_on_host(
     int64_t step, int64_t slots, bool possible, double* seconds,
     const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow) {
-  last_rewire_ = run_rewire(rewire_cfg_, step, slots, possible, [&](int64_t k) {
+  Stopwatch sw;
+  last_rewire_ = RewireStats{.step = step};
+  const int64_t k = rewire_count(rewire_cfg_, slots);
+  if (k > 0 && possible) {  // else nothing to prune, or every input already used
     float* w = p_.w.stage();
     float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
     float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
-    const int64_t pruned = prune_regrow(k, idx_.stage(), w, s1, s2);
+    last_rewire_.pruned = prune_regrow(k, idx_.stage(), w, s1, s2);
     p_.w.commit();
     for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
     idx_.commit();
-    return pruned;
-  });
+    last_rewire_.seconds = sw.seconds();
+  }
   *seconds += last_rewire_.seconds;
   return last_rewire_;
 }

@@ -48,11 +48,6 @@ struct RewireStats {
 bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps);
 // How many of `slots` slots one rewiring prunes: round(fraction · slots).
 int64_t rewire_count(const RewireConfig& cfg, int64_t slots);
-// One rewiring at `step` of a layer with `slots` slots: k = rewire_count; when k > 0 and
-// the layer can rewire at all (`possible`: some input is still unused), prune_regrow(k)
-// does it and returns the slots pruned. The stats carry the step and the time taken.
-RewireStats run_rewire(const RewireConfig& cfg, int64_t step, int64_t slots, bool possible,
-                       const std::function<int64_t(int64_t k)>& prune_regrow);
 
 // The k (1 <= k <= n) lowest of score[0..n) as a mask [n], ties to the lower index. The
 // scores must be non-negative (their float bits then order like their values): a radix
@@ -66,14 +61,6 @@ std::vector<char> lowest_slots(const float* score, int64_t n, int64_t k, bool ab
 int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
                     const std::vector<char>& prune, uint64_t base,
                     const std::function<void(int64_t, int64_t)>& reset);
-
-// The regrowth of one set: for each slot j in `slots` of the index set idx [f], whose
-// pruned inputs were `old` (same order), draw a new input uniformly in [0, m) that the set
-// does not use — neither a kept input nor one regrown before it — and, when at least
-// slots.size() inputs remain outside the set, none of the ones just pruned (so every
-// regrown slot really changes). Needs f < m.
-void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
-                   const std::vector<uint32_t>& old, int64_t m, Rng& rng);
 
 // What fixed_fanin and group_shared's tail share: index sets of F of the m inputs of the
 // sparse part, per-label weights and biases with their optimizer state (p_), input dropout
@@ -101,10 +88,12 @@ class FaninLayer : public OutputLayer {
   // x = dropout(h) [B×d], the mask drawn from stream (seed_ ^ stream, step) and returned
   // in *mask; without dropout h itself (*mask null).
   ConstMatrix apply_dropout(ConstMatrix h, uint64_t stream, int64_t step, const float** mask);
-  // One rewiring at `step` (run_rewire over `slots` slots) on host copies of the
-  // indices, the weights and their moments (s1, s2 null where the optimizer keeps none):
-  // prune_regrow(k, idx, w, s1, s2) returns the slots it pruned; on the GPU a round trip.
-  // The stats go into last_rewire_, their time is added to *seconds.
+  // One rewiring at `step` of the layer's `slots` slots: k = rewire_count; when k > 0 and
+  // the layer can rewire at all (`possible`: some input is still unused), on host copies
+  // of the indices, the weights and their moments (s1, s2 null where the optimizer keeps
+  // none; on the GPU a round trip) prune_regrow(k, idx, w, s1, s2) does it and returns the
+  // slots pruned. The stats (step, slots pruned, time) go into last_rewire_, the time is
+  // added to *seconds too.
   RewireStats rewire_on_host(
       int64_t step, int64_t slots, bool possible, double* seconds,
       const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow);
