@@ -76,8 +76,6 @@ class CudaContext {
   MemoryLedger& ledger() const { return *ledger_; }
   Stream stream() const { return stream_; }
   cublasContext* cublas() const { return cublas_; }
-  cublasLtContext* cublaslt() const { return cublaslt_; }
-  void* lt_workspace() const { return lt_workspace_; }
   size_t lt_workspace_bytes() const { return lt_workspace_bytes_; }
   // Waits for everything queued on the stream.
   void synchronize() const { gpu::synchronize(stream_); }

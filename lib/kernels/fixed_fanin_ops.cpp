@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/column_block.h"
 #include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {

@@ -33,6 +33,15 @@ void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int6
 
 // ut [m×B] = transpose of u [B×m].
 void transpose(ConstMatrix u, Matrix ut);
+// gt [n×g.rows] (row q = column c0 + q of g) from the columns [c0, c0+n) of g, read row by
+// row (whole cache lines of g): the label tiles of the CPU sparse weight gradients
+// (fixed_fanin_ops.cpp, group_shared_ops.cpp).
+inline void columns_to_rows(ConstMatrix g, int64_t c0, int64_t n, float* gt) {
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const float* gr = g.row(r) + c0;
+    for (int64_t q = 0; q < n; ++q) gt[static_cast<size_t>(q * g.rows + r)] = gr[q];
+  }
+}
 // The same on the Context's device (DEVICE views on a CUDA Context); the bf16 form rounds
 // to nearest even and exists on the GPU only (a CPU Context throws xmc::Error).
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/column_block.h"
+#include "kernels/fixed_fanin_ops.h"  // columns_to_rows
 #include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {

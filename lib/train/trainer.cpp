@@ -154,14 +154,18 @@ class StopSignals {
   }, old_term_{};
 };
 
+// Keys that may differ on --resume without --allow-config-change: where and how fast the
+// run is computed, not what it computes.
+constexpr std::array<std::string_view, 4> kResumeFreeKeys = {"out", "device", "threads",
+                                                             "train.log_every_s"};
+
 // The keys whose values differ between the checkpoint's config and this one, less the
 // resume-free keys (listed separately in `free`).
 std::vector<ConfigChange> significant_changes(const std::string& before, const std::string& after,
                                               std::vector<ConfigChange>& free) {
   std::vector<ConfigChange> out;
   for (auto& c : config_changes(before, after)) {
-    const auto& keys = resume_free_keys();
-    if (std::find(keys.begin(), keys.end(), c.key) != keys.end())
+    if (std::ranges::find(kResumeFreeKeys, c.key) != kResumeFreeKeys.end())
       free.push_back(std::move(c));
     else
       out.push_back(std::move(c));
@@ -229,11 +233,6 @@ std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) 
   if (!opt.out_dir.empty()) return opt.out_dir;
   if (!cfg.out.empty()) return cfg.out;
   return (fs::path("runs") / cfg.name).string();
-}
-
-const std::vector<std::string>& resume_free_keys() {
-  static const std::vector<std::string> keys = {"out", "device", "threads", "train.log_every_s"};
-  return keys;
 }
 
 namespace {

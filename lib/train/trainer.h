@@ -35,10 +35,6 @@ struct TrainSummary {
   int processes = 1;          // the processes of the run (mpirun -np)
 };
 
-// Keys that may differ on --resume without --allow-config-change: where and how fast the
-// run is computed, not what it computes.
-const std::vector<std::string>& resume_free_keys();
-
 // Throws InputError for bad data, config or paths — before training starts where possible.
 // SIGINT and SIGTERM during training finish the step, write a checkpoint and return with
 // stop_signal set.
