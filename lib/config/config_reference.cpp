@@ -41,8 +41,9 @@ std::string config_reference_markdown(const std::vector<OutputTypeInfo>& output_
 
   std::string md =
       "# xmctrain config reference\n\n"
-      "Generated from the config structs (`lib/config/experiment_config.h`) and the output\n"
-      "types registered in `lib/layers/registry.cpp`; do not edit by hand. Regenerate with\n"
+      "Generated from the config structs (`lib/config/experiment_config.h`, with the encoder,\n"
+      "optimizer, schedule and synth structs it uses from `lib/model/`, `lib/kernels/` and\n"
+      "`lib/data/`) and the output types registered in `lib/layers/registry.cpp`; do not edit by hand. Regenerate with\n"
       "`build/app/xmctrain train --config-reference > docs/config-reference.md` (a test checks it is current).\n\n"
       "Every key is optional and has the default shown. Unknown keys are errors. Any key can\n"
       "be overridden on the command line with `--set path=value` (the value is YAML:\n"

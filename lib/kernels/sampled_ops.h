@@ -21,7 +21,7 @@ namespace xmc::kernels {
 // Candidate lists: row b's entries are [indptr[b], indptr[b+1]) of labels.
 struct CandidateCsr {
   const int64_t* indptr = nullptr;   // [rows + 1]
-  const uint32_t* labels = nullptr;  // [nnz] global label ids
+  const uint32_t* labels = nullptr;  // [nnz] the layer's label ids (its shard's, from 0)
   int64_t rows = 0;
   int64_t nnz = 0;
 };
