@@ -67,6 +67,17 @@ struct CsrMatrix {
     return indptr.size() * sizeof(int64_t) + indices.size() * sizeof(uint32_t) +
            values.size() * sizeof(float);
   }
+  // The rows one after another (no values): CSR [rows.size()×cols].
+  static CsrMatrix from_rows(const std::vector<std::vector<uint32_t>>& rows, int64_t cols) {
+    CsrMatrix out;
+    out.rows = static_cast<int64_t>(rows.size());
+    out.cols = cols;
+    for (const auto& r : rows) {
+      out.indices.insert(out.indices.end(), r.begin(), r.end());
+      out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
+    }
+    return out;
+  }
   // The columns [lo, hi) of every row, renumbered 0..hi-lo-1 (a label shard's view of a
   // batch's labels), in their order, values kept.
   CsrMatrix column_range(int64_t lo, int64_t hi) const {

@@ -133,17 +133,6 @@ void cover_all_labels(PointLabels& p, const Structure& s, int64_t num_labels, Rn
   }
 }
 
-CsrMatrix to_csr(const PointLabels& p, int64_t cols) {
-  CsrMatrix m;
-  m.rows = static_cast<int64_t>(p.labels.size());
-  m.cols = cols;
-  for (const auto& y : p.labels) {
-    m.indices.insert(m.indices.end(), y.begin(), y.end());
-    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
-  }
-  return m;
-}
-
 // Fraction of rows whose top-scoring label is a true label. score(i, scores) fills [L].
 template <class Score>
 double precision_at_1(const CsrMatrix& y, int64_t num_labels, Score&& score) {
@@ -395,8 +384,8 @@ SynthData generate_synthetic(const SynthConfig& cfg_in) {
   SynthData out;
   out.train.source = "synthetic train";
   out.test.source = "synthetic test";
-  out.train.labels = to_csr(train_y, cfg.labels);
-  out.test.labels = to_csr(test_y, cfg.labels);
+  out.train.labels = CsrMatrix::from_rows(train_y.labels, cfg.labels);
+  out.test.labels = CsrMatrix::from_rows(test_y.labels, cfg.labels);
   out.popularity_p1 = popularity_p1(out.train.labels, out.test.labels);
 
   if (cfg.format == "dense") {

@@ -20,18 +20,6 @@ namespace {
 
 constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
 
-// The rows one after another: CSR [rows.size()×cols].
-CsrMatrix concat_rows(const std::vector<std::vector<uint32_t>>& rows, int64_t cols) {
-  CsrMatrix out;
-  out.rows = static_cast<int64_t>(rows.size());
-  out.cols = cols;
-  for (const auto& r : rows) {
-    out.indices.insert(out.indices.end(), r.begin(), r.end());
-    out.indptr.push_back(static_cast<int64_t>(out.indices.size()));
-  }
-  return out;
-}
-
 }  // namespace
 
 constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
@@ -221,7 +209,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
     Rng rng = Rng::stream(step_seed, 0);
     build_row(retrieval, queries, pos.data(), static_cast<int64_t>(pos.size()), p_.max_candidates,
               p_.min_candidates, rng, scratch_[0], rows[0]);
-    return concat_rows(rows, num_labels_);
+    return CsrMatrix::from_rows(rows, num_labels_);
   }
 #pragma omp parallel num_threads(threads())
   {
@@ -240,7 +228,7 @@ CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const
                 rows[i]);
     }
   }
-  return concat_rows(rows, num_labels_);
+  return CsrMatrix::from_rows(rows, num_labels_);
 }
 
 void CandidateSampler::retrieve(const LshTables& tables, const float* x, int64_t cap, int thread,
@@ -260,7 +248,7 @@ CsrMatrix CandidateSampler::retrieve_rows(const LshTables& tables, ConstMatrix x
     for (int64_t i = 0; i < x.rows; ++i)
       retrieve(tables, x.row(i), cap, th, rows[static_cast<size_t>(i)]);
   }
-  return concat_rows(rows, num_labels_);
+  return CsrMatrix::from_rows(rows, num_labels_);
 }
 
 }  // namespace xmc
