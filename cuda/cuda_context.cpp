@@ -1,8 +1,7 @@
-// CudaContext and device memory. Host code only (cudart, cuBLAS, cuBLASLt), compiled by
+// CudaContext and device memory. Host code only (cudart, cuBLAS), compiled by
 // g++ so it may use fmt for its messages.
 #include "core/cuda_context.h"
 
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -11,7 +10,8 @@
 
 namespace xmc::gpu {
 namespace {
-// cuBLASLt's recommended workspace for Hopper; plenty for Ampere.
+// cuBLAS's workspace (cublasSetWorkspace; its cuBLASLt kernels): the recommended size for
+// Hopper, plenty for Ampere.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 }  // namespace
 
@@ -89,7 +89,6 @@ CudaContext::CudaContext(MemoryLedger& ledger, int device_index)
     XMC_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32 GEMMs stay fp32 (no TF32) unless an op asks otherwise: parity with the CPU.
     XMC_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    XMC_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
     lt_workspace_ = device_alloc(kLtWorkspaceBytes);
     lt_workspace_bytes_ = kLtWorkspaceBytes;
     lt_workspace_entry_ = LedgerEntry(ledger, MemTag::workspace,
@@ -105,11 +104,9 @@ CudaContext::~CudaContext() { release(); }
 
 void CudaContext::release() noexcept {
   if (stream_) (void)cudaStreamSynchronize(stream_);
-  if (cublaslt_) (void)cublasLtDestroy(cublaslt_);
   if (cublas_) (void)cublasDestroy(cublas_);
   device_free(lt_workspace_);
   if (stream_) (void)cudaStreamDestroy(stream_);
-  cublaslt_ = nullptr;
   cublas_ = nullptr;
   lt_workspace_ = nullptr;
   stream_ = nullptr;

@@ -1,7 +1,7 @@
 #pragma once
 // CUDA context and device memory, host side. Nothing here needs the CUDA headers: the
 // stream and library handles are forward-declared opaque pointers (the same types
-// cuda_runtime.h, cublas_v2.h and cublasLt.h declare), so host code compiled without CUDA
+// cuda_runtime.h and cublas_v2.h declare), so host code compiled without CUDA
 // includes this file too. Implementation: cuda/cuda_context.cpp; in a build without CUDA
 // every function throws "xmctrain was built without CUDA support" (XMC_GPU_STUB in
 // core/gpu.h; the classes' members: core/gpu_stubs.cpp).
@@ -15,7 +15,6 @@
 
 struct CUstream_st;      // cudaStream_t = CUstream_st*
 struct cublasContext;    // cublasHandle_t = cublasContext*
-struct cublasLtContext;  // cublasLtHandle_t = cublasLtContext*
 
 XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {
@@ -88,7 +87,6 @@ class CudaContext {
   DeviceInfo info_;
   Stream stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
-  cublasLtContext* cublaslt_ = nullptr;
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_bytes_ = 0;
   LedgerEntry lt_workspace_entry_;
