@@ -18,14 +18,7 @@ namespace {
 constexpr uint32_t kPad = TopK::kNoLabel;
 
 CsrMatrix make_labels(int64_t cols, const std::vector<std::vector<uint32_t>>& rows) {
-  CsrMatrix m;
-  m.rows = static_cast<int64_t>(rows.size());
-  m.cols = cols;
-  for (const auto& r : rows) {
-    m.indices.insert(m.indices.end(), r.begin(), r.end());
-    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
-  }
-  return m;
+  return CsrMatrix::from_rows(rows, cols);
 }
 
 TopK make_topk(int k, const std::vector<std::vector<uint32_t>>& rows) {

@@ -50,13 +50,7 @@ Batch make_batch(int64_t num_labels, const std::vector<int64_t>& ids,
   Batch b;
   b.sparse = false;
   b.ids = ids;
-  b.labels.rows = static_cast<int64_t>(pos.size());
-  b.labels.cols = num_labels;
-  b.labels.indptr = {0};
-  for (const auto& row : pos) {
-    for (auto l : row) b.labels.indices.push_back(l);
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
+  b.labels = CsrMatrix::from_rows(pos, num_labels);
   return b;
 }
 

@@ -13,16 +13,9 @@ namespace xmc::test {
 // Pattern-only (values empty) or valued CSR from per-row sorted ids.
 inline CsrMatrix make_csr(const std::vector<std::vector<uint32_t>>& rows, int64_t cols,
                           const std::vector<std::vector<float>>* values = nullptr) {
-  CsrMatrix m;
-  m.rows = static_cast<int64_t>(rows.size());
-  m.cols = cols;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    for (size_t k = 0; k < rows[r].size(); ++k) {
-      m.indices.push_back(rows[r][k]);
-      if (values) m.values.push_back((*values)[r][k]);
-    }
-    m.indptr.push_back(m.nnz());
-  }
+  CsrMatrix m = CsrMatrix::from_rows(rows, cols);
+  if (values)
+    for (const auto& v : *values) m.values.insert(m.values.end(), v.begin(), v.end());
   return m;
 }
 

@@ -83,14 +83,7 @@ std::vector<float> random_matrix(int64_t n, int64_t d, uint64_t seed) {
 }
 
 CsrMatrix labels_csr(int64_t num_labels, const std::vector<std::vector<uint32_t>>& rows) {
-  CsrMatrix y;
-  y.rows = static_cast<int64_t>(rows.size());
-  y.cols = num_labels;
-  for (const auto& r : rows) {
-    y.indices.insert(y.indices.end(), r.begin(), r.end());
-    y.indptr.push_back(static_cast<int64_t>(y.indices.size()));
-  }
-  return y;
+  return CsrMatrix::from_rows(rows, num_labels);
 }
 
 }  // namespace

@@ -19,14 +19,8 @@ namespace xmc::test {
 inline Batch make_batch(int64_t num_labels, const std::vector<std::vector<uint32_t>>& pos) {
   Batch b;
   b.sparse = false;
-  b.labels.rows = static_cast<int64_t>(pos.size());
-  b.labels.cols = num_labels;
-  b.labels.indptr = {0};
-  for (size_t i = 0; i < pos.size(); ++i) {
-    b.ids.push_back(static_cast<int64_t>(i));
-    for (auto l : pos[i]) b.labels.indices.push_back(l);
-    b.labels.indptr.push_back(static_cast<int64_t>(b.labels.indices.size()));
-  }
+  b.labels = CsrMatrix::from_rows(pos, num_labels);
+  for (size_t i = 0; i < pos.size(); ++i) b.ids.push_back(static_cast<int64_t>(i));
   return b;
 }
 
