@@ -9,11 +9,6 @@
 #include "cuda_check.h"
 
 namespace xmc::gpu {
-namespace {
-// cuBLAS's workspace (cublasSetWorkspace; its cuBLASLt kernels): the recommended size for
-// Hopper, plenty for Ampere.
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-}  // namespace
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
@@ -89,11 +84,10 @@ CudaContext::CudaContext(MemoryLedger& ledger, int device_index)
     XMC_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32 GEMMs stay fp32 (no TF32) unless an op asks otherwise: parity with the CPU.
     XMC_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    lt_workspace_ = device_alloc(kLtWorkspaceBytes);
-    lt_workspace_bytes_ = kLtWorkspaceBytes;
+    lt_workspace_ = device_alloc(lt_workspace_bytes());
     lt_workspace_entry_ = LedgerEntry(ledger, MemTag::workspace,
-                                      static_cast<int64_t>(kLtWorkspaceBytes), MemSpace::device);
-    XMC_CUBLAS_CHECK(cublasSetWorkspace(cublas_, lt_workspace_, lt_workspace_bytes_));
+                                      static_cast<int64_t>(lt_workspace_bytes()), MemSpace::device);
+    XMC_CUBLAS_CHECK(cublasSetWorkspace(cublas_, lt_workspace_, lt_workspace_bytes()));
   } catch (...) {
     release();
     throw;

@@ -59,11 +59,15 @@ struct MemCrossCheck {
 XMC_GPU_FN MemCrossCheck memory_cross_check(const MemoryLedger& ledger,
                                             int64_t baseline_used) XMC_GPU_STUB;
 
-// One GPU: the selected device, a non-blocking stream, cuBLAS and cuBLASLt handles bound
-// to that stream, and a cuBLASLt workspace (recorded in the ledger, tag workspace).
+// One GPU: the selected device, a non-blocking stream, a cuBLAS handle bound to that
+// stream, and cuBLAS's workspace (recorded in the ledger, tag workspace).
 // Every op of cuda/ takes the context and runs on its stream.
 class CudaContext {
  public:
+  // The workspace's size (cublasSetWorkspace; its cuBLASLt kernels): the recommended size
+  // for Hopper, plenty for Ampere.
+  static constexpr size_t lt_workspace_bytes() { return size_t{32} << 20; }
+
   // Selects device `device_index` (InputError if it does not exist).
   CudaContext(MemoryLedger& ledger, int device_index = 0);
   ~CudaContext();
@@ -75,7 +79,6 @@ class CudaContext {
   MemoryLedger& ledger() const { return *ledger_; }
   Stream stream() const { return stream_; }
   cublasContext* cublas() const { return cublas_; }
-  size_t lt_workspace_bytes() const { return lt_workspace_bytes_; }
   // Waits for everything queued on the stream.
   void synchronize() const { gpu::synchronize(stream_); }
 
@@ -88,7 +91,6 @@ class CudaContext {
   Stream stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
   void* lt_workspace_ = nullptr;
-  size_t lt_workspace_bytes_ = 0;
   LedgerEntry lt_workspace_entry_;
 };
 
