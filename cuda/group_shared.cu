@@ -45,8 +45,11 @@ struct __align__(16) GsTiles {
 };
 static_assert(alignof(GsTiles) >= 16 && ((kGsTile + kGsPad) * sizeof(float)) % 16 == 0);
 
+// Called by the whole block once both tiles are written: a barrier before (the tiles are
+// complete) and after (nobody reads them when the next chunk overwrites them).
 __device__ __forceinline__ void gs_simt_product(const GsTiles& s, float (&acc)[4][4], int tx,
                                                 int ty) {
+  __syncthreads();
 #pragma unroll 8
   for (int k = 0; k < kGsKc; ++k) {
     const float4 av = *reinterpret_cast<const float4*>(&s.a[k][ty * 4]);
@@ -58,13 +61,29 @@ __device__ __forceinline__ void gs_simt_product(const GsTiles& s, float (&acc)[4
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
   }
+  __syncthreads();
 }
 
-__device__ __forceinline__ void gs_zero(float (&acc)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+// The block's group k = blockIdx.x: its labels [r_begin, r_begin + glen) and index set ik.
+struct GsGroup {
+  int64_t r_begin, glen;
+  const uint32_t* ik;
+};
+__device__ __forceinline__ GsGroup gs_group(const uint32_t* idx, int64_t n, int64_t group,
+                                            int fan_in) {
+  const int64_t k = blockIdx.x;
+  return {k * group, min(group, n - k * group), idx + k * fan_in};
+}
+
+// db[r_begin + r] = sum_b g[b, r_begin + r] for the group's labels r < glen (fp32 g).
+__device__ __forceinline__ void gs_bias_grad(const float* __restrict__ g, int64_t ldg,
+                                             int64_t batch, int64_t r_begin, int64_t glen,
+                                             float* __restrict__ db) {
+  for (int64_t r = threadIdx.x; r < glen; r += kGsThreads) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < batch; ++b) sum += __ldg(g + b * ldg + r_begin + r);
+    db[r_begin + r] = sum;
+  }
 }
 
 // grid (groups, batch tiles). Output tile rows = batch, cols = labels.
@@ -76,14 +95,10 @@ __global__ void __launch_bounds__(kGsThreads)
   __shared__ GsTiles s;
   const int t = threadIdx.x;
   const int tx = t % 16, ty = t / 16;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kGsTile;
-  const uint32_t* ik = idx + k * fan_in;
   for (int64_t rt = 0; rt < glen; rt += kGsTile) {
-    float acc[4][4];
-    gs_zero(acc);
+    float acc[4][4] = {};
     for (int j0 = 0; j0 < fan_in; j0 += kGsKc) {
       for (int i = 0; i < 8; ++i) {  // a[j][b] = ut[ik[j0+j], b0+b]
         const int j = t / 64 + 4 * i, b = t % 64;
@@ -97,9 +112,7 @@ __global__ void __launch_bounds__(kGsThreads)
                         ? __ldg(w + (r_begin + rt + r) * fan_in + j0 + j)
                         : 0.0f;
       }
-      __syncthreads();
       gs_simt_product(s, acc, tx, ty);
-      __syncthreads();
     }
     for (int i = 0; i < 4; ++i) {
       const int64_t b = b0 + ty * 4 + i;
@@ -124,14 +137,10 @@ __global__ void __launch_bounds__(kGsThreads)
   __shared__ GsTiles s;
   const int t = threadIdx.x;
   const int tx = t % 16, ty = t / 16;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
-  const uint32_t* ik = idx + k * fan_in;
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   for (int64_t rt = 0; rt < glen; rt += kGsTile) {
     for (int jt = 0; jt < fan_in; jt += kGsTile) {
-      float acc[4][4];
-      gs_zero(acc);
+      float acc[4][4] = {};
       for (int64_t b0 = 0; b0 < batch; b0 += kGsKc) {
         bool nonzero = false;
         for (int i = 0; i < 8; ++i) {  // a[b][r] = g[b0+b, r_begin+rt+r]
@@ -149,9 +158,7 @@ __global__ void __launch_bounds__(kGsThreads)
                           ? __ldg(ut + static_cast<int64_t>(ik[jt + j]) * ldu + b0 + b)
                           : 0.0f;
         }
-        __syncthreads();
         gs_simt_product(s, acc, tx, ty);
-        __syncthreads();
       }
       for (int i = 0; i < 4; ++i) {
         const int64_t r = rt + ty * 4 + i;
@@ -163,12 +170,7 @@ __global__ void __launch_bounds__(kGsThreads)
       }
     }
   }
-  if (db != nullptr)
-    for (int64_t r = t; r < glen; r += kGsThreads) {
-      float sum = 0.0f;
-      for (int64_t b = 0; b < batch; ++b) sum += __ldg(g + b * ldg + r_begin + r);
-      db[r_begin + r] = sum;
-    }
+  if (db != nullptr) gs_bias_grad(g, ldg, batch, r_begin, glen, db);
 }
 
 // grid (groups, batch tiles). Output tile rows = batch, cols = slots j; K = labels.
@@ -179,14 +181,10 @@ __global__ void __launch_bounds__(kGsThreads)
   __shared__ GsTiles s;
   const int t = threadIdx.x;
   const int tx = t % 16, ty = t / 16;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kGsTile;
-  const uint32_t* ik = idx + k * fan_in;
   for (int jt = 0; jt < fan_in; jt += kGsTile) {
-    float acc[4][4];
-    gs_zero(acc);
+    float acc[4][4] = {};
     bool any = false;
     for (int64_t r0 = 0; r0 < glen; r0 += kGsKc) {
       bool nonzero = false;
@@ -205,9 +203,7 @@ __global__ void __launch_bounds__(kGsThreads)
                         ? __ldg(w + (r_begin + r0 + r) * fan_in + jt + j)
                         : 0.0f;
       }
-      __syncthreads();
       gs_simt_product(s, acc, tx, ty);
-      __syncthreads();
     }
     if (!any) return;  // block-uniform: the whole gradient tile is zero
     for (int i = 0; i < 4; ++i) {
@@ -356,12 +352,10 @@ __global__ void __launch_bounds__(kGsThreads)
   float* zs = reinterpret_cast<float*>(gs_smem_f + L.zs);
   const int ldz_s = L.g_pad + kGsPad;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kGsTile;
   const int64_t rows = min(static_cast<int64_t>(kGsTile), batch - b0);
-  gs_stage_x(xs, L.ldx, L.f_pad, idx + k * fan_in, fan_in, ut, ldu, b0, batch, vec_x);  // once
+  gs_stage_x(xs, L.ldx, L.f_pad, ik, fan_in, ut, ldu, b0, batch, vec_x);  // once
   const int rb_count = kGsTile / 16, cb_count = L.g_pad / 16;
   for (int64_t rt = 0; rt < glen; rt += kGsTile) {
     const int64_t len = min(static_cast<int64_t>(kGsTile), glen - rt);
@@ -410,10 +404,7 @@ __global__ void __launch_bounds__(kGsThreads)
   GsBf* gsm = reinterpret_cast<GsBf*>(gs_smem_w + L.gs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* stage = reinterpret_cast<float*>(gs_smem_w + L.stage) + warp * 256;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
-  const uint32_t* ik = idx + k * fan_in;
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   const int rb_count = L.g_pad / 16, cb_count = L.f_pad / 16;
   const int frags = rb_count * cb_count;  // <= 64: up to 8 per warp
   for (int64_t rt = 0; rt < glen; rt += kGsTile) {
@@ -458,12 +449,7 @@ __global__ void __launch_bounds__(kGsThreads)
     }
   }
   // db from the fp32 gradient (the group's columns were just read: L2 hits).
-  if (db != nullptr)
-    for (int64_t r = threadIdx.x; r < glen; r += kGsThreads) {
-      float sum = 0.0f;
-      for (int64_t b = 0; b < batch; ++b) sum += __ldg(g + b * ldg + r_begin + r);
-      db[r_begin + r] = sum;
-    }
+  if (db != nullptr) gs_bias_grad(g, ldg, batch, r_begin, glen, db);
 #endif
 }
 
@@ -480,11 +466,8 @@ __global__ void __launch_bounds__(kGsThreads)
   GsBf* gsm = reinterpret_cast<GsBf*>(gs_smem_i + L.gs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* stage = reinterpret_cast<float*>(gs_smem_i + L.stage) + warp * 256;
-  const int64_t k = blockIdx.x;
-  const int64_t r_begin = k * group;
-  const int64_t glen = min(group, n - r_begin);
+  const auto [r_begin, glen, ik] = gs_group(idx, n, group, fan_in);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kGsTile;
-  const uint32_t* ik = idx + k * fan_in;
   const int rb_count = kGsTile / 16, cb_count = L.f_pad / 16;
   const int frags = rb_count * cb_count;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kGsMaxFrags];
