@@ -20,8 +20,13 @@ namespace xmc::cuda_detail {
       ::xmc::cuda_detail::throw_cuda_error(__FILE__, __LINE__, #call, err_); \
   } while (0)
 
-// After a kernel launch: launch-configuration errors surface here.
-#define XMC_CUDA_CHECK_LAUNCH() XMC_CUDA_CHECK(cudaGetLastError())
+// A kernel launch, kernel<<<grid, block, smem, stream>>>(args...), and its check:
+// launch-configuration errors surface here (with the launch's file and line).
+#define XMC_CUDA_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  do {                                                          \
+    kernel<<<grid, block, smem, stream>>>(__VA_ARGS__);         \
+    XMC_CUDA_CHECK(cudaGetLastError());                         \
+  } while (0)
 
 #define XMC_CUDA_REQUIRE(cond, value)                                                 \
   do {                                                                                \

@@ -365,26 +365,23 @@ void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   const auto kernel = type == LossType::bce ? elementwise_kernel<LossType::bce>
                                              : elementwise_kernel<LossType::squared_hinge>;
-  kernel<<<grid, kThreads, 0, ctx.stream()>>>(logits.data, logits.rows, logits.cols, logits.ld,
-                                              bias, targets.indptr, targets.indices, lo, inv_b, acc,
-                                              as_bf16(g_bf16.data), g_bf16.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(kernel, grid, kThreads, 0, ctx.stream(), logits.data, logits.rows, logits.cols,
+                  logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
+                  as_bf16(g_bf16.data), g_bf16.ld);
 }
 
 void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t rows) {
   if (rows == 0) return;
-  softmax_reset_kernel<<<launch::grid_x(launch::ceil_div(rows, kThreads)), kThreads, 0,
-                         ctx.stream()>>>(stats.max, stats.sumexp, rows);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(softmax_reset_kernel, launch::grid_x(launch::ceil_div(rows, kThreads)), kThreads,
+                  0, ctx.stream(), stats.max, stats.sumexp, rows);
 }
 
 void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float* bias,
                         DeviceSoftmaxStats stats) {
   if (logits.empty()) return;
   XMC_CUDA_REQUIRE(logits.rows <= launch::kMaxGridX, logits.rows);
-  softmax_accumulate_kernel<<<launch::grid_x(logits.rows), kThreads, 0, ctx.stream()>>>(
-      logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(softmax_accumulate_kernel, launch::grid_x(logits.rows), kThreads, 0, ctx.stream(),
+                  logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp);
 }
 
 void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
@@ -393,25 +390,23 @@ void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
   check_loss_args(logits, targets, lo, batch_size, g_bf16);
   if (logits.empty()) return;
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
-  softmax_grad_kernel<<<loss_grid(logits), kThreads, 0, ctx.stream()>>>(
-      logits.data, logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
-      targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld, logits.rows);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(softmax_grad_kernel, loss_grid(logits), kThreads, 0, ctx.stream(), logits.data,
+                  logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
+                  targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld, logits.rows);
 }
 
 void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) {
   if (a.cols == 0) return;
   const dim3 block(kSumCols, kSumRowGroups);
-  column_sums_kernel<<<launch::grid_x(launch::ceil_div(a.cols, kSumCols)), block, 0,
-                       ctx.stream()>>>(a.data, a.rows, a.cols, a.ld, out);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(column_sums_kernel, launch::grid_x(launch::ceil_div(a.cols, kSumCols)), block, 0,
+                  ctx.stream(), a.data, a.rows, a.cols, a.ld, out);
 }
 
 void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias) {
   if (m.empty()) return;
   const dim3 grid(col_blocks(m.cols, kThreads), launch::grid_yz(m.rows));
-  add_row_vector_kernel<<<grid, kThreads, 0, ctx.stream()>>>(m.data, m.rows, m.cols, m.ld, bias);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(add_row_vector_kernel, grid, kThreads, 0, ctx.stream(), m.data, m.rows, m.cols,
+                  m.ld, bias);
 }
 
 void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
@@ -419,9 +414,8 @@ void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
   XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
   if (src.empty()) return;
   const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
-  to_bf16_kernel<<<grid, kThreads, 0, ctx.stream()>>>(src.data, src.rows, src.cols, src.ld,
-                                                      as_bf16(dst.data), dst.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(to_bf16_kernel, grid, kThreads, 0, ctx.stream(), src.data, src.rows, src.cols,
+                  src.ld, as_bf16(dst.data), dst.ld);
 }
 
 }  // namespace xmc::gpu

@@ -99,34 +99,30 @@ void csr_dense_forward(const CudaContext& ctx, const DeviceCsrValues& x, const f
                        const float* bias, bool relu, Matrix h) {
   XMC_CUDA_REQUIRE(h.rows == x.rows, h.rows);
   if (h.empty()) return;
-  enc_csr_forward_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(
-      x.indptr, x.indices, x.values, w, bias, h.cols, relu, h.data, h.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_csr_forward_kernel, enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream(),
+                  x.indptr, x.indices, x.values, w, bias, h.cols, relu, h.data, h.ld);
 }
 
 void bias_activation(const CudaContext& ctx, Matrix h, const float* bias, bool relu) {
   if (h.empty()) return;
-  enc_bias_act_kernel<<<enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream()>>>(h.data, h.cols,
-                                                                                  h.ld, bias, relu);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_bias_act_kernel, enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream(),
+                  h.data, h.cols, h.ld, bias, relu);
 }
 
 void activation_grad(const CudaContext& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz) {
   XMC_CUDA_REQUIRE(h.rows == dh.rows && dz.rows == dh.rows, dz.rows);
   XMC_CUDA_REQUIRE(h.cols == dh.cols && dz.cols == dh.cols, dz.cols);
   if (dz.empty()) return;
-  enc_act_grad_kernel<<<enc_grid(dz.rows, dz.cols), kEncThreads, 0, ctx.stream()>>>(
-      relu, h.data, h.ld, dh.data, dh.ld, dz.data, dz.ld, dz.cols);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_act_grad_kernel, enc_grid(dz.rows, dz.cols), kEncThreads, 0, ctx.stream(),
+                  relu, h.data, h.ld, dh.data, dh.ld, dz.data, dz.ld, dz.cols);
 }
 
 void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, Matrix dst) {
   XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
   XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
   if (dst.empty()) return;
-  enc_mask_kernel<<<enc_grid(dst.rows, dst.cols), kEncThreads, 0, ctx.stream()>>>(
-      src.data, src.ld, mask, dst.data, dst.ld, dst.cols);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_mask_kernel, enc_grid(dst.rows, dst.cols), kEncThreads, 0, ctx.stream(),
+                  src.data, src.ld, mask, dst.data, dst.ld, dst.cols);
 }
 
 void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz,
@@ -134,17 +130,15 @@ void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstM
   XMC_CUDA_REQUIRE(g.rows == xt.count, g.rows);
   XMC_CUDA_REQUIRE(g.cols == dz.cols, g.cols);
   if (g.empty()) return;
-  enc_column_grad_kernel<<<enc_grid(g.rows, g.cols), kEncThreads, 0, ctx.stream()>>>(
-      xt.start, xt.rows, xt.values, dz.data, dz.ld, g.data, g.ld, g.cols);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_column_grad_kernel, enc_grid(g.rows, g.cols), kEncThreads, 0, ctx.stream(),
+                  xt.start, xt.rows, xt.values, dz.data, dz.ld, g.data, g.ld, g.cols);
 }
 
 void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
                  int64_t width, float* dst) {
   if (count == 0 || width == 0) return;
-  enc_gather_kernel<<<enc_grid(count, width), kEncThreads, 0, ctx.stream()>>>(src, rows, width,
-                                                                              dst);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(enc_gather_kernel, enc_grid(count, width), kEncThreads, 0, ctx.stream(), src,
+                  rows, width, dst);
 }
 
 }  // namespace xmc::gpu

@@ -260,9 +260,8 @@ void ff_transpose(const CudaContext& ctx, ConstMatrix u, Out* ut, int64_t ut_row
   const int64_t by = (u.rows + 31) / 32;
   XMC_CUDA_REQUIRE(by <= launch::kMaxGridYZ, u.rows);
   const dim3 grid(static_cast<unsigned>((u.cols + 31) / 32), static_cast<unsigned>(by));
-  ff_transpose_kernel<Out>
-      <<<grid, dim3(32, 8), 0, ctx.stream()>>>(u.data, u.rows, u.cols, u.ld, ut, ldt);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(ff_transpose_kernel<Out>, grid, dim3(32, 8), 0, ctx.stream(), u.data, u.rows,
+                  u.cols, u.ld, ut, ldt);
 }
 
 }  // namespace
@@ -282,9 +281,8 @@ void fixed_fanin_forward(const CudaContext& ctx, const uint32_t* idx, const floa
   XMC_CUDA_REQUIRE(z.cols == n, z.cols);
   XMC_CUDA_REQUIRE(z.rows == ut.cols, z.rows);
   if (n == 0 || z.rows == 0) return;
-  ff_forward_kernel<<<ff_blocks(n), kFfThreads, 0, ctx.stream()>>>(
-      idx, w, bias, n, static_cast<int>(fan_in), ut.data, ut.ld, ut.cols, z.data, z.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(ff_forward_kernel, ff_blocks(n), kFfThreads, 0, ctx.stream(), idx, w, bias, n,
+                  static_cast<int>(fan_in), ut.data, ut.ld, ut.cols, z.data, z.ld);
 }
 
 void fixed_fanin_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
@@ -294,9 +292,9 @@ void fixed_fanin_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_
   XMC_CUDA_REQUIRE(g.cols == n, g.cols);
   XMC_CUDA_REQUIRE(g.rows == ut.cols, g.rows);
   if (n == 0) return;
-  ff_weight_grad_kernel<<<ff_blocks(n), kFfThreads, 0, ctx.stream()>>>(
-      idx, n, static_cast<int>(fan_in), g.data, g.ld, ut.data, ut.ld, g.rows, dw, db, zero_labels);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(ff_weight_grad_kernel, ff_blocks(n), kFfThreads, 0, ctx.stream(), idx, n,
+                  static_cast<int>(fan_in), g.data, g.ld, ut.data, ut.ld, g.rows, dw, db,
+                  zero_labels);
 }
 
 void fixed_fanin_input_grad(const CudaContext& ctx, const uint32_t* idx, const float* w, int64_t n,
@@ -321,13 +319,13 @@ void fixed_fanin_input_grad(const CudaContext& ctx, const uint32_t* idx, const f
     const int bytes = static_cast<int>(tile_bytes);
     XMC_CUDA_CHECK(cudaFuncSetAttribute(ff_input_grad_kernel<true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    ff_input_grad_kernel<true><<<grid, kFfThreads, static_cast<size_t>(bytes), ctx.stream()>>>(
-        idx, w, n, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld, m, per_block);
+    XMC_CUDA_LAUNCH(ff_input_grad_kernel<true>, grid, kFfThreads, static_cast<size_t>(bytes),
+                    ctx.stream(), idx, w, n, static_cast<int>(fan_in), g.data, g.ld, g.rows,
+                    du.data, du.ld, m, per_block);
   } else {
-    ff_input_grad_kernel<false><<<grid, kFfThreads, 0, ctx.stream()>>>(
-        idx, w, n, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld, m, per_block);
+    XMC_CUDA_LAUNCH(ff_input_grad_kernel<false>, grid, kFfThreads, 0, ctx.stream(), idx, w, n,
+                    static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld, m, per_block);
   }
-  XMC_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace xmc::gpu

@@ -259,15 +259,6 @@ __host__ __device__ inline GsBf16Layout gs_layout(int64_t group, int fan_in, boo
   L.total = off;
   return L;
 }
-inline GsBf16Layout gs_forward_layout(int64_t group, int fan_in) {
-  return gs_layout(group, fan_in, true, true, false, true);
-}
-inline GsBf16Layout gs_weight_layout(int64_t group, int fan_in) {
-  return gs_layout(group, fan_in, true, false, true, false);
-}
-inline GsBf16Layout gs_input_layout(int64_t group, int fan_in) {
-  return gs_layout(group, fan_in, false, true, true, false);
-}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define XMC_GS_NO_BF16_MMA 1  // bf16 wmma needs sm_80; the host refuses older devices
@@ -569,9 +560,8 @@ void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const flo
   XMC_CUDA_REQUIRE(z.rows == ut.cols, z.rows);
   if (n == 0 || z.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(z.rows));
-  gs_forward_f32_kernel<<<grid, kGsThreads, 0, ctx.stream()>>>(
-      idx, w, bias, n, group, static_cast<int>(fan_in), ut.data, ut.ld, ut.cols, z.data, z.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_forward_f32_kernel, grid, kGsThreads, 0, ctx.stream(), idx, w, bias, n, group,
+                  static_cast<int>(fan_in), ut.data, ut.ld, ut.cols, z.data, z.ld);
 }
 
 void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf16* w,
@@ -581,13 +571,12 @@ void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf1
   XMC_CUDA_REQUIRE(z.cols == n, z.cols);
   XMC_CUDA_REQUIRE(z.rows == ut.cols, z.rows);
   if (n == 0 || z.rows == 0) return;
-  const size_t bytes = gs_forward_layout(group, static_cast<int>(fan_in)).total;
+  const size_t bytes = gs_layout(group, static_cast<int>(fan_in), true, true, false, true).total;
   gs_smem_opt_in(ctx, gs_forward_bf16_kernel, bytes);
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(z.rows));
-  gs_forward_bf16_kernel<<<grid, kGsThreads, bytes, ctx.stream()>>>(
-      idx, gs_bf(w), bias, n, group, static_cast<int>(fan_in), gs_bf(ut.data), ut.ld, ut.cols,
-      z.data, z.ld, gs_vec_rows(ut.data, ut.ld), gs_vec_rows(w, fan_in));
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_forward_bf16_kernel, grid, kGsThreads, bytes, ctx.stream(), idx, gs_bf(w),
+                  bias, n, group, static_cast<int>(fan_in), gs_bf(ut.data), ut.ld, ut.cols, z.data,
+                  z.ld, gs_vec_rows(ut.data, ut.ld), gs_vec_rows(w, fan_in));
 }
 
 void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n, int64_t group,
@@ -596,10 +585,9 @@ void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64
   XMC_CUDA_REQUIRE(g.cols == n, g.cols);
   XMC_CUDA_REQUIRE(g.rows == ut.cols, g.rows);
   if (n == 0) return;
-  gs_weight_grad_f32_kernel<<<static_cast<unsigned>(gs_groups(n, group)), kGsThreads, 0,
-                              ctx.stream()>>>(idx, n, group, static_cast<int>(fan_in), g.data, g.ld,
-                                              ut.data, ut.ld, g.rows, dw, db);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_weight_grad_f32_kernel, static_cast<unsigned>(gs_groups(n, group)), kGsThreads,
+                  0, ctx.stream(), idx, n, group, static_cast<int>(fan_in), g.data, g.ld, ut.data,
+                  ut.ld, g.rows, dw, db);
 }
 
 void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n, int64_t group,
@@ -609,13 +597,11 @@ void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64
   XMC_CUDA_REQUIRE(g.cols == n, g.cols);
   XMC_CUDA_REQUIRE(g.rows == ut.cols, g.rows);
   if (n == 0) return;
-  const size_t bytes = gs_weight_layout(group, static_cast<int>(fan_in)).total;
+  const size_t bytes = gs_layout(group, static_cast<int>(fan_in), true, false, true, false).total;
   gs_smem_opt_in(ctx, gs_weight_grad_bf16_kernel, bytes);
-  gs_weight_grad_bf16_kernel<<<static_cast<unsigned>(gs_groups(n, group)), kGsThreads, bytes,
-                               ctx.stream()>>>(idx, n, group, static_cast<int>(fan_in), g.data,
-                                               g.ld, gs_bf(ut.data), ut.ld, g.rows, dw, db,
-                                               gs_vec_rows(ut.data, ut.ld));
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_weight_grad_bf16_kernel, static_cast<unsigned>(gs_groups(n, group)),
+                  kGsThreads, bytes, ctx.stream(), idx, n, group, static_cast<int>(fan_in), g.data,
+                  g.ld, gs_bf(ut.data), ut.ld, g.rows, dw, db, gs_vec_rows(ut.data, ut.ld));
 }
 
 void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const float* w, int64_t n,
@@ -625,9 +611,8 @@ void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const 
   XMC_CUDA_REQUIRE(g.rows == du.rows, g.rows);
   if (n == 0 || g.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(g.rows));
-  gs_input_grad_f32_kernel<<<grid, kGsThreads, 0, ctx.stream()>>>(
-      idx, w, n, group, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_input_grad_f32_kernel, grid, kGsThreads, 0, ctx.stream(), idx, w, n, group,
+                  static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld);
 }
 
 void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const Bf16* w, int64_t n,
@@ -636,13 +621,12 @@ void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const 
   XMC_CUDA_REQUIRE(g.cols == n, g.cols);
   XMC_CUDA_REQUIRE(g.rows == du.rows, g.rows);
   if (n == 0 || g.rows == 0) return;
-  const size_t bytes = gs_input_layout(group, static_cast<int>(fan_in)).total;
+  const size_t bytes = gs_layout(group, static_cast<int>(fan_in), false, true, true, false).total;
   gs_smem_opt_in(ctx, gs_input_grad_bf16_kernel, bytes);
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(g.rows));
-  gs_input_grad_bf16_kernel<<<grid, kGsThreads, bytes, ctx.stream()>>>(
-      idx, gs_bf(w), n, group, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld,
-      gs_vec_rows(w, fan_in));
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(gs_input_grad_bf16_kernel, grid, kGsThreads, bytes, ctx.stream(), idx, gs_bf(w),
+                  n, group, static_cast<int>(fan_in), g.data, g.ld, g.rows, du.data, du.ld,
+                  gs_vec_rows(w, fan_in));
 }
 
 }  // namespace xmc::gpu

@@ -132,9 +132,8 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
   if (n <= 0) return;
   check_state(cfg, state1, state2);
   const UpdateParams p = make_params(cfg, lr, step);
-  update_f32_kernel<<<blocks_for(n), kThreads, 0, ctx.stream()>>>(p, params, grad, state1, state2,
-                                                                  n);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(update_f32_kernel, blocks_for(n), kThreads, 0, ctx.stream(), p, params, grad,
+                  state1, state2, n);
 }
 
 void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
@@ -145,9 +144,8 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
-  update_bf16_kernel<<<blocks_for(n), kThreads, 0, ctx.stream()>>>(
-      p, reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2, n);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(update_bf16_kernel, blocks_for(n), kThreads, 0, ctx.stream(), p,
+                  reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2, n);
 }
 
 
@@ -178,9 +176,8 @@ void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, d
   if (count == 0 || width == 0) return;
   check_state(cfg, state1, state2);
   const UpdateParams p = make_params(cfg, lr, step);
-  update_rows_kernel<<<blocks_for(count * width), kThreads, 0, ctx.stream()>>>(
-      p, params, grad, state1, state2, rows, count, width);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(update_rows_kernel, blocks_for(count * width), kThreads, 0, ctx.stream(), p,
+                  params, grad, state1, state2, rows, count, width);
 }
 
 }  // namespace xmc::gpu

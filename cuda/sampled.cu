@@ -122,9 +122,8 @@ void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, i
   if (cand.nnz == 0) return;
   const int64_t warps_needed = cand.nnz;
   const int64_t blocks = std::min<int64_t>((warps_needed + 7) / 8, int64_t{1} << 20);
-  smp_scores_kernel<<<static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream()>>>(
-      w, bias, d, cand.indptr, cand.labels, cand.rows, cand.nnz, h.data, h.ld, scores);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(smp_scores_kernel, static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream(), w,
+                  bias, d, cand.indptr, cand.labels, cand.rows, cand.nnz, h.data, h.ld, scores);
 }
 
 void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
@@ -134,9 +133,8 @@ void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
   XMC_CUDA_REQUIRE(cand.rows <= 2147483647, cand.rows);
   if (cand.rows == 0 || d == 0) return;
   const dim3 grid(static_cast<unsigned>(cand.rows), smp_col_blocks(d));
-  smp_input_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(w, d, cand.indptr, cand.labels, g,
-                                                             dh.data, dh.ld);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(smp_input_grad_kernel, grid, kSmpCols, 0, ctx.stream(), w, d, cand.indptr,
+                  cand.labels, g, dh.data, dh.ld);
 }
 
 void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& groups, const float* g,
@@ -146,9 +144,8 @@ void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& gro
   XMC_CUDA_REQUIRE(groups.groups <= 2147483647, groups.groups);
   if (groups.groups == 0 || h.cols == 0) return;
   const dim3 grid(static_cast<unsigned>(groups.groups), smp_col_blocks(h.cols));
-  smp_weight_grad_kernel<<<grid, kSmpCols, 0, ctx.stream()>>>(
-      groups.ptr, groups.entry, groups.row, g, h.data, h.ld, h.cols, dw.data, dw.ld, db);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(smp_weight_grad_kernel, grid, kSmpCols, 0, ctx.stream(), groups.ptr, groups.entry,
+                  groups.row, g, h.data, h.ld, h.cols, dw.data, dw.ld, db);
 }
 
 }  // namespace xmc::gpu

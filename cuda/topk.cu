@@ -135,9 +135,8 @@ void launch_merge(const float* tmp_scores, const uint32_t* tmp_labels, float* ru
     XMC_CUDA_CHECK(cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
   }
-  merge_kernel<<<launch::grid_x(rows), launch::block_threads(k), bytes, stream>>>(
-      tmp_scores, tmp_labels, run_scores, run_labels, rows, k);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(merge_kernel, launch::grid_x(rows), launch::block_threads(k), bytes, stream,
+                  tmp_scores, tmp_labels, run_scores, run_labels, rows, k);
 }
 
 }  // namespace
@@ -145,9 +144,8 @@ void launch_merge(const float* tmp_scores, const uint32_t* tmp_labels, float* ru
 void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CUstream_st* stream) {
   const int64_t n = rows * k;
   if (n == 0) return;
-  reset_kernel<<<launch::grid_x(launch::ceil_div(n, kThreads)), kThreads, 0, stream>>>(
-      run_scores, run_labels, n);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(reset_kernel, launch::grid_x(launch::ceil_div(n, kThreads)), kThreads, 0, stream,
+                  run_scores, run_labels, n);
 }
 
 void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
@@ -156,9 +154,8 @@ void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t l
   XMC_CUDA_REQUIRE(k >= 1 && k <= kMaxTopK, k);
   XMC_CUDA_REQUIRE(ld >= cols, ld);
   if (rows == 0 || cols == 0) return;
-  topk_kernel<<<launch::grid_x(rows), kThreads, 0, stream>>>(scores, rows, cols, ld, k,
-                                                             label_offset, tmp_scores, tmp_labels);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(topk_kernel, launch::grid_x(rows), kThreads, 0, stream, scores, rows, cols, ld, k,
+                  label_offset, tmp_scores, tmp_labels);
   launch_merge(tmp_scores, tmp_labels, run_scores, run_labels, rows, k, stream);
 }
 
@@ -166,9 +163,8 @@ void topk_device(const float* scores, int64_t rows, int64_t cols, int k, int64_t
                  float* out_scores, uint32_t* out_labels) {
   XMC_CUDA_REQUIRE(k >= 1 && k <= kMaxTopK, k);
   if (rows == 0) return;
-  topk_kernel<<<launch::grid_x(rows), kThreads>>>(scores, rows, cols, cols, k, label_offset,
-                                                  out_scores, out_labels);
-  XMC_CUDA_CHECK_LAUNCH();
+  XMC_CUDA_LAUNCH(topk_kernel, launch::grid_x(rows), kThreads, 0, nullptr, scores, rows, cols, cols,
+                  k, label_offset, out_scores, out_labels);
   XMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
