@@ -51,29 +51,19 @@ void gemm(const CudaContext& ctx, const char* name, bool ta, bool tb, MatrixView
 
 }  // namespace
 
-void gemm_nt(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<float>(ctx, "nt", false, true, a, b, c, alpha, beta);
-}
-void gemm_nt(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<Bf16>(ctx, "nt", false, true, a, b, c, alpha, beta);
-}
-void gemm_nn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<float>(ctx, "nn", false, false, a, b, c, alpha, beta);
-}
-void gemm_nn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<Bf16>(ctx, "nn", false, false, a, b, c, alpha, beta);
-}
-void gemm_tn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<float>(ctx, "tn", true, false, a, b, c, alpha, beta);
-}
-void gemm_tn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c, float alpha,
-             float beta) {
-  gemm<Bf16>(ctx, "tn", true, false, a, b, c, alpha, beta);
-}
+// Each row-major product of kernels/dense_ops_cuda.h, in fp32 and in bf16.
+#define XMC_GEMM_ENTRY(name, ta, tb)                                                            \
+  void gemm_##name(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha, \
+                   float beta) {                                                                \
+    gemm<float>(ctx, #name, ta, tb, a, b, c, alpha, beta);                                      \
+  }                                                                                             \
+  void gemm_##name(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,      \
+                   float alpha, float beta) {                                                   \
+    gemm<Bf16>(ctx, #name, ta, tb, a, b, c, alpha, beta);                                       \
+  }
+XMC_GEMM_ENTRY(nt, false, true)
+XMC_GEMM_ENTRY(nn, false, false)
+XMC_GEMM_ENTRY(tn, true, false)
+#undef XMC_GEMM_ENTRY
 
 }  // namespace xmc::gpu

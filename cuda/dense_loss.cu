@@ -29,11 +29,8 @@ __host__ __device__ __forceinline__ __nv_bfloat16* as_bf16(Bf16* p) {
   return reinterpret_cast<__nv_bfloat16*>(p);
 }
 
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-  return v;
-}
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
+template <class T>  // double, unsigned long long
+__device__ __forceinline__ T warp_sum(T v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
   return v;
 }

@@ -114,6 +114,22 @@ __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w
   }
 }
 
+// Row-gathered update (sampled layers): the same update_one, on rows rows[u] of params
+// (and of the state arrays, same layout), gradient row u of grad [count×width]. A thread
+// per (u, column); the rows are distinct, so no two threads touch one slot.
+__global__ void update_rows_kernel(UpdateParams p, float* __restrict__ w,
+                                   const float* __restrict__ g, float* __restrict__ s1,
+                                   float* __restrict__ s2, const uint32_t* __restrict__ rows,
+                                   int64_t count, int64_t width) {
+  const int64_t n = count * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t u = i / width;
+    const int64_t slot = static_cast<int64_t>(rows[u]) * width + (i - u * width);
+    w[slot] = update_one(p, w[slot], g[i], s1, s2, slot);
+  }
+}
+
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < (1 << 20) ? b : (1 << 20));
@@ -147,27 +163,6 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
   XMC_CUDA_LAUNCH(update_bf16_kernel, blocks_for(n), kThreads, 0, ctx.stream(), p,
                   reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2, n);
 }
-
-
-// Row-gathered update (sampled layers): the same update_one, on rows rows[u] of params
-// (and of the state arrays, same layout), gradient row u of grad [count×width]. A thread
-// per (u, column); the rows are distinct, so no two threads touch one slot.
-namespace {
-
-__global__ void update_rows_kernel(UpdateParams p, float* __restrict__ w,
-                                   const float* __restrict__ g, float* __restrict__ s1,
-                                   float* __restrict__ s2, const uint32_t* __restrict__ rows,
-                                   int64_t count, int64_t width) {
-  const int64_t n = count * width;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t u = i / width;
-    const int64_t slot = static_cast<int64_t>(rows[u]) * width + (i - u * width);
-    w[slot] = update_one(p, w[slot], g[i], s1, s2, slot);
-  }
-}
-
-}  // namespace
 
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                            int64_t step, float* params, const float* grad, float* state1,

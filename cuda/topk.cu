@@ -8,6 +8,7 @@
 // row), so scores never exist for all labels and k has no upper bound.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 
 #include "core/gpu.h"
 #include "core/launch_shape.h"
@@ -170,28 +171,23 @@ void topk_device(const float* scores, int64_t rows, int64_t cols, int k, int64_t
 
 void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t label_offset,
                float* out_scores, uint32_t* out_labels) {
-  float* d_scores = nullptr;
-  float* d_out_s = nullptr;
-  uint32_t* d_out_l = nullptr;
   const size_t n = static_cast<size_t>(rows * cols);
   const size_t nk = static_cast<size_t>(rows * k);
-  XMC_CUDA_CHECK(cudaMalloc(&d_scores, n * sizeof(float)));
-  try {
-    XMC_CUDA_CHECK(cudaMalloc(&d_out_s, nk * sizeof(float)));
-    XMC_CUDA_CHECK(cudaMalloc(&d_out_l, nk * sizeof(uint32_t)));
-    XMC_CUDA_CHECK(cudaMemcpy(d_scores, scores, n * sizeof(float), cudaMemcpyHostToDevice));
-    topk_device(d_scores, rows, cols, k, label_offset, d_out_s, d_out_l);
-    XMC_CUDA_CHECK(cudaMemcpy(out_scores, d_out_s, nk * sizeof(float), cudaMemcpyDeviceToHost));
-    XMC_CUDA_CHECK(cudaMemcpy(out_labels, d_out_l, nk * sizeof(uint32_t), cudaMemcpyDeviceToHost));
-  } catch (...) {
-    cudaFree(d_scores);
-    cudaFree(d_out_s);
-    cudaFree(d_out_l);
-    throw;
-  }
-  cudaFree(d_scores);
-  cudaFree(d_out_s);
-  cudaFree(d_out_l);
+  // Device arrays, freed on every exit.
+  using DeviceArray = std::unique_ptr<void, cudaError_t (*)(void*)>;
+  void* p = nullptr;
+  XMC_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
+  const DeviceArray d_scores(p, cudaFree);
+  XMC_CUDA_CHECK(cudaMalloc(&p, nk * sizeof(float)));
+  const DeviceArray d_out_s(p, cudaFree);
+  XMC_CUDA_CHECK(cudaMalloc(&p, nk * sizeof(uint32_t)));
+  const DeviceArray d_out_l(p, cudaFree);
+  XMC_CUDA_CHECK(cudaMemcpy(d_scores.get(), scores, n * sizeof(float), cudaMemcpyHostToDevice));
+  topk_device(static_cast<const float*>(d_scores.get()), rows, cols, k, label_offset,
+              static_cast<float*>(d_out_s.get()), static_cast<uint32_t*>(d_out_l.get()));
+  XMC_CUDA_CHECK(cudaMemcpy(out_scores, d_out_s.get(), nk * sizeof(float), cudaMemcpyDeviceToHost));
+  XMC_CUDA_CHECK(
+      cudaMemcpy(out_labels, d_out_l.get(), nk * sizeof(uint32_t), cudaMemcpyDeviceToHost));
 }
 
 }  // namespace xmc::gpu
