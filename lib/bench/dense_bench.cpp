@@ -22,19 +22,15 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
   Rng rng(2);
   std::vector<float> h(static_cast<size_t>(p.batch * p.dim)), dh(h.size());
   for (auto& x : h) x = static_cast<float>(rng.normal());
-  CsrMatrix targets;  // 3 random positives per row
-  targets.rows = p.batch;
-  targets.cols = p.labels;
-  for (int64_t i = 0; i < p.batch; ++i) {
-    std::vector<uint32_t> row;
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(p.batch));
+  for (auto& row : rows) {  // 3 random positives per row
     while (row.size() < 3) {
       auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(p.labels)));
       if (std::find(row.begin(), row.end(), l) == row.end()) row.push_back(l);
     }
     std::sort(row.begin(), row.end());
-    targets.indices.insert(targets.indices.end(), row.begin(), row.end());
-    targets.indptr.push_back(static_cast<int64_t>(targets.indices.size()));
   }
+  const CsrMatrix targets = CsrMatrix::from_rows(rows, p.labels);
   ConstMatrix hm(h.data(), p.batch, p.dim);
   Matrix dhm(dh.data(), p.batch, p.dim);
   block.train_step(targets, hm, dhm, {1e-4, 1});  // warm-up: pages touched, threads up

@@ -81,18 +81,13 @@ DcbCeilings dcb_measure_ceilings(CudaContext& ctx) {
 
 CsrMatrix dcb_targets(int64_t batch, int64_t labels, uint64_t seed) {
   Rng rng(seed);
-  CsrMatrix t;
-  t.rows = batch;
-  t.cols = labels;
-  for (int64_t r = 0; r < batch; ++r) {
-    std::vector<uint32_t> row;
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(batch));
+  for (auto& row : rows) {
     for (int i = 0; i < 5; ++i) row.push_back(static_cast<uint32_t>(rng.below(labels)));
     std::sort(row.begin(), row.end());
     row.erase(std::unique(row.begin(), row.end()), row.end());
-    t.indices.insert(t.indices.end(), row.begin(), row.end());
-    t.indptr.push_back(static_cast<int64_t>(t.indices.size()));
   }
-  return t;
+  return CsrMatrix::from_rows(rows, labels);
 }
 
 json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk,

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -41,15 +40,10 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
   // same shape h [B×m]·W_cᵀ, and FLOPs-matched h_F [B×F]·V_cᵀ.
   std::vector<float> h(static_cast<size_t>(b * m)), wc(static_cast<size_t>(chunk * m));
   std::vector<float> hf(static_cast<size_t>(b * f)), vc(static_cast<size_t>(chunk * f));
-  for (auto& x : h) x = static_cast<float>(rng.normal());
-  for (auto& x : wc) x = static_cast<float>(rng.normal());
-  for (auto& x : hf) x = static_cast<float>(rng.normal());
-  for (auto& x : vc) x = static_cast<float>(rng.normal());
+  for (auto* v : {&h, &wc, &hf, &vc})
+    for (auto& x : *v) x = static_cast<float>(rng.normal());
 
   ConstMatrix utm(ut.data(), m, b);
-  auto over_blocks = [&](const std::function<void(int64_t, int64_t)>& op) {
-    return time_over_blocks(p.iters, n, chunk, op);
-  };
   auto forward = [&](int64_t c0, int64_t c) {
     kernels::fixed_fanin_forward(idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c, f,
                                  utm, Matrix(z.data(), b, c));
@@ -72,14 +66,14 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
   auto gemm_matched = [&](int64_t, int64_t c) {
     kernels::gemm_nt(ConstMatrix(hf.data(), b, f), ConstMatrix(vc.data(), c, f), Matrix(z.data(), b, c));
   };
-  over_blocks(forward);  // warm-up: pages touched, threads up
-  const double t_fwd = over_blocks(forward);
-  const double t_wg = over_blocks(weight_grad(g_dense));
-  const double t_ig = over_blocks(input_grad(g_dense));
-  const double t_wg_s = over_blocks(weight_grad(g_sparse));
-  const double t_ig_s = over_blocks(input_grad(g_sparse));
-  const double t_same = over_blocks(gemm_same);
-  const double t_matched = over_blocks(gemm_matched);
+  time_over_blocks(p.iters, n, chunk, forward);  // warm-up: pages touched, threads up
+  const double t_fwd = time_over_blocks(p.iters, n, chunk, forward);
+  const double t_wg = time_over_blocks(p.iters, n, chunk, weight_grad(g_dense));
+  const double t_ig = time_over_blocks(p.iters, n, chunk, input_grad(g_dense));
+  const double t_wg_s = time_over_blocks(p.iters, n, chunk, weight_grad(g_sparse));
+  const double t_ig_s = time_over_blocks(p.iters, n, chunk, input_grad(g_sparse));
+  const double t_same = time_over_blocks(p.iters, n, chunk, gemm_same);
+  const double t_matched = time_over_blocks(p.iters, n, chunk, gemm_matched);
 
   const double gemm = measure_sgemm_gflops();
   const double mem = measure_memory_gbps();

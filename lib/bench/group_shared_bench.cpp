@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -54,20 +53,17 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
       std::vector<float> z(static_cast<size_t>(b * chunk)), gr(z.size()),
           dw(static_cast<size_t>(chunk * f)), db(static_cast<size_t>(chunk));
       for (auto& x : gr) x = static_cast<float>(rng.normal());
-      auto over_blocks = [&](const std::function<void(int64_t, int64_t)>& op) {
-        return time_over_blocks(p.iters, n, chunk, op);
-      };
       auto forward = [&](int64_t c0, int64_t c) {
         kernels::group_shared_forward(idx.data() + (c0 / g) * f, w.data() + c0 * f,
                                       bias.data() + c0, c, g, f, utm, Matrix(z.data(), b, c));
       };
-      over_blocks(forward);  // warm-up
-      const double t_fwd = over_blocks(forward);
-      const double t_wg = over_blocks([&](int64_t c0, int64_t c) {
+      time_over_blocks(p.iters, n, chunk, forward);  // warm-up
+      const double t_fwd = time_over_blocks(p.iters, n, chunk, forward);
+      const double t_wg = time_over_blocks(p.iters, n, chunk, [&](int64_t c0, int64_t c) {
         kernels::group_shared_weight_grad(idx.data() + (c0 / g) * f, c, g, f,
                                           ConstMatrix(gr.data(), b, c), utm, dw.data(), db.data());
       });
-      const double t_ig = over_blocks([&](int64_t c0, int64_t c) {
+      const double t_ig = time_over_blocks(p.iters, n, chunk, [&](int64_t c0, int64_t c) {
         kernels::group_shared_input_grad(idx.data() + (c0 / g) * f, w.data() + c0 * f, c, g, f,
                                          ConstMatrix(gr.data(), b, c), Matrix(du.data(), b, m));
       });
