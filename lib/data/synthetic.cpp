@@ -256,7 +256,8 @@ Vocabulary make_vocabulary(const SynthConfig& cfg, Rng& rng) {
 // Term counts per point (values = tf).
 CsrMatrix sparse_counts(const SynthConfig& cfg, const Structure& s, const Vocabulary& voc,
                         const CsrMatrix& y, uint64_t stream) {
-  std::vector<std::vector<std::pair<uint32_t, float>>> rows(static_cast<size_t>(y.rows));
+  std::vector<std::vector<uint32_t>> rows(static_cast<size_t>(y.rows));  // words
+  std::vector<std::vector<float>> tf(rows.size());                       // their counts
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < y.rows; ++i) {
     Rng r = Rng::stream(cfg.seed, stream + static_cast<uint64_t>(i));
@@ -277,23 +278,15 @@ CsrMatrix sparse_counts(const SynthConfig& cfg, const Structure& s, const Vocabu
       }
     }
     std::sort(words.begin(), words.end());
-    auto& row = rows[static_cast<size_t>(i)];
     for (auto a = words.begin(); a != words.end();) {
       const auto b = std::upper_bound(a, words.end(), *a);  // a run of equal words
-      row.emplace_back(*a, static_cast<float>(b - a));
+      rows[static_cast<size_t>(i)].push_back(*a);
+      tf[static_cast<size_t>(i)].push_back(static_cast<float>(b - a));
       a = b;
     }
   }
-  CsrMatrix m;
-  m.rows = y.rows;
-  m.cols = cfg.features;
-  for (const auto& row : rows) {
-    for (auto [w, tf] : row) {
-      m.indices.push_back(w);
-      m.values.push_back(tf);
-    }
-    m.indptr.push_back(static_cast<int64_t>(m.indices.size()));
-  }
+  CsrMatrix m = CsrMatrix::from_rows(rows, cfg.features);
+  for (const auto& t : tf) m.values.insert(m.values.end(), t.begin(), t.end());
   return m;
 }
 

@@ -114,8 +114,9 @@ bool verify_checksum(hid_t ds, const std::string& path, const std::string& name,
 // Reads a whole dataset of T; checks its checksum (when stored) and, for model tensors,
 // that every value is finite.
 template <class T>
-void CheckpointReader::read_checked(const std::string& name, const std::vector<int64_t>* expect,
-                                    std::vector<T>* vec, T* into, bool finite) const {
+std::vector<T> CheckpointReader::read_checked(const std::string& name,
+                                              const std::vector<int64_t>* expect, T* into,
+                                              bool finite) const {
   Hid ds(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds < 0) throw_input("{}: checkpoint has no dataset '{}'", path_, name);
   const std::vector<int64_t> shape = stored_shape(ds);
@@ -123,9 +124,10 @@ void CheckpointReader::read_checked(const std::string& name, const std::vector<i
     throw_input("{}: dataset '{}' has shape [{}], the model expects [{}]", path_, name,
                 fmt::join(shape, "×"), fmt::join(*expect, "×"));
   const int64_t n = elements(shape);
-  if (vec != nullptr) {
-    vec->assign(static_cast<size_t>(n), T{});
-    into = vec->data();
+  std::vector<T> vec;
+  if (into == nullptr) {
+    vec.assign(static_cast<size_t>(n), T{});
+    into = vec.data();
   }
   if (n > 0 && H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, into) < 0)
     throw_input("{}: cannot read dataset '{}'", path_, name);
@@ -137,6 +139,7 @@ void CheckpointReader::read_checked(const std::string& name, const std::vector<i
           throw_input("{}: tensor '{}' holds {} at index {}: the checkpoint is corrupted", path_,
                       name, into[i], i);
   }
+  return vec;
 }
 
 namespace {
@@ -235,7 +238,7 @@ void CheckpointReader::read(const TensorRef& t) const {
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
-        read_checked<T>(t.name, &t.shape, nullptr, p, /*finite=*/true);
+        read_checked<T>(t.name, &t.shape, p, /*finite=*/true);
       },
       t.data);
 }
@@ -265,19 +268,13 @@ void CheckpointReader::note_checksum(bool verified) const {
 }
 
 std::vector<int64_t> CheckpointReader::read_i64(const std::string& name) const {
-  std::vector<int64_t> out;
-  read_checked<int64_t>(name, nullptr, &out, nullptr, false);
-  return out;
+  return read_checked<int64_t>(name, nullptr, nullptr, false);
 }
 std::vector<uint64_t> CheckpointReader::read_u64(const std::string& name) const {
-  std::vector<uint64_t> out;
-  read_checked<uint64_t>(name, nullptr, &out, nullptr, false);
-  return out;
+  return read_checked<uint64_t>(name, nullptr, nullptr, false);
 }
 std::vector<double> CheckpointReader::read_f64(const std::string& name) const {
-  std::vector<double> out;
-  read_checked<double>(name, nullptr, &out, nullptr, false);
-  return out;
+  return read_checked<double>(name, nullptr, nullptr, false);
 }
 
 }  // namespace xmc

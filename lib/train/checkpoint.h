@@ -53,10 +53,11 @@ class CheckpointReader {
   const std::string& path() const { return path_; }
 
  private:
-  // Reads dataset `name` into *vec (resized) or into `into` (of shape *expect).
+  // Reads dataset `name` into `into` (of shape *expect), or into the vector returned when
+  // `into` is null.
   template <class T>
-  void read_checked(const std::string& name, const std::vector<int64_t>* expect,
-                    std::vector<T>* vec, T* into, bool finite) const;
+  std::vector<T> read_checked(const std::string& name, const std::vector<int64_t>* expect, T* into,
+                              bool finite) const;
   // Warns once per file when a dataset has no checksum.
   void note_checksum(bool verified) const;
 

@@ -15,12 +15,10 @@ TopK predict_dataset(Model& model, const Dataset& data, const EvalSettings& s) {
   all.k = kk;
   all.labels.resize(static_cast<size_t>(all.rows * kk));
   all.scores.resize(static_cast<size_t>(all.rows * kk));
-  std::vector<int64_t> ids;
-  for (int64_t r0 = 0; r0 < data.num_points(); r0 += s.batch_size) {
-    const int64_t n = std::min(s.batch_size, data.num_points() - r0);
-    ids.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
-    Batch batch = gather_batch(data, ids);
+  Batcher in_order(data, s.batch_size, 0, /*shuffle=*/false);
+  in_order.start_epoch(0);
+  Batch batch;
+  for (int64_t r0 = 0; in_order.next(batch); r0 += batch.size()) {
     TopK part = model.predict(batch, kk);
     // Label-sharded: every rank's lists merged on rank 0; the other ranks keep nothing.
     if (model.comm() != nullptr) {

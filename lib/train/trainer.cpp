@@ -159,24 +159,6 @@ class StopSignals {
 constexpr std::array<std::string_view, 4> kResumeFreeKeys = {"out", "device", "threads",
                                                              "train.log_every_s"};
 
-// The keys whose values differ between the checkpoint's config and this one, less the
-// resume-free keys (listed separately in `free`).
-std::vector<ConfigChange> significant_changes(const std::string& before, const std::string& after,
-                                              std::vector<ConfigChange>& free) {
-  std::vector<ConfigChange> out;
-  for (auto& c : config_changes(before, after)) {
-    if (std::ranges::find(kResumeFreeKeys, c.key) != kResumeFreeKeys.end())
-      free.push_back(std::move(c));
-    else
-      out.push_back(std::move(c));
-  }
-  return out;
-}
-
-std::string change_keys(const std::vector<ConfigChange>& changes) {
-  return fmt::format("{}", fmt::join(changes | std::views::transform(&ConfigChange::key), ", "));
-}
-
 std::string describe_changes(const std::vector<ConfigChange>& changes) {
   const auto describe = [](const ConfigChange& c) {
     return fmt::format("{} {} -> {}", c.key, c.before, c.after);
@@ -252,15 +234,23 @@ bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const fs
   const fs::path results_file = dir / run_file::results;
   r.from = read_resume_point(CheckpointReader(ckpt_file.string()));
   const ResumePoint& from = r.from;
-  std::vector<ConfigChange> free;
-  r.changes = significant_changes(from.config_yaml, opt.config_yaml, free);
+  // The keys whose values differ between the checkpoint's config and this one; the
+  // resume-free ones are moved to `free` (listed separately).
+  r.changes = config_changes(from.config_yaml, opt.config_yaml);
+  const auto free_from =
+      std::stable_partition(r.changes.begin(), r.changes.end(), [](const ConfigChange& c) {
+        return std::ranges::find(kResumeFreeKeys, c.key) == kResumeFreeKeys.end();
+      });
+  const std::vector<ConfigChange> free(free_from, r.changes.end());
+  r.changes.erase(free_from, r.changes.end());
   if (!r.changes.empty() && !opt.allow_config_change)
     throw_input(
         "--resume: the config differs from the one the run was trained with in {} ({}). "
         "Resume with the run's config ({}), pass --allow-config-change to continue with the "
         "new values (the change is recorded in metrics.jsonl), or start a new run in another "
         "--out",
-        change_keys(r.changes), describe_changes(r.changes), (dir / run_file::config).string());
+        fmt::join(r.changes | std::views::transform(&ConfigChange::key), ", "),
+        describe_changes(r.changes), (dir / run_file::config).string());
   if (!free.empty()) spdlog::info("resume: {}", describe_changes(free));
   if (from.epoch > cfg.train.epochs)
     throw_input("--resume: the checkpoint is at epoch {}, beyond train.epochs = {}", from.epoch,
@@ -496,14 +486,11 @@ DenseMatrix TrainLoop::embed_train() {
   const Dataset& train = data_.train;
   const int64_t d = model_.encoder().output_dim();
   DenseMatrix out(train.num_points(), d);
-  std::vector<int64_t> ids;
-  for (int64_t r0 = 0; r0 < train.num_points(); r0 += cfg_.eval.batch_size) {
-    const int64_t n = std::min(cfg_.eval.batch_size, train.num_points() - r0);
-    ids.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = r0 + i;
-    Batch b = gather_batch(train, ids);
-    model_.embed(b, Matrix(out.values.data() + r0 * d, n, d));
-  }
+  Batcher in_order(train, cfg_.eval.batch_size, 0, /*shuffle=*/false);
+  in_order.start_epoch(0);
+  Batch b;
+  for (int64_t r0 = 0; in_order.next(b); r0 += b.size())
+    model_.embed(b, Matrix(out.values.data() + r0 * d, b.size(), d));
   return out;
 }
 
