@@ -35,14 +35,13 @@ std::vector<PathStep> parse_override_path(const std::string& key, const std::str
       size_t close = part.find(']', bracket);
       std::string idx =
           close == std::string::npos ? "" : part.substr(bracket + 1, close - bracket - 1);
-      if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos)
+      // An index, then nothing or the next '[': "a[1]x" fails at 'x'.
+      if (part[bracket] != '[' || idx.empty() ||
+          idx.find_first_not_of("0123456789") != std::string::npos)
         throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin,
                     key);
       step.indices.push_back(std::stoull(idx));
       bracket = close + 1 < part.size() ? close + 1 : std::string::npos;
-      if (bracket != std::string::npos && part[bracket] != '[')
-        throw_input("{}: bad list index in path '{}' (expected name[0], name[1], ...)", origin,
-                    key);
     }
     steps.push_back(std::move(step));
     if (dot == std::string::npos) break;

@@ -194,15 +194,10 @@ TopK gather_topk(Comm& comm, const TopK& local) {
   std::vector<float> scores = comm.gather(std::span<const float>(local.scores), 0);
   std::vector<uint32_t> labels = comm.gather(std::span<const uint32_t>(local.labels), 0);
   if (!comm.is_root()) return {};
-  TopK merged = local;
+  TopK merged = local, part = local;  // part: rank r's lists in turn
   for (int r = 1; r < comm.size(); ++r) {
-    TopK part;
-    part.rows = local.rows;
-    part.k = local.k;
-    part.scores.assign(scores.begin() + static_cast<std::ptrdiff_t>(r * n),
-                       scores.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
-    part.labels.assign(labels.begin() + static_cast<std::ptrdiff_t>(r * n),
-                       labels.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
+    std::copy_n(scores.begin() + static_cast<std::ptrdiff_t>(r * n), n, part.scores.begin());
+    std::copy_n(labels.begin() + static_cast<std::ptrdiff_t>(r * n), n, part.labels.begin());
     merged = merge_topk(merged, part);
   }
   return merged;

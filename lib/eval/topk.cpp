@@ -82,24 +82,20 @@ void TopKAccumulator::add_chunk(ConstMatrix scores, int64_t lo) {
 }
 
 TopK TopKAccumulator::result() const {
-  TopK out;
-  out.rows = rows_;
-  out.k = k_;
-  out.labels.assign(labels_.size(), TopK::kNoLabel);
-  out.scores.assign(scores_.size(), kNegInf);
+  TopK out{rows_, k_, labels_, scores_};  // heap order; the slots past count_ are padding
   std::vector<Cand> buf;
   for (int64_t r = 0; r < rows_; ++r) {
     const int n = count_[static_cast<size_t>(r)];
+    uint32_t* lab = out.row_labels(r);
+    float* sc = out.row_scores(r);
     buf.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i)
-      buf[static_cast<size_t>(i)] = {labels_[static_cast<size_t>(r * k_ + i)],
-                                     scores_[static_cast<size_t>(r * k_ + i)]};
+    for (int i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = {lab[i], sc[i]};
     std::sort(buf.begin(), buf.end(), [](const Cand& a, const Cand& b) {
       return ranks_before(a.score, a.label, b.score, b.label);
     });
     for (int i = 0; i < n; ++i) {
-      out.row_labels(r)[i] = buf[static_cast<size_t>(i)].label;
-      out.row_scores(r)[i] = buf[static_cast<size_t>(i)].score;
+      lab[i] = buf[static_cast<size_t>(i)].label;
+      sc[i] = buf[static_cast<size_t>(i)].score;
     }
   }
   return out;

@@ -28,10 +28,8 @@ std::string_view to_string(RunStatus s) {
 
 bool is_run_directory(const fs::path& dir) {
   std::error_code ec;
-  for (const char* f : {run_file::config, run_file::metrics, run_file::results,
-                        run_file::checkpoint, run_file::failure})
-    if (fs::exists(dir / f, ec)) return true;
-  return false;
+  return std::ranges::any_of(run_file_names(),
+                             [&](const std::string& f) { return fs::exists(dir / f, ec); });
 }
 
 namespace {
