@@ -46,24 +46,17 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
   // gets two centres.
   {
     Rng rng(seed);
-    std::vector<double> dist(static_cast<size_t>(n), 1.0);
+    std::vector<double> dist(static_cast<size_t>(n), 1.0), cum(dist.size());
     int64_t row = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
     for (int64_t c = 0; c < k; ++c) {
       if (c > 0) {
-        const double total = std::accumulate(dist.begin(), dist.end(), 0.0);
+        std::partial_sum(dist.begin(), dist.end(), cum.begin());
+        const double total = cum.back();
         if (total <= 0.0) {
           row = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
-        } else {
+        } else {  // the first row whose running sum passes r (the last when none does)
           const double r = rng.uniform() * total;
-          double acc = 0.0;
-          row = n - 1;
-          for (int64_t i = 0; i < n; ++i) {
-            acc += dist[static_cast<size_t>(i)];
-            if (acc > r) {
-              row = i;
-              break;
-            }
-          }
+          row = std::min<int64_t>(n - 1, std::upper_bound(cum.begin(), cum.end(), r) - cum.begin());
         }
       }
       const float* xr = x.row(row);

@@ -61,7 +61,6 @@ CsrMatrix topk_to_csr(const TopK& topk, int64_t num_labels) {
   CsrMatrix m;
   m.rows = topk.rows;
   m.cols = num_labels;
-  m.indptr.assign(1, 0);
   for (int64_t r = 0; r < topk.rows; ++r) {
     for (int j = 0; j < topk.k; ++j) {
       const uint32_t l = topk.row_labels(r)[j];

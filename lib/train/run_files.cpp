@@ -168,9 +168,8 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 }
 
 void append_line(const fs::path& path, const std::string& line) {
-  std::ofstream f(path, std::ios::app);
-  if (!f) throw_error("cannot append to '{}': {}", path.string(), system_error());
   errno = 0;
+  std::ofstream f(path, std::ios::app);  // a failed open fails the writes (errno kept)
   f << line << '\n';
   f.flush();
   if (!f) throw_error("cannot append to '{}': {}", path.string(), system_error());
