@@ -10,7 +10,6 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "io/file_util.h"
 
 namespace xmc {
 namespace fs = std::filesystem;
@@ -162,9 +161,27 @@ void record_run_failure(const fs::path& dir, const std::string& what) {
 }
 
 void write_text_atomic(const fs::path& path, const std::string& text) {
-  io::AtomicFile f(path.string());
-  f.write(text);
-  f.commit();
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw_input("cannot write '{}': {}", path.string(), system_error());
+    errno = 0;
+    f << text;
+    f.flush();
+    if (!f) {
+      const std::string why = system_error();
+      f.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw_error("cannot write '{}': {}", path.string(), why);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw_error("cannot rename '{}' to '{}'", tmp.string(), path.string());
+  }
 }
 
 void append_line(const fs::path& path, const std::string& line) {
