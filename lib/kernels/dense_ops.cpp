@@ -174,19 +174,4 @@ void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* b
   affine(ctx, x, w, false, bias, relu, out);
 }
 
-void relu_grad(const Context& ctx, ConstMatrix u, Matrix du) {
-  XMC_CHECK(u.rows == du.rows && u.cols == du.cols, "relu_grad: u [{}×{}], du [{}×{}]", u.rows,
-            u.cols, du.rows, du.cols);
-  if (ctx.on_gpu()) {
-    gpu::activation_grad(ctx.cuda(), true, u, du, du);
-    return;
-  }
-  for (int64_t r = 0; r < u.rows; ++r) {
-    const float* ur = u.row(r);
-    float* dr = du.row(r);
-    for (int64_t j = 0; j < u.cols; ++j)
-      if (ur[j] <= 0.0f) dr[j] = 0.0f;
-  }
-}
-
 }  // namespace xmc::kernels

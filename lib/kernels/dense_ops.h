@@ -58,7 +58,5 @@ void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* b
 // The same with w [k×n] (a row per input): out [B×n] = act(x [B×k] · w + bias).
 void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
                Matrix out);
-// du = 0 where u <= 0 (the ReLU's gradient through its output u), in place.
-void relu_grad(const Context& ctx, ConstMatrix u, Matrix du);
 
 }  // namespace xmc::kernels

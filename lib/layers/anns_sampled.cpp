@@ -170,11 +170,9 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   // dh with the weights before the update, then the update of the touched rows.
   block_.train_step(csr, h, dh, lr, loss_grad);
   ++version_;
-  StepStats s;
-  s.loss = loss / static_cast<double>(rows);
-  s.zero_grads = zeros;
-  s.grads = static_cast<int64_t>(c.labels.size());
-  return s;
+  return {.loss = loss / static_cast<double>(rows),
+          .zero_grads = zeros,
+          .grads = static_cast<int64_t>(c.labels.size())};
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {

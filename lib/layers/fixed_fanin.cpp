@@ -96,7 +96,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
       d, to_string(ctx.device()));
 }
 
-void FixedFaninLayer::mark(Stopwatch& sw, double FixedFaninTimings::*field) {
+void FixedFaninLayer::mark(Stopwatch& sw, double FaninTimings::*field) {
   if (!time_ops_) return;
   ctx_->synchronize();
   timings_.*field += sw.lap();
@@ -122,7 +122,7 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   kernels::set_zero(ctx, du);
   targets_.assign(batch.labels);
   acc_.reset();
-  mark(sw, &FixedFaninTimings::forward);
+  mark(sw, &FaninTimings::forward);
 
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t c = std::min(chunk_, n - c0);
@@ -130,18 +130,18 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     const uint32_t* idx = idx_.data() + c0 * f;
     const float* w = p_.w.f32() + c0 * f;
     forward(c0, ut.data, z);
-    mark(sw, &FixedFaninTimings::forward);
+    mark(sw, &FaninTimings::forward);
     // z becomes G = dL/dz (already divided by B).
     elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, label_lo() + c0, bsz, acc_);
-    mark(sw, &FixedFaninTimings::loss);
+    mark(sw, &FaninTimings::loss);
     // With the weights before this step's update.
     kernels::fixed_fanin_input_grad(ctx, idx, w, c, f, z, du);
-    mark(sw, &FixedFaninTimings::backward_input);
+    mark(sw, &FaninTimings::backward_input);
     kernels::fixed_fanin_weight_grad(ctx, idx, c, f, z, ut, dw_.data(), db_.data(),
                                      acc_.zero_labels());
-    mark(sw, &FixedFaninTimings::backward_weight);
+    mark(sw, &FaninTimings::backward_weight);
     p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data());
-    mark(sw, &FixedFaninTimings::update);
+    mark(sw, &FaninTimings::update);
   }
   const gpu::LossAccum acc = acc_.read();
   stats.loss = acc.loss;
@@ -153,7 +153,7 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   // Through the ReLU (u > 0), then dh = du·P (old P), dP = duᵀ·x, dc = Σ_rows du, update.
   if (inter_.active()) inter_.backward_update(x, dh, 0.0f, lr);
   if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
-  mark(sw, &FixedFaninTimings::intermediate_backward);
+  mark(sw, &FaninTimings::intermediate_backward);
   timings_.zero_grads += stats.zero_grads;
   timings_.grads += stats.grads;
   stats.loss /= static_cast<double>(bsz);
@@ -197,22 +197,20 @@ void FixedFaninLayer::on_step_impl(const TrainerView& t) {
 void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
   const auto& tm = timings_;
   auto frac = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
-  if (!time_ops_) {
+  if (!time_ops_)
     spdlog::info(
         "fixed_fanin epoch {}: rewiring {:.2f}s; zero output gradients {:.1f}%, labels skipped "
         "whole {:.1f}% (per-op GPU times: model.output.gpu_timing: true)",
         t.epoch + 1, tm.rewire, 100.0 * frac(tm.zero_grads, tm.grads),
         100.0 * frac(tm.skipped_labels, tm.label_steps));
-    timings_ = {};
-    return;
-  }
-  spdlog::info(
-      "fixed_fanin epoch {}: forward {:.2f}s, loss {:.2f}s, backward {:.2f}s (input {:.2f}s, "
-      "weight {:.2f}s), update {:.2f}s, intermediate backward {:.2f}s, rewiring {:.2f}s; "
-      "zero output gradients {:.1f}%, labels skipped whole {:.1f}%",
-      t.epoch + 1, tm.forward, tm.loss, tm.backward_input + tm.backward_weight,
-      tm.backward_input, tm.backward_weight, tm.update, tm.intermediate_backward, tm.rewire,
-      100.0 * frac(tm.zero_grads, tm.grads), 100.0 * frac(tm.skipped_labels, tm.label_steps));
+  else
+    spdlog::info(
+        "fixed_fanin epoch {}: forward {:.2f}s, loss {:.2f}s, backward {:.2f}s (input {:.2f}s, "
+        "weight {:.2f}s), update {:.2f}s, intermediate backward {:.2f}s, rewiring {:.2f}s; "
+        "zero output gradients {:.1f}%, labels skipped whole {:.1f}%",
+        t.epoch + 1, tm.forward, tm.loss, tm.backward_input + tm.backward_weight, tm.backward_input,
+        tm.backward_weight, tm.update, tm.intermediate_backward, tm.rewire,
+        100.0 * frac(tm.zero_grads, tm.grads), 100.0 * frac(tm.skipped_labels, tm.label_steps));
   timings_ = {};
 }
 
@@ -233,7 +231,7 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
       if (s2) s2[l * f + j] = 0.0f;
     });
   };
-  return rewire_on_host(step, nf, f < m_, &timings_.rewire, prune_regrow);
+  return rewire_on_host(step, nf, f < m_, prune_regrow);
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

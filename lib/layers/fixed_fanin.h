@@ -55,22 +55,6 @@ struct FixedFaninConfig {
   }
 };
 
-// Per-op wall time of train_step, accumulated (reported per epoch in the log). On the GPU
-// filled only with gpu_timing (a synchronisation after each op); the counts always.
-struct FixedFaninTimings {
-  double forward = 0.0;         // input dropout, intermediate layer, transpose, sparse forward
-  double loss = 0.0;            // loss gradient in place
-  double backward_input = 0.0;  // dL/du scatter of the nonzero gradients
-  double backward_weight = 0.0; // dW, db of the sparse layer
-  double update = 0.0;          // optimizer steps of the sparse layer
-  double intermediate_backward = 0.0;  // ReLU, dP, dh, update of the intermediate layer
-  double rewire = 0.0;
-  int64_t zero_grads = 0;
-  int64_t grads = 0;
-  int64_t skipped_labels = 0;   // (label, step) pairs whose whole gradient column was zero
-  int64_t label_steps = 0;
-};
-
 class FixedFaninLayer final : public FaninLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
@@ -78,7 +62,7 @@ class FixedFaninLayer final : public FaninLayer {
   // Width of the sparse layer's input: the intermediate size, or d without one.
   int64_t sparse_input_dim() const { return m_; }
   RewireStats rewire(int64_t step) override;
-  const FixedFaninTimings& timings() const { return timings_; }
+  const FaninTimings& timings() const { return timings_; }
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -96,11 +80,10 @@ class FixedFaninLayer final : public FaninLayer {
   // The chunk's forward, labels [l0, l0+z.cols) on ut [m×rows], bias included.
   void forward(int64_t l0, const float* ut, Matrix z) const;
   // Per-op timing: with time_ops_, synchronise (GPU) and charge the interval to `field`.
-  void mark(Stopwatch& sw, double FixedFaninTimings::*field);
+  void mark(Stopwatch& sw, double FaninTimings::*field);
 
   bool time_ops_ = true;
   Projection inter_;  // u = relu(x·Pᵀ + c) [B×m], or none
-  FixedFaninTimings timings_;
 };
 
 }  // namespace xmc

@@ -234,7 +234,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   build_targets(batch, bsz);
 
   // x = dropout(h) [B×d]; the mask is drawn on the host from the same stream on both
-  // devices (dropout_mask makes dropout_dense's draws).
+  // devices (dropout_mask).
   const float* mask;
   const ConstMatrix x = apply_dropout(h, kGsDropoutStream, lr.step, &mask);
   timings_.forward += sw.lap();
@@ -276,7 +276,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     stats.grads += bsz * tail_labels();
     timings_.loss += sw.lap();
     if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
-    timings_.projection_backward += sw.lap();
+    timings_.intermediate_backward += sw.lap();
   }
   if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
   timings_.zero_grads += stats.zero_grads;
@@ -504,7 +504,7 @@ void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
       "{:.2f}s (input {:.2f}s, weight {:.2f}s), update {:.2f}s, projection backward {:.2f}s, "
       "rewiring {:.2f}s; zero output gradients {:.1f}%",
       t.epoch + 1, tm.head, tm.forward, tm.loss, tm.backward_input + tm.backward_weight,
-      tm.backward_input, tm.backward_weight, tm.update, tm.projection_backward, tm.rewire,
+      tm.backward_input, tm.backward_weight, tm.update, tm.intermediate_backward, tm.rewire,
       zero_pct);
   timings_ = {};
 }
@@ -540,7 +540,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
       }
     });
   };
-  return rewire_on_host(step, slots, t > 0 && f < m_, &timings_.rewire, prune_regrow);
+  return rewire_on_host(step, slots, t > 0 && f < m_, prune_regrow);
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {

@@ -106,22 +106,6 @@ struct GroupSharedConfig {
   }
 };
 
-// Per-op wall time of train_step, accumulated (logged per epoch). On the GPU the ops are
-// queued, so a phase's time is the host's time until the next synchronisation: the
-// tail's loss read-back at the end of its chunk loop lands in `update`.
-struct GroupSharedTimings {
-  double head = 0.0;             // projection, dense head step, projection backward
-  double forward = 0.0;          // dropout, tail projection, transpose, tail forward
-  double loss = 0.0;
-  double backward_input = 0.0;
-  double backward_weight = 0.0;
-  double update = 0.0;
-  double projection_backward = 0.0;
-  double rewire = 0.0;
-  int64_t zero_grads = 0;
-  int64_t grads = 0;
-};
-
 // The labels one process holds in a label-sharded run: its slice of the head positions
 // [head0, head0 + head) (whole groups of G) and the tail groups [group0, group0 + groups)
 // (tail labels `tail`) of the one-process arrangement; all of them in one process.
@@ -214,7 +198,6 @@ class GroupSharedLayer final : public FaninLayer {
   std::optional<DenseBlock> head_block_;
   Projection head_proj_;  // d→head_dim (linear), or none
   Projection tail_proj_;  // d→m (ReLU), or none
-  GroupSharedTimings timings_;
 };
 
 }  // namespace xmc

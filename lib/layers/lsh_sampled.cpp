@@ -194,12 +194,8 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
                              comm_ != nullptr ? &shards_ : nullptr);
   };
   for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
-
-  StepStats stats;
-  stats.loss = loss_sum * (1.0 / static_cast<double>(nb));
-  stats.grads = csr.nnz;
-  stats.zero_grads = zeros;
-  return stats;
+  return {
+      .loss = loss_sum * (1.0 / static_cast<double>(nb)), .zero_grads = zeros, .grads = csr.nnz};
 }
 
 void LshSampledLayer::refresh_tables() {

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "kernels/dense_ops.h"
+#include "kernels/encoder_ops.h"
 #include "layers/weight_init.h"
 #include "model/optimizer_state.h"
 
@@ -51,7 +52,7 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta,
   const int64_t rows = x.rows;
   const int64_t pn = out_ * in_ + out_;
   Matrix du(du_.data(), rows, out_);
-  if (relu_) kernels::relu_grad(ctx, ConstMatrix(u_.data(), rows, out_), du);
+  if (relu_) kernels::activation_grad(ctx, true, ConstMatrix(u_.data(), rows, out_), du, du);
   float* p = p_.data();
   float* dp = dp_.data();
   kernels::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);

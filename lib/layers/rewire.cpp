@@ -166,7 +166,7 @@ ConstMatrix FaninLayer::apply_dropout(ConstMatrix h, uint64_t stream, int64_t st
 }
 
 RewireStats FaninLayer::rewire_on_host(
-    int64_t step, int64_t slots, bool possible, double* seconds,
+    int64_t step, int64_t slots, bool possible,
     const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow) {
   Stopwatch sw;
   last_rewire_ = RewireStats{.step = step};
@@ -181,7 +181,7 @@ RewireStats FaninLayer::rewire_on_host(
     idx_.commit();
     last_rewire_.seconds = sw.seconds();
   }
-  *seconds += last_rewire_.seconds;
+  timings_.rewire += last_rewire_.seconds;
   return last_rewire_;
 }
 

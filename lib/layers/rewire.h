@@ -62,6 +62,27 @@ int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
                     const std::vector<char>& prune, uint64_t base,
                     const std::function<void(int64_t, int64_t)>& reset);
 
+// Per-op wall time of a fan-in layer's train_step, accumulated (logged per epoch, then
+// reset). fixed_fanin on the GPU fills the times only with gpu_timing (a synchronisation
+// after each op), the counts always; group_shared's ops are queued on the GPU, so a
+// phase's time there is the host's time until the next synchronisation (the tail's loss
+// read-back at the end of its chunk loop lands in `update`).
+struct FaninTimings {
+  double head = 0.0;                   // group_shared: projection, dense head step, its backward
+  double forward = 0.0;                // dropout, projection, transpose, sparse forward
+  double loss = 0.0;                   // loss gradient in place
+  double backward_input = 0.0;         // dL/du scatter of the nonzero gradients
+  double backward_weight = 0.0;        // dW, db of the sparse part
+  double update = 0.0;                 // optimizer steps of the sparse part
+  double intermediate_backward = 0.0;  // ReLU, dP, dh, update of the ReLU projection
+  double rewire = 0.0;
+  int64_t zero_grads = 0;
+  int64_t grads = 0;
+  // fixed_fanin: (label, step) pairs whose whole gradient column was zero, of label_steps.
+  int64_t skipped_labels = 0;
+  int64_t label_steps = 0;
+};
+
 // What fixed_fanin and group_shared's tail share: index sets of F of the m inputs of the
 // sparse part, per-label weights and biases with their optimizer state (p_), input dropout
 // on h, the chunk loop's workspaces and the rewiring schedule (each backend's rewire()
@@ -93,9 +114,9 @@ class FaninLayer : public OutputLayer {
   // of the indices, the weights and their moments (s1, s2 null where the optimizer keeps
   // none; on the GPU a round trip) prune_regrow(k, idx, w, s1, s2) does it and returns the
   // slots pruned. The stats (step, slots pruned, time) go into last_rewire_, the time is
-  // added to *seconds too.
+  // added to timings_.rewire too.
   RewireStats rewire_on_host(
-      int64_t step, int64_t slots, bool possible, double* seconds,
+      int64_t step, int64_t slots, bool possible,
       const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow);
   // The trainer hook's rewiring: rewire(t.step) when the schedule is due (over
   // t.total_steps, or the planned steps), logged as "<name>: rewired P of `slots` <what>".
@@ -121,6 +142,7 @@ class FaninLayer : public OutputLayer {
   LossTargets targets_;     // the batch's positives (group_shared: at internal positions)
   LossAccumulator acc_;     // the step's loss and zero counts
   RewireStats last_rewire_;
+  FaninTimings timings_;
 };
 
 }  // namespace xmc

@@ -13,15 +13,6 @@ void dropout_mask(float* mask, int64_t n, double p, Rng& rng) {
   for (int64_t i = 0; i < n; ++i) mask[i] = rng.uniformf() < pf ? 0.0f : keep_scale;
 }
 
-void dropout_dense(Matrix x, float* mask, double p, Rng& rng) {
-  dropout_mask(mask, x.rows * x.cols, p, rng);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    float* xr = x.row(r);
-    const float* mr = mask + r * x.cols;
-    for (int64_t j = 0; j < x.cols; ++j) xr[j] *= mr[j];
-  }
-}
-
 void dropout_sparse(CsrMatrix& x, double p, Rng& rng) {
   XMC_CHECK(p >= 0.0 && p < 1.0, "dropout probability {} outside [0, 1)", p);
   XMC_CHECK(x.has_values() || x.nnz() == 0, "sparse dropout needs values");

@@ -9,13 +9,10 @@
 
 namespace xmc {
 
-// x [B×n] in place; mask [B×n] (ld = n) receives the multiplier per entry (0 or
-// 1/(1-p)), which backward applies to dL/dx. p in [0, 1).
-void dropout_dense(Matrix x, float* mask, double p, Rng& rng);
-
 // mask [n]: each entry 0 with probability p, else 1/(1-p), one rng.uniformf() per entry
-// in order — the draws dropout_dense makes for an [B×n/B] input (the GPU encoder draws
-// its masks on the host with this, so both devices drop the same entries).
+// in order; p in [0, 1). The multipliers apply to the input and, in backward, to dL/dx
+// (the encoder and the layers draw their masks on the host with this, so both devices
+// drop the same entries).
 void dropout_mask(float* mask, int64_t n, double p, Rng& rng);
 
 // Sparse input: removes dropped entries from the CSR rows (so they do not count as touched

@@ -116,7 +116,7 @@ void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
   EncoderSlot& slot = m.slots[static_cast<size_t>(m.next_stage)];
 
   // On the host, in the layers' order of random draws: the sparse layer's dropout, then
-  // each dense layer's mask (dropout_mask: the draws dropout_dense makes).
+  // each dense layer's mask (dropout_mask).
   const int64_t rows = batch.size();
   CsrMatrix x;
   CsrByColumn xt;

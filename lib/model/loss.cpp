@@ -357,12 +357,6 @@ gpu::DeviceCsr LossTargets::device() const {
   return {indptr_.data(), indices_.data(), host().rows, host().cols};
 }
 
-namespace {
-void check_no_bf16_copy(gpu::Bf16Matrix g) {
-  XMC_CHECK(g.data == nullptr, "a bf16 gradient copy on a CPU Context");
-}
-}  // namespace
-
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
                            LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
@@ -371,7 +365,7 @@ void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, con
                                acc.data(), g_bf16);
     return;
   }
-  check_no_bf16_copy(g_bf16);
+  XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
   if (bias) kernels::add_row_vector(logits, bias);
   int64_t zeros = 0;
   const double loss = elementwise_loss_grad(type, logits, targets.host(), lo, batch_size, &zeros);
@@ -440,7 +434,7 @@ void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias,
                            batch_size, acc.data(), g_bf16);
     return;
   }
-  check_no_bf16_copy(g_bf16);
+  XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
   if (bias) kernels::add_row_vector(logits, bias);
   acc.data()->loss += softmax_loss_grad(logits, st.host_, targets.host(), lo, batch_size);
 }

@@ -67,8 +67,6 @@ HnswIndex::HnswIndex(ConstMatrix vectors, const HnswParams& params, uint64_t see
 }
 
 HnswIndex::~HnswIndex() = default;
-HnswIndex::HnswIndex(HnswIndex&&) noexcept = default;
-HnswIndex& HnswIndex::operator=(HnswIndex&&) noexcept = default;
 
 void HnswIndex::search(ConstMatrix queries, int k, uint32_t* labels, float* scores) const {
   XMC_CHECK(queries.cols == dim_, "hnsw search: queries have {} columns, index has {}",

@@ -27,8 +27,6 @@ class HnswIndex {
   HnswIndex(ConstMatrix vectors, const HnswParams& params, uint64_t seed,
             MemoryLedger* ledger = nullptr);
   ~HnswIndex();
-  HnswIndex(HnswIndex&&) noexcept;
-  HnswIndex& operator=(HnswIndex&&) noexcept;
 
   // For each row of queries [q×dim]: the k rows of largest inner product, best first,
   // into labels [q×k] (row ids) and scores [q×k] (inner products, may be nullptr). Rows

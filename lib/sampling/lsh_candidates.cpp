@@ -19,10 +19,9 @@ LshQuery parse_lsh_query(std::string_view name) {
 namespace {
 
 constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
 
 }  // namespace
-
-constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
 
 bool LabelVectors::has(uint32_t label) const {
   if (ids.empty()) return label < w.rows;

@@ -39,6 +39,19 @@ TEST_CASE("group_by_column lists each column's entries in position order") {
   CHECK(g.start == std::vector<int64_t>{0});
 }
 
+namespace {
+// Inverted dropout of x [B×n] in place, the multipliers into mask [B×n] (the dense
+// dropout the host-drawn masks reproduce).
+void dropout_dense(Matrix x, float* mask, double p, Rng& rng) {
+  dropout_mask(mask, x.rows * x.cols, p, rng);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    float* xr = x.row(r);
+    const float* mr = mask + r * x.cols;
+    for (int64_t j = 0; j < x.cols; ++j) xr[j] *= mr[j];
+  }
+}
+}  // namespace
+
 TEST_CASE("dropout_mask makes the draws of dropout_dense") {
   const int64_t rows = 7, cols = 13;
   DenseMatrix x(rows, cols);
