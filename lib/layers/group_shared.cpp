@@ -46,8 +46,6 @@ void gs_draw_set(Rng& rng, int64_t m, int64_t f, uint32_t* out, std::vector<char
   std::sort(out, out + f);
 }
 
-}  // namespace
-
 GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
                                     int shard, int shards) {
   GroupSharedSplit s;
@@ -67,6 +65,8 @@ GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, in
                 shards, s.head_total, s.head_total / group, group, groups_total);
   return s;
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // GroupSharedLayer
@@ -195,7 +195,6 @@ void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
 
 void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
   const int64_t t = tail_labels(), f = fan_in_;
-  if (t == 0) return;
   init_uniform_rows(w, t, f, Rng::stream(seed_, kGsWeightStream).next(), split_.group0 * group_);
   for (float* s : {s1, s2})
     if (s) std::fill(s, s + t * f, 0.0f);

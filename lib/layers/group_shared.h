@@ -109,15 +109,13 @@ struct GroupSharedConfig {
 // The labels one process holds in a label-sharded run: its slice of the head positions
 // [head0, head0 + head) (whole groups of G) and the tail groups [group0, group0 + groups)
 // (tail labels `tail`) of the one-process arrangement; all of them in one process.
-// InputError when a part would leave a process without a head or a tail that the layer
-// has (the projections' collectives need every process).
+// The constructor refuses (InputError) a part that would leave a process without a head
+// or a tail that the layer has (the projections' collectives need every process).
 struct GroupSharedSplit {
   int64_t head_total = 0;  // H of the whole layer
   int64_t head0 = 0, head = 0;
   int64_t group0 = 0, groups = 0, tail = 0;
 };
-GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
-                                    int shard, int shards);
 
 class GroupSharedLayer final : public FaninLayer {
  public:
@@ -168,7 +166,7 @@ class GroupSharedLayer final : public FaninLayer {
   void to_original_ids(TopK& top) const;
   void build_targets(const Batch& batch, int64_t rows);
   // One index set per group into idx [K×F]; the initial tail weights into w [T×F] and
-  // zero moments s1, s2 [T×F] (nullable).
+  // zero moments s1, s2 [T×F] (nullable), T > 0.
   void draw_tail_indices(uint32_t* idx) const;
   void init_tail_weights(float* w, float* s1, float* s2) const;
   // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.

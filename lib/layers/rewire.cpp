@@ -28,20 +28,14 @@ std::pair<uint32_t, int64_t> select_key(const float* s, int64_t n, int64_t k, bo
   for (int64_t i = 0; i < n; ++i) ++hist[key_of(s[i], abs) >> 16];
   int64_t below = 0;
   uint32_t hi = 0;
-  for (; hi < (1u << 16); ++hi) {
-    if (below + hist[hi] >= k) break;
-    below += hist[hi];
-  }
+  for (; hi < (1u << 16) && below + hist[hi] < k; ++hi) below += hist[hi];
   std::fill(hist.begin(), hist.end(), 0);
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t key = key_of(s[i], abs);
     if ((key >> 16) == hi) ++hist[key & 0xffffu];
   }
   uint32_t lo = 0;
-  for (; lo < (1u << 16); ++lo) {
-    if (below + hist[lo] >= k) break;
-    below += hist[lo];
-  }
+  for (; lo < (1u << 16) && below + hist[lo] < k; ++lo) below += hist[lo];
   return {(hi << 16) | lo, below};
 }
 

@@ -12,6 +12,5 @@ constexpr std::array<EnumName<Activation>, 2> kActivationNames{
 Activation parse_activation(std::string_view name) {
   return parse_enum(kActivationNames, name, "activation");
 }
-std::string_view to_string(Activation a) { return enum_name(kActivationNames, a); }
 
 }  // namespace xmc

@@ -7,6 +7,5 @@ namespace xmc {
 
 enum class Activation { none, relu };
 Activation parse_activation(std::string_view name);  // throws InputError naming the known ones
-std::string_view to_string(Activation a);
 
 }  // namespace xmc

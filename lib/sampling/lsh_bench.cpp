@@ -48,13 +48,9 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
                                  .min_candidates = p.min_candidates});
     Rng rng(3);
     std::vector<float> h(static_cast<size_t>(p.batch * p.dim));
-    CsrMatrix y;
-    y.rows = p.batch;
-    y.cols = n;
-    for (int64_t i = 0; i < p.batch; ++i) {
-      y.indices.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(n))));
-      y.indptr.push_back(i + 1);
-    }
+    std::vector<std::vector<uint32_t>> y_rows(static_cast<size_t>(p.batch));  // one label each
+    for (auto& r : y_rows) r = {static_cast<uint32_t>(rng.below(static_cast<uint64_t>(n)))};
+    const CsrMatrix y = CsrMatrix::from_rows(y_rows, n);
     for (auto& v : h) v = static_cast<float>(rng.normal());
     int64_t total = 0;
     // One untimed warm-up batch, then iters timed batches.
