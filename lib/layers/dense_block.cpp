@@ -194,11 +194,7 @@ TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
       });
 }
 
-std::vector<TensorRef> DenseBlock::state(const std::string& prefix) {
-  std::vector<TensorRef> out;
-  p_.append_refs(out, prefix);
-  return out;
-}
+std::vector<TensorRef> DenseBlock::state(const std::string& prefix) { return p_.refs(prefix); }
 
 void DenseBlock::sync_state(StateSync s) { p_.sync(s); }
 

@@ -236,8 +236,8 @@ RewireStats FixedFaninLayer::rewire(int64_t step) {
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {
   const int64_t n = shard_labels(), f = fan_in_;
-  std::vector<TensorRef> out = {{"output/indices", {n, f}, idx_.host_data()}};
-  p_.append_refs(out);
+  std::vector<TensorRef> out = p_.refs();
+  out.insert(out.begin(), {"output/indices", {n, f}, idx_.host_data()});
   inter_.append_state(out, "output/intermediate");
   return out;
 }

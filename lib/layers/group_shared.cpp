@@ -555,7 +555,7 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
   if (t > 0) {
     // The same names and shapes on both devices; on the GPU the host copies.
     out.push_back({"output/indices", {groups_, f}, idx_.host_data()});
-    p_.append_refs(out);
+    for (TensorRef& r : p_.refs()) out.push_back(std::move(r));
     tail_proj_.append_state(out, "output/tail_projection");
   }
   return out;

@@ -43,9 +43,9 @@ void LabelParams::update_rows(const Context& ctx, const OptimizerConfig& optim, 
                         data_or_null(b_s2), ids, count, 1);
 }
 
-void LabelParams::append_refs(std::vector<TensorRef>& out, const std::string& prefix) {
-  out.push_back({prefix + "weight", {rows, cols}, w.host_data()});
-  out.push_back({prefix + "bias", {rows}, b.host_data()});
+std::vector<TensorRef> LabelParams::refs(const std::string& prefix) {
+  std::vector<TensorRef> out = {{prefix + "weight", {rows, cols}, w.host_data()},
+                                {prefix + "bias", {rows}, b.host_data()}};
   if (!w_s1.empty()) {
     out.push_back({prefix + "weight_opt1", {rows, cols}, w_s1.host_data()});
     out.push_back({prefix + "bias_opt1", {rows}, b_s1.host_data()});
@@ -54,6 +54,7 @@ void LabelParams::append_refs(std::vector<TensorRef>& out, const std::string& pr
     out.push_back({prefix + "weight_opt2", {rows, cols}, w_s2.host_data()});
     out.push_back({prefix + "bias_opt2", {rows}, b_s2.host_data()});
   }
+  return out;
 }
 
 void LabelParams::sync(StateSync s) {

@@ -41,7 +41,7 @@ struct LabelParams {
   // "<prefix>weight" [rows×cols], "<prefix>bias" [rows], then "<prefix>weight_opt1",
   // "<prefix>bias_opt1", "<prefix>weight_opt2", "<prefix>bias_opt2" for the state that
   // exists; host arrays: on a CUDA Context after sync(to_host).
-  void append_refs(std::vector<TensorRef>& out, const std::string& prefix = "output/");
+  std::vector<TensorRef> refs(const std::string& prefix = "output/");
   void sync(StateSync s);
   // Bytes of the weights, the bias and their optimizer state.
   int64_t bytes() const;

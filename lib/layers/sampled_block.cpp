@@ -117,11 +117,7 @@ void SampledBlock::release_host() {
   p_.b.release();
 }
 
-std::vector<TensorRef> SampledBlock::state() {
-  std::vector<TensorRef> out;
-  p_.append_refs(out);
-  return out;
-}
+std::vector<TensorRef> SampledBlock::state() { return p_.refs(); }
 
 void SampledBlock::sync_state(StateSync s) { p_.sync(s); }
 
