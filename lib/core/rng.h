@@ -10,15 +10,21 @@ namespace xmc {
 
 __extension__ using uint128_t = unsigned __int128;
 
+// The splitmix64 step (the golden-ratio increment, then the finaliser): Rng's seeding, the
+// probe sequence of dwta densification, the seeded hashes of the LSH candidate sampler.
+inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) {
     for (auto& s : s_) {
+      s = mix64(seed);
       seed += 0x9e3779b97f4a7c15ULL;
-      uint64_t z = seed;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      s = z ^ (z >> 31);
     }
   }
   // seed for the label shard starting at `offset` (a first label or group): seed itself at

@@ -32,15 +32,6 @@ enum class BucketPolicy { fifo, reservoir };
 LshFamily parse_lsh_family(std::string_view name);      // throws InputError
 BucketPolicy parse_bucket_policy(std::string_view name);  // throws InputError
 
-// The splitmix64 finaliser: the probe sequence of dwta densification, the seeded hashes of
-// the candidate sampler.
-inline uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 struct LshParams {
   LshFamily family = LshFamily::simhash;
   int k = 8;                 // projections (simhash) or WTA codes (dwta) per table
