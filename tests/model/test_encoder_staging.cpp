@@ -1,7 +1,7 @@
 // Host-side pieces of the GPU encoder, testable without a GPU: the by-column grouping of a
 // sparse batch (the sparse layer's weight gradient on the device), the host-drawn dropout
-// masks (same draws as dropout_dense), and the staged forward (stage + forward_staged ==
-// forward, same random draws, on the CPU).
+// masks (the same entries as the sparse input's dropout), and the staged forward
+// (stage + forward_staged == forward, same random draws, on the CPU).
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -39,33 +39,47 @@ TEST_CASE("group_by_column lists each column's entries in position order") {
   CHECK(g.start == std::vector<int64_t>{0});
 }
 
-namespace {
-// Inverted dropout of x [B×n] in place, the multipliers into mask [B×n] (the dense
-// dropout the host-drawn masks reproduce).
-void dropout_dense(Matrix x, float* mask, double p, Rng& rng) {
-  dropout_mask(mask, x.rows * x.cols, p, rng);
-  for (int64_t r = 0; r < x.rows; ++r) {
-    float* xr = x.row(r);
-    const float* mr = mask + r * x.cols;
-    for (int64_t j = 0; j < x.cols; ++j) xr[j] *= mr[j];
-  }
-}
-}  // namespace
-
-TEST_CASE("dropout_mask makes the draws of dropout_dense") {
-  const int64_t rows = 7, cols = 13;
-  DenseMatrix x(rows, cols);
-  for (auto& v : x.values) v = 1.0f;
-  std::vector<float> mask_dense(static_cast<size_t>(rows * cols)), mask(mask_dense.size());
+TEST_CASE("dropout_mask draws one uniform per entry and dropout_sparse drops the same entries") {
+  const int64_t rows = 7, cols = 13, n = rows * cols;
+  const double p = 0.3;
+  const float keep = static_cast<float>(1.0 / (1.0 - p));
+  std::vector<float> mask(static_cast<size_t>(n));
   Rng a(5), b(5);
-  dropout_dense(x.view(), mask_dense.data(), 0.3, a);
-  dropout_mask(mask.data(), rows * cols, 0.3, b);
-  CHECK(mask == mask_dense);
-  CHECK(a.state() == b.state());  // same number of draws
+  dropout_mask(mask.data(), n, p, a);
   int zeros = 0;
-  for (float m : mask) zeros += m == 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool dropped = b.uniformf() < static_cast<float>(p);
+    CHECK(mask[static_cast<size_t>(i)] == (dropped ? 0.0f : keep));
+    zeros += dropped;
+  }
+  CHECK(a.state() == b.state());  // one draw per entry
   CHECK(zeros > 0);
-  CHECK(zeros < rows * cols);
+  CHECK(zeros < n);
+  // The sparse input's dropout, from the same stream over a full pattern (every value 2),
+  // keeps exactly the entries the mask keeps, scaled by the same 1/(1-p).
+  std::vector<std::vector<uint32_t>> idx(static_cast<size_t>(rows));
+  std::vector<std::vector<float>> val(static_cast<size_t>(rows));
+  std::vector<std::vector<uint32_t>> kept(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      idx[static_cast<size_t>(r)].push_back(static_cast<uint32_t>(j));
+      val[static_cast<size_t>(r)].push_back(2.0f);
+      if (mask[static_cast<size_t>(r * cols + j)] != 0.0f)
+        kept[static_cast<size_t>(r)].push_back(static_cast<uint32_t>(j));
+    }
+  CsrMatrix x = make_csr(idx, cols, &val);
+  Rng c(5);
+  dropout_sparse(x, p, c);
+  CHECK(c.state() == a.state());
+  REQUIRE(x.rows == rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t begin = static_cast<size_t>(x.indptr[static_cast<size_t>(r)]);
+    const size_t end = static_cast<size_t>(x.indptr[static_cast<size_t>(r) + 1]);
+    CHECK(std::vector<uint32_t>(x.indices.begin() + static_cast<std::ptrdiff_t>(begin),
+                                x.indices.begin() + static_cast<std::ptrdiff_t>(end)) ==
+          kept[static_cast<size_t>(r)]);
+    for (size_t k = begin; k < end; ++k) CHECK(x.values[k] == 2.0f * keep);
+  }
 }
 
 TEST_CASE("staged forward equals forward, with the same random draws") {
