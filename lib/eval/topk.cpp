@@ -18,11 +18,15 @@ struct Cand {
 
 }  // namespace
 
-TopKAccumulator::TopKAccumulator(int64_t rows, int k) : rows_(rows), k_(k) {
+TopK TopK::padded(int64_t rows, int k) {
+  const auto n = static_cast<size_t>(rows * k);
+  return {rows, k, std::vector<uint32_t>(n, kNoLabel), std::vector<float>(n, kNegInf)};
+}
+
+TopKAccumulator::TopKAccumulator(int64_t rows, int k) {
   if (k < 1) throw_input("top-k: k must be at least 1, got {}", k);
   if (rows < 0) throw_error("top-k: number of rows must be >= 0, got {}", rows);
-  labels_.assign(static_cast<size_t>(rows * k), TopK::kNoLabel);
-  scores_.assign(static_cast<size_t>(rows * k), kNegInf);
+  heap_ = TopK::padded(rows, k);
   count_.assign(static_cast<size_t>(rows), 0);
 }
 
@@ -30,12 +34,12 @@ TopKAccumulator::TopKAccumulator(int64_t rows, int k) : rows_(rows), k_(k) {
 // candidate sits at slot 0. Sift operations are written out because labels and scores
 // live in two parallel arrays.
 void TopKAccumulator::push(int64_t row, uint32_t label, float score) {
-  uint32_t* lab = labels_.data() + row * k_;
-  float* sc = scores_.data() + row * k_;
+  uint32_t* lab = heap_.row_labels(row);
+  float* sc = heap_.row_scores(row);
   int& n = count_[static_cast<size_t>(row)];
   // "worse(i, j)": slot i ranks after slot j.
   auto worse = [&](int i, int j) { return ranks_before(sc[j], lab[j], sc[i], lab[i]); };
-  if (n < k_) {
+  if (n < heap_.k) {
     int i = n++;
     lab[i] = label;
     sc[i] = score;
@@ -64,27 +68,27 @@ void TopKAccumulator::push(int64_t row, uint32_t label, float score) {
 }
 
 void TopKAccumulator::add(int64_t row, uint32_t label, float score) {
-  XMC_CHECK(row >= 0 && row < rows_, "row {} outside [0, {})", row, rows_);
+  XMC_CHECK(row >= 0 && row < heap_.rows, "row {} outside [0, {})", row, heap_.rows);
   push(row, label, score);
 }
 
 void TopKAccumulator::add_chunk(ConstMatrix scores, int64_t lo) {
-  XMC_CHECK(scores.rows == rows_, "score chunk has {} rows, the accumulator {}", scores.rows,
-            rows_);
+  XMC_CHECK(scores.rows == heap_.rows, "score chunk has {} rows, the accumulator {}", scores.rows,
+            heap_.rows);
   XMC_CHECK(lo >= 0 && lo + scores.cols <= static_cast<int64_t>(TopK::kNoLabel),
             "label range [{}, {}) does not fit uint32 label ids", lo, lo + scores.cols);
   const int64_t c = scores.cols;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows_; ++r) {
+  for (int64_t r = 0; r < heap_.rows; ++r) {
     const float* s = scores.row(r);
     for (int64_t j = 0; j < c; ++j) push(r, static_cast<uint32_t>(lo + j), s[j]);
   }
 }
 
 TopK TopKAccumulator::result() const {
-  TopK out{rows_, k_, labels_, scores_};  // heap order; the slots past count_ are padding
+  TopK out = heap_;  // heap order; the slots past count_ are padding
   std::vector<Cand> buf;
-  for (int64_t r = 0; r < rows_; ++r) {
+  for (int64_t r = 0; r < out.rows; ++r) {
     const int n = count_[static_cast<size_t>(r)];
     uint32_t* lab = out.row_labels(r);
     float* sc = out.row_scores(r);
@@ -116,11 +120,7 @@ TopK merge_topk(const TopK& a, const TopK& b) {
   if (a.rows != b.rows)
     throw_error("merge_topk: the lists cover {} and {} rows; they must be the same", a.rows,
                 b.rows);
-  TopK out;
-  out.rows = a.rows;
-  out.k = std::max(a.k, b.k);
-  out.labels.assign(static_cast<size_t>(out.rows * out.k), TopK::kNoLabel);
-  out.scores.assign(static_cast<size_t>(out.rows * out.k), kNegInf);
+  TopK out = TopK::padded(a.rows, std::max(a.k, b.k));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < out.rows; ++r) {
     const uint32_t* la = a.row_labels(r);

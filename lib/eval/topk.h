@@ -25,6 +25,9 @@ struct TopK {
   std::vector<uint32_t> labels;  // [rows×k]
   std::vector<float> scores;     // [rows×k]
 
+  // rows×k entries, every one a pad (kNoLabel, -inf), to be filled in.
+  static TopK padded(int64_t rows, int k);
+
   const uint32_t* row_labels(int64_t r) const { return labels.data() + r * k; }
   const float* row_scores(int64_t r) const { return scores.data() + r * k; }
   uint32_t* row_labels(int64_t r) { return labels.data() + r * k; }
@@ -53,11 +56,8 @@ class TopKAccumulator {
  private:
   void push(int64_t row, uint32_t label, float score);
 
-  int64_t rows_;
-  int k_;
-  std::vector<uint32_t> labels_;  // [rows×k] heap storage
-  std::vector<float> scores_;     // [rows×k]
-  std::vector<int> count_;        // [rows] candidates kept, <= k
+  TopK heap_;               // heap storage per row; the slots past count_ are padding
+  std::vector<int> count_;  // [rows] candidates kept, <= k
 };
 
 // Top-k of each row of a predictions matrix (label:score pairs, any order). A

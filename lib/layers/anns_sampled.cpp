@@ -219,11 +219,7 @@ TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   // The index is on the host: a device layer downloads the query rows (rows×d floats).
   const HostView hv(*ctx_, h);
   const DenseMatrix q = with_last_column(hv.view(), nullptr);
-  TopK out;
-  out.rows = h.rows;
-  out.k = k;
-  out.labels.resize(static_cast<size_t>(h.rows * k));
-  out.scores.resize(static_cast<size_t>(h.rows * k));
+  TopK out = TopK::padded(h.rows, k);
   eval_index_->search(q.view(), k, out.labels.data(), out.scores.data());
   for (uint32_t& l : out.labels)  // the index's local ids to global ones
     if (l != TopK::kNoLabel) l = static_cast<uint32_t>(l + label_lo());

@@ -19,11 +19,7 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
   gpu::check_topk_k(k);
   const auto s = ctx.stream();
   const auto rk = static_cast<size_t>(rows * k);
-  TopK out;
-  out.rows = rows;
-  out.k = k;
-  out.labels.resize(rk);
-  out.scores.resize(rk);
+  TopK out = TopK::padded(rows, k);
   if (rk == 0) return out;
   auto& ledger = ctx.ledger();
   gpu::DeviceBuffer<float> run_s(ledger, MemTag::workspace, rk), tmp_s(ledger, MemTag::workspace, rk);
@@ -73,11 +69,7 @@ TopK host_stream_topk(int64_t rows, int k, int64_t block_rows, int64_t n, int64_
                       int64_t label_offset, float* workspace,
                       const std::function<void(int64_t, int64_t)>& begin_block,
                       const std::function<void(int64_t, Matrix)>& score) {
-  TopK out;
-  out.rows = rows;
-  out.k = k;
-  out.labels.resize(static_cast<size_t>(rows * k));
-  out.scores.resize(out.labels.size());
+  TopK out = TopK::padded(rows, k);
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
     const int64_t nr = std::min(block_rows, rows - r0);
     TopKAccumulator acc(nr, k);

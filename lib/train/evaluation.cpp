@@ -10,11 +10,7 @@ namespace xmc {
 TopK predict_dataset(Model& model, const Dataset& data, const EvalSettings& s) {
   const int extra = s.filter ? s.filter->max_per_point() : 0;
   const int kk = s.k + extra;
-  TopK all;
-  all.rows = data.num_points();
-  all.k = kk;
-  all.labels.resize(static_cast<size_t>(all.rows * kk));
-  all.scores.resize(static_cast<size_t>(all.rows * kk));
+  TopK all = TopK::padded(data.num_points(), kk);
   Batcher in_order(data, s.batch_size, 0, /*shuffle=*/false);
   in_order.start_epoch(0);
   Batch batch;
