@@ -317,6 +317,8 @@ struct StepPhases {
   double encoder_backward = 0.0;  // the encoder's backward pass and update
   double output_refresh = 0.0;    // on_step: rewiring, index / table rebuilds
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepPhases, data, encoder_forward, output, reduce,
+                                   encoder_backward, output_refresh)
 
 // The training of a run, from the model to results.json, in the order train_run calls
 // its steps: restore (--resume), begin, run_epochs, write_results.
@@ -613,12 +615,7 @@ nlohmann::json TrainLoop::epoch_line(int64_t epoch, const ResumePoint& at,
   line["lr_factor"] = lr_factor;
   line["zero_grad_fraction"] =
       at.grads > 0 ? static_cast<double>(at.zero_grads) / static_cast<double>(at.grads) : 0.0;
-  line["phase_seconds"] = {{"data", phases_.data},
-                           {"encoder_forward", phases_.encoder_forward},
-                           {"output", phases_.output},
-                           {"reduce", phases_.reduce},
-                           {"encoder_backward", phases_.encoder_backward},
-                           {"output_refresh", phases_.output_refresh}};
+  line["phase_seconds"] = phases_;
   return line;
 }
 
