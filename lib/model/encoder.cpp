@@ -99,13 +99,12 @@ Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, in
   }
   impl_->output_dim = in;
   for (auto& slot : impl_->slots) slot.mem = StagingSlot(ctx);
-  empty_ = layers.empty();
 }
 
 Encoder::~Encoder() = default;
 
 int64_t Encoder::output_dim() const { return impl_->output_dim; }
-bool Encoder::empty() const { return empty_; }
+bool Encoder::empty() const { return !impl_->first && impl_->dense.empty(); }
 
 void Encoder::stage(const Batch& batch, bool training, Rng& rng) {
   Impl& m = *impl_;

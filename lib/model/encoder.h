@@ -81,7 +81,6 @@ class Encoder {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  bool empty_ = true;  // no layers
 };
 
 }  // namespace xmc
