@@ -13,23 +13,17 @@ namespace xmc {
 namespace {
 constexpr std::array<EnumName<OptimizerType>, 3> kOptimizerNames{
     {{OptimizerType::sgd, "sgd"}, {OptimizerType::adam, "adam"}, {OptimizerType::adamw, "adamw"}}};
+// Below this many slots the loop runs on the calling thread (also the case when called
+// from inside a parallel region, e.g. per touched row of a sparse layer).
+constexpr int64_t kParallelMin = 1 << 15;
+// Slots per thread task above that size (a multiple of the SIMD width).
+constexpr int64_t kOptimizerBlock = 1 << 14;
 }  // namespace
 
 OptimizerType parse_optimizer(std::string_view name) {
   return parse_enum(kOptimizerNames, name, "optimizer");
 }
 std::string_view to_string(OptimizerType t) { return enum_name(kOptimizerNames, t); }
-
-
-namespace {
-
-// Below this many slots the loop runs on the calling thread (also the case when called
-// from inside a parallel region, e.g. per touched row of a sparse layer).
-constexpr int64_t kParallelMin = 1 << 15;
-// Slots per thread task above that size (a multiple of the SIMD width).
-constexpr int64_t kOptimizerBlock = 1 << 14;
-
-}  // namespace
 
 OptimizerStep::OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step)
     : type_(cfg.type),
