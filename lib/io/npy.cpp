@@ -77,14 +77,10 @@ int64_t remaining_bytes(std::istream& in) {
   const std::streampos here = in.tellg();
   if (here < 0) return -1;
   in.seekg(0, std::ios::end);
-  const std::streampos end = in.tellg();
+  const std::streampos end = in.tellg();  // -1 when the seek failed
+  in.clear();
   in.seekg(here);
-  if (end < 0 || !in) {
-    in.clear();
-    in.seekg(here);
-    return -1;
-  }
-  return static_cast<int64_t>(end - here);
+  return end < 0 ? -1 : static_cast<int64_t>(end - here);
 }
 
 }  // namespace
