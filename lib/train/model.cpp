@@ -111,10 +111,8 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   output_ledger_bytes_ = ledger_total() - before;
   // A resumed run then reads every parameter, the bias included, from its checkpoint (a
   // shard set every parameter from the checkpoint set).
-  if (shard_set == nullptr && cfg.model.bias_init == "log_prior") {
-    const std::vector<float> prior = label_log_prior(meta_.label_freq, meta_.n_train);
-    output_->init_bias(prior);
-  }
+  if (shard_set == nullptr && cfg.model.bias_init == "log_prior")
+    output_->init_bias(label_log_prior(meta_.label_freq, meta_.n_train));
 }
 
 TopK Model::predict(const Batch& batch, int k) {
