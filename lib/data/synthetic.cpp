@@ -472,8 +472,7 @@ void remove_stale_temporaries(const std::filesystem::path& dir,
 
 }  // namespace
 
-bool synthetic_files_current(const SynthConfig& cfg_in, const std::string& out_dir,
-                             const std::string& key_prefix) {
+bool synthetic_files_current(const SynthConfig& cfg_in, const std::string& out_dir) {
   namespace fs = std::filesystem;
   SynthConfig cfg = cfg_in;
   cfg.resolve();
@@ -489,17 +488,16 @@ bool synthetic_files_current(const SynthConfig& cfg_in, const std::string& out_d
     recorded = nlohmann::json::parse(io::read_whole_file(marker.string())).at("parameters");
   } catch (const std::exception& e) {
     throw_input(
-        "{}enabled: '{}' holds the data files but {} '{}' ({}): they were not written "
-        "by a completed generation. Delete them to regenerate, or set {}enabled: false "
-        "to use them as they are",
-        key_prefix, out_dir, fs::exists(marker) ? "cannot read" : "no", marker.string(), e.what(),
-        key_prefix);
+        "data.synth.enabled: '{}' holds the data files but {} '{}' ({}): they were not "
+        "written by a completed generation. Delete them to regenerate, or set "
+        "data.synth.enabled: false to use them as they are",
+        out_dir, fs::exists(marker) ? "cannot read" : "no", marker.string(), e.what());
   }
   const nlohmann::json wanted(cfg);
   std::vector<std::string> changed;
   for (const auto& [key, value] : wanted.items())
     if (!recorded.contains(key) || recorded[key] != value)
-      changed.push_back(fmt::format("{}{} {} (files: {})", key_prefix, key, value.dump(),
+      changed.push_back(fmt::format("data.synth.{} {} (files: {})", key, value.dump(),
                                     recorded.contains(key) ? recorded[key].dump() : "none"));
   if (changed.empty()) return true;
   spdlog::warn(

@@ -70,10 +70,9 @@ std::vector<std::string> synthetic_files(const std::string& format);
 // Whether out_dir holds complete data written by write_synthetic for cfg. First removes the
 // temporaries ("<file>.tmp.<pid>") a killed generation left, when that process is gone.
 // false (the caller generates) when a file is missing, or when synth.json records other
-// parameters (a warning names each changed one, as "<key_prefix><name>"). InputError when
+// parameters (a warning names each changed one, as "data.synth.<name>"). InputError when
 // every data file is present but synth.json is missing or unreadable: files that the
 // generator did not finish, or did not write, are not overwritten.
-bool synthetic_files_current(const SynthConfig& cfg, const std::string& out_dir,
-                             const std::string& key_prefix);
+bool synthetic_files_current(const SynthConfig& cfg, const std::string& out_dir);
 
 }  // namespace xmc

@@ -203,7 +203,7 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
   }
   SynthConfig sc = sp;
   sc.resolve();
-  if (synthetic_files_current(sc, dir.string(), "data.synth.")) return;
+  if (synthetic_files_current(sc, dir.string())) return;
   Stopwatch sw;
   SynthData data = generate_synthetic(sc);
   write_synthetic(data, sc, dir.string());

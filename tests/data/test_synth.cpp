@@ -167,9 +167,9 @@ TEST_CASE("synthetic data is regenerated when data.synth changes") {
   sc.features = 8;
   sc.clusters = 4;
   sc.seed = 1;
-  CHECK(synthetic_files_current(sc, dir.path().string(), "data.synth."));
+  CHECK(synthetic_files_current(sc, dir.path().string()));
   sc.seed = 2;
-  CHECK_FALSE(synthetic_files_current(sc, dir.path().string(), "data.synth."));
+  CHECK_FALSE(synthetic_files_current(sc, dir.path().string()));
 }
 
 // Issue 20, item 11: a generation killed midway leaves no permanent debris: its
