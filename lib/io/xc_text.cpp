@@ -384,13 +384,11 @@ CsrMatrix concat(std::vector<Piece>& pieces, bool labels, int64_t cols) {
 // Blank lines after the declared rows are tolerated; anything else must match the header.
 void check_rows(const std::string& name, const Header& h, std::vector<CsrMatrix*> ms) {
   CsrMatrix& first = *ms.front();
-  if (first.rows < h.rows) {
-    int64_t last_line = 1 + first.rows;  // header + rows
+  if (first.rows < h.rows)  // at the last line: header + rows
     throw_input(
         "{}:{}: expected {} rows (header), found only {}: the file ends early "
         "(truncated?)",
-        name, last_line, h.rows, first.rows);
-  }
+        name, 1 + first.rows, h.rows, first.rows);
   if (first.rows > h.rows) {
     for (CsrMatrix* m : ms)
       if (m->indptr.back() != m->indptr[static_cast<size_t>(h.rows)])
