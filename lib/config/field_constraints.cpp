@@ -7,11 +7,9 @@
 
 namespace xmc {
 
+// Every comparison with NaN is false: NaN is in no range.
 bool Range::contains(double x) const {
-  if (std::isnan(x)) return false;
-  if (lo_open ? !(x > lo) : !(x >= lo)) return false;
-  if (hi_open ? !(x < hi) : !(x <= hi)) return false;
-  return true;
+  return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
 }
 
 namespace {
