@@ -18,14 +18,15 @@ struct DataSource {
 };
 
 // auto: `path` set -> xc; else by the extension of `features`: .npy -> npy, .h5/.hdf5 ->
-// hdf5, anything else -> split. Throws InputError for an inconsistent source (both
+// hdf5, anything else -> split. An explicit format is used whatever the file names. Throws InputError for an inconsistent source (both
 // `path` and `features`, features without labels, unknown format).
 Dataset load_dataset(const DataSource& src);
 
-// Dense features (.npy or HDF5 by extension) + XC sparse labels; row counts must agree.
+// Dense features + XC sparse labels; row counts must agree. format "npy" or "hdf5" reads
+// the features as that whatever their name; "auto" picks by extension (.npy, .h5, .hdf5).
 Dataset load_dense_dataset(const std::string& features_path, const std::string& labels_path,
                            const std::string& hdf5_dataset = "features",
-                           const ReadOptions& opt = {});
+                           const ReadOptions& opt = {}, const std::string& format = "auto");
 
 // Train and test must share the feature dimension and the label count.
 void check_compatible(const Dataset& train, const Dataset& test);

@@ -111,6 +111,41 @@ TEST_CASE("load_dataset picks the reader by fields and extension") {
   CHECK_THROWS_AS(io::load_dataset(no_labels), InputError);
 }
 
+TEST_CASE("an explicit dense format reads the features whatever their extension") {
+  test::TempDir dir;
+  test::write_file(dir / "Y.txt", "2 3\n0:1\n1:1 2:1\n");
+  DenseMatrix x(2, 4);
+  x.values[5] = 1.5f;
+  io::write_npy((dir / "X.bin").string(), x);
+  io::write_hdf5((dir / "E.dat").string(), "emb", x);
+  io::DataSource s;
+  s.labels = (dir / "Y.txt").string();
+  s.features = (dir / "X.bin").string();
+  s.format = "npy";
+  Dataset n = io::load_dataset(s);
+  REQUIRE_FALSE(n.sparse());
+  CHECK(n.dense_features().values == x.values);
+  s.features = (dir / "E.dat").string();
+  s.format = "hdf5";
+  s.hdf5_dataset = "emb";
+  Dataset h = io::load_dataset(s);
+  REQUIRE_FALSE(h.sparse());
+  CHECK(h.dense_features().values == x.values);
+  // The format is what is read: an .npy file named as HDF5 input fails in the HDF5 reader.
+  io::write_npy((dir / "X.npy").string(), x);
+  s.features = (dir / "X.npy").string();
+  try {
+    io::load_dataset(s);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("X.npy"));
+  }
+  // auto still goes by extension: X.bin is no .npy, so it is read as XC text and refused.
+  s.features = (dir / "X.bin").string();
+  s.format = "auto";
+  CHECK_THROWS_AS(io::load_dataset(s), InputError);
+}
+
 TEST_CASE("binary cache: second load equals the first, a changed source invalidates it") {
   test::TempDir dir;
   const std::string p = (dir / "c.txt").string();
