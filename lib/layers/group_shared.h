@@ -109,8 +109,9 @@ struct GroupSharedConfig {
 // The labels one process holds in a label-sharded run: its slice of the head positions
 // [head0, head0 + head) (whole groups of G) and the tail groups [group0, group0 + groups)
 // (tail labels `tail`) of the one-process arrangement; all of them in one process.
-// The constructor refuses (InputError) a part that would leave a process without a head
-// or a tail that the layer has (the projections' collectives need every process).
+// GroupSharedLayer's constructor refuses (InputError) a part that would leave a process
+// without a head or a tail that the layer has (the projections' collectives need every
+// process).
 struct GroupSharedSplit {
   int64_t head_total = 0;  // H of the whole layer
   int64_t head0 = 0, head = 0;

@@ -20,7 +20,15 @@ namespace {
 // candidate set (one row) is repeated for every point (each point scores it).
 CsrMatrix per_point(CsrMatrix cand, int64_t nb, bool shared) {
   if (!shared) return cand;
-  return CsrMatrix::from_rows(std::vector(static_cast<size_t>(nb), cand.indices), cand.cols);
+  CsrMatrix out;
+  out.rows = nb;
+  out.cols = cand.cols;
+  out.indices.reserve(static_cast<size_t>(nb) * cand.indices.size());
+  for (int64_t i = 0; i < nb; ++i) {
+    out.indices.insert(out.indices.end(), cand.indices.begin(), cand.indices.end());
+    out.indptr.push_back(out.nnz());
+  }
+  return out;
 }
 
 // dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
