@@ -45,18 +45,18 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
 
   ConstMatrix utm(ut.data(), m, b);
   auto forward = [&](int64_t c0, int64_t c) {
-    kernels::fixed_fanin_forward(idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c, f,
-                                 utm, Matrix(z.data(), b, c));
+    kernels::fixed_fanin_forward(ctx, idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c,
+                                 f, utm, Matrix(z.data(), b, c));
   };
   auto weight_grad = [&](const std::vector<float>& g) {
     return [&](int64_t c0, int64_t c) {
-      kernels::fixed_fanin_weight_grad(idx.data() + c0 * f, c, f, ConstMatrix(g.data(), b, c), utm,
-                                       dw.data(), db.data());
+      kernels::fixed_fanin_weight_grad(ctx, idx.data() + c0 * f, c, f, ConstMatrix(g.data(), b, c),
+                                       utm, dw.data(), db.data(), nullptr);
     };
   };
   auto input_grad = [&](const std::vector<float>& g) {
     return [&](int64_t c0, int64_t c) {
-      kernels::fixed_fanin_input_grad(idx.data() + c0 * f, w.data() + c0 * f, c, f,
+      kernels::fixed_fanin_input_grad(ctx, idx.data() + c0 * f, w.data() + c0 * f, c, f,
                                       ConstMatrix(g.data(), b, c), Matrix(du.data(), b, m));
     };
   };

@@ -39,8 +39,12 @@ inline void ff_forward_label(const uint32_t* il, const float* wl, int64_t fan_in
 }
 }  // namespace
 
-void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
-                         int64_t fan_in, ConstMatrix ut, Matrix z) {
+void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w, const float* bias,
+                         int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z) {
+  if (ctx.on_gpu()) {
+    gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z);
+    return;
+  }
   XMC_CHECK(z.cols == n && z.rows == ut.cols, "fixed fan-in forward: z [{}×{}], n={}, ut [{}×{}]",
             z.rows, z.cols, n, ut.rows, ut.cols);
   const int64_t batch = ut.cols;
@@ -82,8 +86,13 @@ void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias,
   }
 }
 
-int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, ConstMatrix g,
-                                ConstMatrix ut, float* dw, float* db) {
+void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
+                             ConstMatrix g, ConstMatrix ut, float* dw, float* db,
+                             unsigned long long* zero_labels) {
+  if (ctx.on_gpu()) {
+    gpu::fixed_fanin_weight_grad(ctx.cuda(), idx, n, fan_in, g, ut, dw, db, zero_labels);
+    return;
+  }
   XMC_CHECK(g.cols == n && g.rows == ut.cols,
             "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n,
             ut.rows, ut.cols);
@@ -144,11 +153,15 @@ int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, 
       }
     }
   }
-  return skipped;
+  if (zero_labels) *zero_labels += static_cast<unsigned long long>(skipped);
 }
 
-void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t fan_in,
-                            ConstMatrix g, Matrix du) {
+void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                            int64_t fan_in, ConstMatrix g, Matrix du) {
+  if (ctx.on_gpu()) {
+    gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du);
+    return;
+  }
   XMC_CHECK(g.cols == n && g.rows == du.rows, "fixed fan-in input gradient: g [{}×{}], n={}, du [{}×{}]",
             g.rows, g.cols, n, du.rows, du.cols);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -182,29 +195,6 @@ void transpose(ConstMatrix u, Matrix ut) {
 
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
   ctx.on_gpu() ? gpu::transpose(ctx.cuda(), u, ut) : transpose(u, ut);
-}
-
-void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
-                         const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z) {
-  ctx.on_gpu() ? gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z)
-               : fixed_fanin_forward(idx, w, bias, n, fan_in, ut, z);
-}
-
-void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
-                             ConstMatrix g, ConstMatrix ut, float* dw, float* db,
-                             unsigned long long* zero_labels) {
-  if (ctx.on_gpu()) {
-    gpu::fixed_fanin_weight_grad(ctx.cuda(), idx, n, fan_in, g, ut, dw, db, zero_labels);
-    return;
-  }
-  const int64_t zeros = fixed_fanin_weight_grad(idx, n, fan_in, g, ut, dw, db);
-  if (zero_labels) *zero_labels += static_cast<unsigned long long>(zeros);
-}
-
-void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
-                            int64_t fan_in, ConstMatrix g, Matrix du) {
-  ctx.on_gpu() ? gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du)
-               : fixed_fanin_input_grad(idx, w, n, fan_in, g, du);
 }
 
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {

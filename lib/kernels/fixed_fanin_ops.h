@@ -14,23 +14,6 @@
 
 namespace xmc::kernels {
 
-// z [B×n] (ld >= n) = for each b, l: sum_j w[l,j]·ut[idx[l,j], b] + bias[l].
-// ut [m×B]; bias may be nullptr (no bias). Parallel over labels.
-void fixed_fanin_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
-                         int64_t fan_in, ConstMatrix ut, Matrix z);
-
-// dw [n×F] = sum_b g[b,l]·ut[idx[l,j], b]; db [n] = sum_b g[b,l] (db may be nullptr).
-// Labels whose gradient column is all zero get dw = 0 without touching ut.
-// Returns the number of such all-zero labels. Parallel over labels.
-int64_t fixed_fanin_weight_grad(const uint32_t* idx, int64_t n, int64_t fan_in, ConstMatrix g,
-                                ConstMatrix ut, float* dw, float* db);
-
-// du [B×m] += for each nonzero g[b,l]: du[b, idx[l,j]] += g[b,l]·w[l,j].
-// Parallel over batch rows: each thread owns whole rows of du, so there are no races and
-// no per-thread copies, and the result does not depend on the thread count.
-void fixed_fanin_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t fan_in,
-                            ConstMatrix g, Matrix du);
-
 // ut [m×B] = transpose of u [B×m].
 void transpose(ConstMatrix u, Matrix ut);
 // gt [n×g.rows] (row q = column c0 + q of g) from the columns [c0, c0+n) of g, read row by
@@ -47,14 +30,21 @@ inline void columns_to_rows(ConstMatrix g, int64_t c0, int64_t n, float* gt) {
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut);
 
 // The three fixed fan-in ops on the Context's device (DEVICE pointers and views on a CUDA
-// Context: gpu::fixed_fanin_* of kernels/sparse_ops_cuda.h). The weight gradient adds the
-// number of labels whose gradient column is all zero to *zero_labels (nullable; a pointer
-// on the Context's device) instead of returning it.
+// Context: gpu::fixed_fanin_* of kernels/sparse_ops_cuda.h).
+// z [B×n] (ld >= n) = for each b, l: sum_j w[l,j]·ut[idx[l,j], b] + bias[l].
+// ut [m×B]; bias may be nullptr (no bias). CPU: parallel over labels.
 void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
                          const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z);
+// dw [n×F] = sum_b g[b,l]·ut[idx[l,j], b]; db [n] = sum_b g[b,l] (db may be nullptr).
+// Labels whose gradient column is all zero get dw = 0 without touching ut; their number
+// is added to *zero_labels (nullable; a pointer on the Context's device). CPU: parallel
+// over labels.
 void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
                              ConstMatrix g, ConstMatrix ut, float* dw, float* db,
                              unsigned long long* zero_labels);
+// du [B×m] += for each nonzero g[b,l]: du[b, idx[l,j]] += g[b,l]·w[l,j].
+// CPU: parallel over batch rows: each thread owns whole rows of du, so there are no races
+// and no per-thread copies, and the result does not depend on the thread count.
 void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                             int64_t fan_in, ConstMatrix g, Matrix du);
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut);

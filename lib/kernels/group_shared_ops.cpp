@@ -42,8 +42,13 @@ void gs_gather(const uint32_t* ik, int64_t fan_in, ConstMatrix ut, int64_t b0, i
 
 }  // namespace
 
-void group_shared_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
-                          int64_t group, int64_t fan_in, ConstMatrix ut, Matrix z) {
+void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
+                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                          ConstMatrix ut, Matrix z) {
+  if (ctx.on_gpu()) {
+    gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z);
+    return;
+  }
   gs_check_shapes("forward", n, group, fan_in, z.rows, z.cols, ut.cols);
   const int64_t batch = ut.cols;
   const int64_t groups = (n + group - 1) / group;
@@ -96,8 +101,12 @@ void group_shared_forward(const uint32_t* idx, const float* w, const float* bias
   }
 }
 
-void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int64_t fan_in,
-                              ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
+void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
+                              int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
+  if (ctx.on_gpu()) {
+    gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db);
+    return;
+  }
   gs_check_shapes("weight gradient", n, group, fan_in, g.rows, g.cols, ut.cols);
   const int64_t batch = g.rows;
   const int64_t groups = (n + group - 1) / group;
@@ -147,8 +156,12 @@ void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int
   }
 }
 
-void group_shared_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t group,
-                             int64_t fan_in, ConstMatrix g, Matrix du) {
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
+                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+  if (ctx.on_gpu()) {
+    gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du);
+    return;
+  }
   gs_check_shapes("input gradient", n, group, fan_in, g.rows, g.cols, du.rows);
   const int64_t groups = (n + group - 1) / group;
   const int64_t blocks = (g.rows + kGsRowBlock - 1) / kGsRowBlock;
@@ -193,32 +206,16 @@ const gpu::CudaContext& bf16_gpu(const Context& ctx, const char* op) {
 }
 }  // namespace
 
-void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
-                          const float* bias, int64_t n, int64_t group, int64_t fan_in,
-                          ConstMatrix ut, Matrix z) {
-  ctx.on_gpu() ? gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z)
-               : group_shared_forward(idx, w, bias, n, group, fan_in, ut, z);
-}
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           gpu::ConstBf16Matrix ut, Matrix z) {
   gpu::group_shared_forward(bf16_gpu(ctx, "forward"), idx, w, bias, n, group, fan_in, ut, z);
 }
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
-                              int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
-  ctx.on_gpu() ? gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db)
-               : group_shared_weight_grad(idx, n, group, fan_in, g, ut, dw, db);
-}
-void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
                               float* db) {
   gpu::group_shared_weight_grad(bf16_gpu(ctx, "weight gradient"), idx, n, group, fan_in, g, ut,
                                 dw, db);
-}
-void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
-                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
-  ctx.on_gpu() ? gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du)
-               : group_shared_input_grad(idx, w, n, group, fan_in, g, du);
 }
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                              int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {

@@ -1,6 +1,6 @@
 #pragma once
-// Group-shared fixed fan-in ops on the CPU (HASTE; the reference and the CPU fast path,
-// OpenMP). The cuda/ versions have the same signatures in namespace xmc::gpu.
+// Group-shared fixed fan-in ops (HASTE) on the Context's device: on the CPU the reference
+// and the CPU fast path (OpenMP); the cuda/ versions are in namespace xmc::gpu.
 //
 // Tail labels in internal (grouped) order r = 0..n-1; group k = r / G holds labels
 // [kG, min(n, (k+1)G)) (the last group may be partial) and all of them read the same F
@@ -19,40 +19,34 @@
 
 namespace xmc::kernels {
 
+// The ops on the Context's device (every pointer and view a DEVICE one on a CUDA Context:
+// gpu::group_shared_* of kernels/sparse_ops_cuda.h). The bf16 forms (bf16 weights and
+// input, fp32 accumulation) exist on the GPU only: a CPU Context throws xmc::Error.
+//
 // idx [K×F] uint32 (K = ceil(n/G)); w [n×F]; bias [n] (may be nullptr); ut [m×B].
-// z [B×n] (z.ld >= n) = sum_j w[r,j]·ut[idx[r/G, j], b] + bias[r]. Parallel over groups.
-void group_shared_forward(const uint32_t* idx, const float* w, const float* bias, int64_t n,
-                          int64_t group, int64_t fan_in, ConstMatrix ut, Matrix z);
-
-// g [B×n] = dL/dz. dw [n×F] = sum_b g[b,r]·ut[idx[r/G,j], b]; db [n] = column sums of g
-// (db may be nullptr). Labels whose gradient column is all zero get dw = 0 without a
-// product; groups that are all zero skip the gather. Parallel over groups.
-void group_shared_weight_grad(const uint32_t* idx, int64_t n, int64_t group, int64_t fan_in,
-                              ConstMatrix g, ConstMatrix ut, float* dw, float* db);
-
-// du [B×m] += sum_r g[b,r]·w[r,j] at column idx[r/G, j]: per (row, group) the F partial
-// sums v_j = sum_{r in group, g[b,r] != 0} g[b,r]·w[r,j] first, then one scatter of F
-// values (skips exactly-zero g; a group with no nonzero g in a row scatters nothing).
-// Parallel over blocks of batch rows: each thread owns whole rows of du, so there are no
-// races and the result does not depend on the thread count.
-void group_shared_input_grad(const uint32_t* idx, const float* w, int64_t n, int64_t group,
-                             int64_t fan_in, ConstMatrix g, Matrix du);
-
-// The same three ops on the Context's device (every pointer and view a DEVICE one on a
-// CUDA Context: gpu::group_shared_* of kernels/sparse_ops_cuda.h). The bf16 forms (bf16
-// weights and input, fp32 accumulation) exist on the GPU only: a CPU Context throws
-// xmc::Error.
+// z [B×n] (z.ld >= n) = sum_j w[r,j]·ut[idx[r/G, j], b] + bias[r]. CPU: parallel over
+// groups.
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           ConstMatrix ut, Matrix z);
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           gpu::ConstBf16Matrix ut, Matrix z);
+
+// g [B×n] = dL/dz. dw [n×F] = sum_b g[b,r]·ut[idx[r/G,j], b]; db [n] = column sums of g
+// (db may be nullptr). Labels whose gradient column is all zero get dw = 0 without a
+// product; groups that are all zero skip the gather. CPU: parallel over groups.
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db);
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
                               float* db);
+
+// du [B×m] += sum_r g[b,r]·w[r,j] at column idx[r/G, j]: per (row, group) the F partial
+// sums v_j = sum_{r in group, g[b,r] != 0} g[b,r]·w[r,j] first, then one scatter of F
+// values (skips exactly-zero g; a group with no nonzero g in a row scatters nothing).
+// CPU: parallel over blocks of batch rows: each thread owns whole rows of du, so there
+// are no races and the result does not depend on the thread count.
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,

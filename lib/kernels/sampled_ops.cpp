@@ -41,8 +41,12 @@ EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_
   return out;
 }
 
-void sampled_scores(const float* w, const float* bias, int64_t d, const CandidateCsr& cand,
-                    ConstMatrix h, float* scores) {
+void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
+                    const CandidateCsr& cand, ConstMatrix h, float* scores) {
+  if (ctx.on_gpu()) {
+    gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores);
+    return;
+  }
   XMC_CHECK(h.rows == cand.rows && h.cols == d, "sampled scores: h [{}×{}], {} rows, d={}", h.rows,
             h.cols, cand.rows, d);
 #pragma omp parallel for schedule(dynamic, 4)
@@ -58,8 +62,12 @@ void sampled_scores(const float* w, const float* bias, int64_t d, const Candidat
   }
 }
 
-void sampled_input_grad(const float* w, int64_t d, const CandidateCsr& cand, const float* g,
-                        Matrix dh) {
+void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
+                        const float* g, Matrix dh) {
+  if (ctx.on_gpu()) {
+    gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh);
+    return;
+  }
   XMC_CHECK(dh.rows == cand.rows && dh.cols == d,
             "sampled input gradient: dh [{}×{}], {} rows, d={}", dh.rows, dh.cols, cand.rows, d);
 #pragma omp parallel for schedule(dynamic, 4)
@@ -74,8 +82,12 @@ void sampled_input_grad(const float* w, int64_t d, const CandidateCsr& cand, con
   }
 }
 
-void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix h, Matrix dw,
-                         float* db) {
+void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
+                         ConstMatrix h, Matrix dw, float* db) {
+  if (ctx.on_gpu()) {
+    gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db);
+    return;
+  }
   XMC_CHECK(dw.rows == groups.groups && dw.cols == h.cols,
             "sampled weight gradient: dw [{}×{}], {} touched labels, h [{}×{}]", dw.rows, dw.cols,
             groups.groups, h.rows, h.cols);
@@ -94,24 +106,6 @@ void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix 
     }
     if (db) db[u] = sb;
   }
-}
-
-void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
-                    const CandidateCsr& cand, ConstMatrix h, float* scores) {
-  ctx.on_gpu() ? gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores)
-               : sampled_scores(w, bias, d, cand, h, scores);
-}
-
-void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
-                        const float* g, Matrix dh) {
-  ctx.on_gpu() ? gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh)
-               : sampled_input_grad(w, d, cand, g, dh);
-}
-
-void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
-                         ConstMatrix h, Matrix dw, float* db) {
-  ctx.on_gpu() ? gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db)
-               : sampled_weight_grad(groups, g, h, dw, db);
 }
 
 void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int64_t count,

@@ -1,6 +1,6 @@
 #pragma once
-// Sampled scoring ops (CPU here, CUDA in cuda/sampled.cu; the overloads taking a Context
-// dispatch): the gathered dot products lsh_sampled and anns_sampled train with on both
+// Sampled scoring ops (CPU here, CUDA in cuda/sampled.cu; each takes the Context and
+// dispatches): the gathered dot products lsh_sampled and anns_sampled train with on both
 // devices. Each batch row b has a list of candidate
 // labels (global ids, CSR over the batch); w [L×d] holds one weight row per label.
 //   scores  z[e] = h_b·w[label e] + bias[label e]        for the entries e of row b
@@ -56,24 +56,15 @@ struct EntryGroupsBuffers {
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
 
+// The ops on the Context's device (CUDA: the gpu:: ops of kernels/sparse_ops_cuda.h, every
+// pointer a DEVICE pointer, e.g. the views of kernels/candidate_staging.h).
 // scores [nnz]; h [B×d] with B = cand.rows; bias nullable.
-void sampled_scores(const float* w, const float* bias, int64_t d, const CandidateCsr& cand,
-                    ConstMatrix h, float* scores);
-
-// dh [B×d] += sum over row b's entries of g[e]·w[label e]; entries with g[e] == 0 skipped.
-void sampled_input_grad(const float* w, int64_t d, const CandidateCsr& cand, const float* g,
-                        Matrix dh);
-
-// dw [U×d] (U = groups.groups; overwritten), db [U] (nullable, overwritten).
-void sampled_weight_grad(const EntryGroups& groups, const float* g, ConstMatrix h, Matrix dw,
-                         float* db);
-
-// --- on the Context's device (CUDA: the gpu:: ops of kernels/sparse_ops_cuda.h; every
-// pointer a DEVICE pointer, e.g. the views of kernels/candidate_staging.h) ---
 void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
                     const CandidateCsr& cand, ConstMatrix h, float* scores);
+// dh [B×d] += sum over row b's entries of g[e]·w[label e]; entries with g[e] == 0 skipped.
 void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
                         const float* g, Matrix dh);
+// dw [U×d] (U = groups.groups; overwritten), db [U] (nullable, overwritten).
 void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
                          ConstMatrix h, Matrix dw, float* db);
 // dst [count×width] = rows rows[0..count) of src [*×width].

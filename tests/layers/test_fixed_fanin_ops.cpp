@@ -33,8 +33,10 @@ void check_forward(int64_t batch, int64_t n, int64_t m, int64_t fan_in, bool wit
   std::vector<float> z(static_cast<size_t>(batch * ld), sentinel);
   const int before = omp_get_max_threads();
   omp_set_num_threads(threads);
-  kernels::fixed_fanin_forward(idx.data(), w.data(), with_bias ? bias.data() : nullptr, n, fan_in,
-                               ConstMatrix{ut.data(), m, batch, batch}, Matrix{z.data(), batch, n, ld});
+  const Context cpu(Device::cpu, threads);
+  kernels::fixed_fanin_forward(cpu, idx.data(), w.data(), with_bias ? bias.data() : nullptr, n,
+                               fan_in, ConstMatrix{ut.data(), m, batch, batch},
+                               Matrix{z.data(), batch, n, ld});
   omp_set_num_threads(before);
   int64_t bad = 0;
   for (int64_t b = 0; b < batch; ++b) {

@@ -99,6 +99,7 @@ void body_transpose(Context& ctx, Rng& rng) {
 
 // --- fixed fan-in ---------------------------------------------------------------------
 void body_fixed_fanin(Context& ctx, Rng& rng) {
+  Context cpu;  // the CPU ops are the reference
   struct Size {
     int64_t batch, m, n, fan_in;
   };
@@ -118,13 +119,15 @@ void body_fixed_fanin(Context& ctx, Rng& rng) {
     // z with a padded leading dimension: the padding must stay untouched.
     const int64_t ldz = s.n + 3;
     std::vector<float> z_ref(static_cast<size_t>(s.batch * ldz), 7.0f);
-    kernels::fixed_fanin_forward(idx.data(), w.data(), bias.data(), s.n, s.fan_in, hut,
+    kernels::fixed_fanin_forward(cpu, idx.data(), w.data(), bias.data(), s.n, s.fan_in, hut,
                                  Matrix(z_ref.data(), s.batch, s.n, ldz));
     std::vector<float> dw_ref(w.size()), db_ref(bias.size());
-    const int64_t zero_ref = kernels::fixed_fanin_weight_grad(idx.data(), s.n, s.fan_in, hg, hut,
-                                                              dw_ref.data(), db_ref.data());
+    unsigned long long zeros = 0;
+    kernels::fixed_fanin_weight_grad(cpu, idx.data(), s.n, s.fan_in, hg, hut, dw_ref.data(),
+                                     db_ref.data(), &zeros);
+    const auto zero_ref = static_cast<int64_t>(zeros);
     std::vector<float> du_ref = du0;
-    kernels::fixed_fanin_input_grad(idx.data(), w.data(), s.n, s.fan_in, hg,
+    kernels::fixed_fanin_input_grad(cpu, idx.data(), w.data(), s.n, s.fan_in, hg,
                                     Matrix(du_ref.data(), s.batch, s.m));
 
     auto d_idx = put(ctx, idx);
