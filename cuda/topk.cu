@@ -8,7 +8,6 @@
 // row), so scores never exist for all labels and k has no upper bound.
 #include <cmath>
 #include <cstdint>
-#include <memory>
 
 #include "core/gpu.h"
 #include "core/launch_shape.h"
@@ -158,36 +157,6 @@ void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t l
   XMC_CUDA_LAUNCH(topk_kernel, launch::grid_x(rows), kThreads, 0, stream, scores, rows, cols, ld, k,
                   label_offset, tmp_scores, tmp_labels);
   launch_merge(tmp_scores, tmp_labels, run_scores, run_labels, rows, k, stream);
-}
-
-void topk_device(const float* scores, int64_t rows, int64_t cols, int k, int64_t label_offset,
-                 float* out_scores, uint32_t* out_labels) {
-  XMC_CUDA_REQUIRE(k >= 1 && k <= kMaxTopK, k);
-  if (rows == 0) return;
-  XMC_CUDA_LAUNCH(topk_kernel, launch::grid_x(rows), kThreads, 0, nullptr, scores, rows, cols, cols,
-                  k, label_offset, out_scores, out_labels);
-  XMC_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-void topk_host(const float* scores, int64_t rows, int64_t cols, int k, int64_t label_offset,
-               float* out_scores, uint32_t* out_labels) {
-  const size_t n = static_cast<size_t>(rows * cols);
-  const size_t nk = static_cast<size_t>(rows * k);
-  // Device arrays, freed on every exit.
-  using DeviceArray = std::unique_ptr<void, cudaError_t (*)(void*)>;
-  void* p = nullptr;
-  XMC_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
-  const DeviceArray d_scores(p, cudaFree);
-  XMC_CUDA_CHECK(cudaMalloc(&p, nk * sizeof(float)));
-  const DeviceArray d_out_s(p, cudaFree);
-  XMC_CUDA_CHECK(cudaMalloc(&p, nk * sizeof(uint32_t)));
-  const DeviceArray d_out_l(p, cudaFree);
-  XMC_CUDA_CHECK(cudaMemcpy(d_scores.get(), scores, n * sizeof(float), cudaMemcpyHostToDevice));
-  topk_device(static_cast<const float*>(d_scores.get()), rows, cols, k, label_offset,
-              static_cast<float*>(d_out_s.get()), static_cast<uint32_t*>(d_out_l.get()));
-  XMC_CUDA_CHECK(cudaMemcpy(out_scores, d_out_s.get(), nk * sizeof(float), cudaMemcpyDeviceToHost));
-  XMC_CUDA_CHECK(
-      cudaMemcpy(out_labels, d_out_l.get(), nk * sizeof(uint32_t), cudaMemcpyDeviceToHost));
 }
 
 }  // namespace xmc::gpu

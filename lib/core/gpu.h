@@ -55,21 +55,6 @@ inline constexpr int kMaxTopK = 4096;
 // outside [1, kMaxTopK]. Host code (lib/core/gpu_limits.cpp), in every build.
 void check_topk_k(int k);
 
-// Row-wise top-k of a device matrix scores [rows×cols] (row-major, device pointer).
-// Writes out_scores [rows×k] and out_labels [rows×k] (device pointers), each row in
-// ranks_before order (core/topk_order.h: score descending, ties to the lower column, NaN
-// as -inf), labels = column + label_offset. 1 <= k <= kMaxTopK. A row of fewer than k
-// columns ends with pads (-inf, UINT32_MAX). Runs on the default stream and synchronises.
-XMC_GPU_FN void topk_device(const float* scores, int64_t rows, int64_t cols, int k,
-                            int64_t label_offset, float* out_scores,
-                            uint32_t* out_labels) XMC_GPU_STUB;
-
-// Host convenience for tests: copies host scores to the device, runs topk_device, copies
-// back. out_* have rows*k elements.
-XMC_GPU_FN void topk_host(const float* scores, int64_t rows, int64_t cols, int k,
-                          int64_t label_offset, float* out_scores,
-                          uint32_t* out_labels) XMC_GPU_STUB;
-
 // Running top-k over label chunks (evaluation, predict), all pointers on the device, on
 // `stream`, no synchronisation. run_scores / run_labels [rows×k] hold each row's best k
 // so far, best first; topk_reset fills them with (-inf, UINT32_MAX) pads.

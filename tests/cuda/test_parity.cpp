@@ -499,13 +499,17 @@ void test_topk_merge(CudaContext& ctx, Rng& rng) {
     expect_true(name + " labels", gl == want.labels);
     expect_true(name + " scores", same_scores(gs, want.scores));
   }
-  // One-shot top-k (topk_host) of a row shorter than k: pads, no repeats.
-  const std::vector<float> row = {0.5f, NAN, 2.0f};
-  std::vector<float> os(5);
-  std::vector<uint32_t> ol(5);
-  gpu::topk_host(row.data(), 1, 3, 5, 0, os.data(), ol.data());
-  expect_true("topk_host L=3 k=5 labels 2,0,1,pad,pad",
-              ol == std::vector<uint32_t>{2, 0, 1, UINT32_MAX, UINT32_MAX});
+  // One chunk of a row shorter than k: pads, no repeats.
+  const auto row = upload(ctx, std::vector<float>{0.5f, NAN, 2.0f});
+  DeviceBuffer<float> os(ctx.ledger(), MemTag::workspace, 5),
+      ots(ctx.ledger(), MemTag::workspace, 5);
+  DeviceBuffer<uint32_t> ol(ctx.ledger(), MemTag::workspace, 5),
+      otl(ctx.ledger(), MemTag::workspace, 5);
+  gpu::topk_reset(os.data(), ol.data(), 1, 5, ctx.stream());
+  gpu::topk_merge_chunk(row.data(), 1, 3, 3, 5, 0, ots.data(), otl.data(), os.data(), ol.data(),
+                        ctx.stream());
+  expect_true("top-k L=3 k=5 labels 2,0,1,pad,pad",
+              download(ctx, ol, 5) == std::vector<uint32_t>{2, 0, 1, UINT32_MAX, UINT32_MAX});
 }
 
 // Model top-k: GPU scores differ from the CPU's by rounding, so near-ties may swap. Each
