@@ -52,7 +52,7 @@ XMC_GPU_FN std::vector<DeviceInfo> query_devices() XMC_GPU_STUB;
 inline constexpr int kMaxTopK = 4096;
 
 // k of a GPU top-k, from eval.k plus the filter's most labels per point: InputError
-// outside [1, kMaxTopK]. Host code (lib/core/gpu_limits.cpp), in every build.
+// outside [1, kMaxTopK]. Host code (lib/core/context.cpp), in every build.
 void check_topk_k(int k);
 
 // Running top-k over label chunks (evaluation, predict), all pointers on the device, on
