@@ -150,34 +150,27 @@ CandidateCsr CandidateStaging::stage(const CandidateCsr& cand, const EntryGroups
   const int64_t words = pack_words(cand.rows, cand.nnz, ng);
   ensure_size(pack_, *ctx_, MemTag::workspace, words);
   host_.resize(static_cast<size_t>(words));
-  // Filled in pack_words' layout (memcpy: the uint32 part is written through bytes).
+  // Filled in pack_words' layout (memcpy: the uint32 part is written through bytes); put()
+  // appends count elements of src (their slot left as it was when src is null) and returns
+  // where they will be on the device.
   auto* base = reinterpret_cast<char*>(host_.data());
-  const size_t o_indptr = 0;
-  const size_t o_gptr = o_indptr + 8 * static_cast<size_t>(cand.rows + 1);
-  const size_t o_entry = o_gptr + 8 * static_cast<size_t>(ng + 1);
-  const size_t o_labels = o_entry + 8 * static_cast<size_t>(cand.nnz);
-  const size_t o_glabels = o_labels + 4 * static_cast<size_t>(cand.nnz);
-  const size_t o_grow = o_glabels + 4 * static_cast<size_t>(ng);
-  std::memcpy(base + o_indptr, cand.indptr, 8 * static_cast<size_t>(cand.rows + 1));
-  std::memcpy(base + o_labels, cand.labels, 4 * static_cast<size_t>(cand.nnz));
-  if (groups) {
-    std::memcpy(base + o_gptr, groups->ptr.data(), 8 * static_cast<size_t>(ng + 1));
-    std::memcpy(base + o_entry, groups->entry.data(), 8 * static_cast<size_t>(cand.nnz));
-    std::memcpy(base + o_glabels, groups->labels.data(), 4 * static_cast<size_t>(ng));
-    std::memcpy(base + o_grow, groups->row.data(), 4 * static_cast<size_t>(cand.nnz));
-  }
-  pack_.copy_from_host(host_.data(), static_cast<size_t>(words));
   const auto* dev = reinterpret_cast<const char*>(pack_.data());
-  if (out_groups) {
-    out_groups->labels = reinterpret_cast<const uint32_t*>(dev + o_glabels);
-    out_groups->ptr = reinterpret_cast<const int64_t*>(dev + o_gptr);
-    out_groups->entry = reinterpret_cast<const int64_t*>(dev + o_entry);
-    out_groups->row = reinterpret_cast<const uint32_t*>(dev + o_grow);
-    out_groups->groups = ng;
-    out_groups->nnz = cand.nnz;
-  }
-  return {reinterpret_cast<const int64_t*>(dev + o_indptr),
-          reinterpret_cast<const uint32_t*>(dev + o_labels), cand.rows, cand.nnz};
+  size_t off = 0;
+  auto put = [&]<class T>(const T* src, int64_t count) {
+    const size_t at = off;
+    off += sizeof(T) * static_cast<size_t>(count);
+    if (src) std::memcpy(base + at, src, off - at);
+    return reinterpret_cast<const T*>(dev + at);
+  };
+  const int64_t* indptr = put(cand.indptr, cand.rows + 1);
+  const int64_t* gptr = put(groups ? groups->ptr.data() : nullptr, ng + 1);
+  const int64_t* gentry = put(groups ? groups->entry.data() : nullptr, cand.nnz);
+  const uint32_t* labels = put(cand.labels, cand.nnz);
+  const uint32_t* glabels = put(groups ? groups->labels.data() : nullptr, ng);
+  const uint32_t* grow = put(groups ? groups->row.data() : nullptr, cand.nnz);
+  pack_.copy_from_host(host_.data(), static_cast<size_t>(words));
+  if (out_groups) *out_groups = {glabels, gptr, gentry, grow, ng, cand.nnz};
+  return {indptr, labels, cand.rows, cand.nnz};
 }
 
 }  // namespace xmc::kernels
