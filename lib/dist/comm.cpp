@@ -153,23 +153,16 @@ std::unique_ptr<Comm> world_comm() {
   return single_process_comm();
 }
 
-void quiet_unless_root(const Comm& world) {
-  if (!world.is_root()) spdlog::set_level(spdlog::level::warn);
-}
-
-void end_job_on_error(Comm& world, const std::exception& e) {
-  if (world.size() <= 1) return;
-  spdlog::error("rank {} of {}: {}", world.rank(), world.size(), e.what());
-  world.abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
-}
-
 void run_in_job(const std::function<void(Comm*)>& f) {
   const std::unique_ptr<Comm> world = world_comm();
-  quiet_unless_root(*world);
+  if (!world->is_root()) spdlog::set_level(spdlog::level::warn);
   try {
     f(world->size() > 1 ? world.get() : nullptr);
   } catch (const std::exception& e) {
-    end_job_on_error(*world, e);
+    if (world->size() > 1) {
+      spdlog::error("rank {} of {}: {}", world->rank(), world->size(), e.what());
+      world->abort(dynamic_cast<const InputError*>(&e) != nullptr ? 2 : 1);
+    }
     throw;
   }
 }

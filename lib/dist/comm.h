@@ -7,7 +7,6 @@
 // so no rank waits forever on a dead peer.
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
@@ -73,14 +72,11 @@ std::unique_ptr<Comm> single_process_comm();
 // MPI_COMM_WORLD when built with MPI and started by an MPI launcher (its environment
 // names a world size), initialising MPI once (finalised at exit); else single_process_comm().
 std::unique_ptr<Comm> world_comm();
-// A command's process in its job (train, eval, predict): the ranks other than 0 log
-// warnings and errors only. on_error(e) — for the command's catch — logs e with the rank
-// and ends every process of the job (exit 2 for an InputError, else 1) when there are
-// several, since the others may wait in a collective; returns in one process.
-void quiet_unless_root(const Comm& world);
-void end_job_on_error(Comm& world, const std::exception& e);
-// f(comm) as this process of its job: world_comm(), quiet_unless_root, and an exception
-// ending the job (end_job_on_error) before it propagates; comm is nullptr in one process.
+// f(comm) as this process of its job (train, eval, predict; comm is nullptr in one
+// process): world_comm(), the ranks other than 0 logging warnings and errors only, and,
+// when there are several processes, an exception logged with the rank and ending every
+// process of the job (exit 2 for an InputError, else 1) before it propagates, since the
+// others may wait in a collective.
 void run_in_job(const std::function<void(Comm*)>& f);
 
 // attach_gpu for a scope (declared after the Context, it is released before it); nothing

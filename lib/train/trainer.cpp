@@ -1,12 +1,14 @@
 #include "train/trainer.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -28,7 +30,6 @@
 #include "model/schedule.h"
 #include "train/evaluation.h"
 #include "train/model.h"
-#include "train/progress.h"
 #include "train/run_files.h"
 #include "train/shards.h"
 
@@ -152,6 +153,57 @@ class StopSignals {
  private:
   struct sigaction old_int_ {
   }, old_term_{};
+};
+
+// Progress of an epoch: a redrawn bar on a terminal (stderr), periodic log lines
+// otherwise (samples/s, ETA, loss).
+class Progress {
+ public:
+  Progress(std::string label, int64_t total_steps, int64_t batch_size, double log_every_s)
+      : label_(std::move(label)),
+        total_(total_steps),
+        batch_(batch_size),
+        log_every_s_(log_every_s),
+        tty_(::isatty(STDERR_FILENO) != 0) {}
+
+  // After each step: steps done in this epoch and the running mean loss.
+  void update(int64_t done, double mean_loss) {
+    const double t = sw_.seconds();
+    const double interval = tty_ ? 0.2 : log_every_s_;
+    if (t - last_print_ < interval && done < total_) return;
+    last_print_ = t;
+    const double rate = t > 0 ? static_cast<double>(done * batch_) / t : 0.0;
+    const double eta =
+        done > 0 ? t * static_cast<double>(total_ - done) / static_cast<double>(done) : 0.0;
+    if (tty_) {
+      constexpr int width = 30;
+      const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::fprintf(stderr, "\r%s [%s] %lld/%lld  %.0f samples/s  ETA %.0fs  loss %.5f ",
+                   label_.c_str(), bar.c_str(), static_cast<long long>(done),
+                   static_cast<long long>(total_), rate, eta, mean_loss);
+      std::fflush(stderr);
+    } else if (done < total_) {
+      spdlog::info("{} step {}/{}  {:.0f} samples/s  ETA {:.0f}s  loss {:.5f}", label_, done,
+                   total_, rate, eta, mean_loss);
+    }
+  }
+
+  void finish() {
+    if (tty_) {
+      std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    }
+  }
+
+ private:
+  std::string label_;
+  int64_t total_, batch_;
+  double log_every_s_;
+  bool tty_;
+  Stopwatch sw_;
+  double last_print_ = 0.0;
 };
 
 // Keys that may differ on --resume without --allow-config-change: where and how fast the
@@ -742,34 +794,34 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
 
 // The whole run; `begun` is set to the run directory once training has begun there (from
 // then on a failure is recorded in it).
-TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Comm& world,
+TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Comm* comm,
                        fs::path& begun) {
   Stopwatch total_time;
   const Device device =
       training_device(opt.device.empty() ? cfg.device : opt.device, cfg.model.output.type);
-  Comm* comm = world.size() > 1 ? &world : nullptr;
+  const bool root = comm == nullptr || comm->is_root();
   Context ctx(device, static_cast<int>(cfg.threads), device == Device::cuda ? rank_gpu(comm) : 0);
   // The run directory is checked first, so a bad path or a run already there fails in a
   // second; nothing is written to it until training starts (TrainLoop::begin). Only rank 0
   // of a label-sharded run has one.
   const fs::path dir = run_directory(cfg, opt);
   std::optional<RunDirectory> run;
-  if (world.is_root())
+  if (root)
     run.emplace(dir, opt.resume      ? RunMode::resume
                      : opt.overwrite ? RunMode::overwrite
                                      : RunMode::fresh);
   TrainSummary summary;
   summary.run_dir = dir.string();
-  summary.quiet = !world.is_root();
-  summary.processes = world.size();
+  summary.quiet = !root;
+  summary.processes = comm != nullptr ? comm->size() : 1;
   Resume resume;
   if (opt.resume && check_resume(cfg, opt, dir, resume, summary)) return summary;
   // Label-sharded: rank 0 loads first (it may generate the synthetic set and write the
   // data caches), the others then read what it wrote.
   std::optional<RunData> loaded;
-  if (world.is_root()) loaded.emplace(cfg, ctx);
+  if (root) loaded.emplace(cfg, ctx);
   if (comm != nullptr) comm->barrier();
-  if (!world.is_root()) loaded.emplace(cfg, ctx);
+  if (!root) loaded.emplace(cfg, ctx);
   const RunData& data = *loaded;
   const GpuAttachment gpu_ranks(comm, ctx);  // released before ctx
   TrainLoop loop(cfg, opt, ctx, data, dir, run ? &*run : nullptr, resume, summary, comm);
@@ -782,18 +834,19 @@ TrainSummary train_run(const ExperimentConfig& cfg, const TrainOptions& opt, Com
 }  // namespace
 
 TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt) {
-  fs::path begun;
-  const std::unique_ptr<Comm> world = world_comm();
-  quiet_unless_root(*world);
-  try {
-    return train_run(cfg, opt, *world, begun);
-  } catch (const std::exception& e) {
-    // A run that failed after training began says why in its directory (`xmctrain
-    // report` shows it); one that failed before left nothing there.
-    if (!begun.empty()) record_run_failure(begun, e.what());
-    end_job_on_error(*world, e);
-    throw;
-  }
+  TrainSummary summary;
+  run_in_job([&](Comm* comm) {
+    fs::path begun;
+    try {
+      summary = train_run(cfg, opt, comm, begun);
+    } catch (const std::exception& e) {
+      // A run that failed after training began says why in its directory (`xmctrain
+      // report` shows it); one that failed before left nothing there.
+      if (!begun.empty()) record_run_failure(begun, e.what());
+      throw;
+    }
+  });
+  return summary;
 }
 
 }  // namespace xmc
