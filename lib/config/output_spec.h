@@ -48,7 +48,11 @@ struct OutputSpec {
 
   // Same type and the same field values (compared through their dumps, so backend
   // structs need no operator==).
-  bool operator==(const OutputSpec& o) const;
+  bool operator==(const OutputSpec& o) const {
+    if (type != o.type) return false;
+    if (!config || !o.config) return !config && !o.config;
+    return config->type() == o.config->type() && config->dump() == o.config->dump();
+  }
 };
 
 }  // namespace xmc
