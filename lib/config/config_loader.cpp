@@ -110,7 +110,7 @@ ExperimentConfig parse_config(std::string_view yaml_text, const std::string& sou
                               const std::vector<std::string>& overrides,
                               const std::vector<OutputTypeInfo>& output_types) {
   ConfigNode root = parse_yaml(yaml_text, source);
-  if (root.is_null()) root = ConfigNode::make_map(source);
+  if (root.is_null()) root = ConfigNode{.kind = ConfigNode::Kind::map, .origin = source};
   if (!root.is_map())
     throw_input("{}: expected a mapping of config keys at the top level, got {}",
                 root.origin.empty() ? source : root.origin, root.describe());

@@ -4,28 +4,6 @@
 
 namespace xmc {
 
-ConfigNode ConfigNode::make_scalar(std::string text, std::string origin) {
-  ConfigNode n;
-  n.kind = Kind::scalar;
-  n.scalar = std::move(text);
-  n.origin = std::move(origin);
-  return n;
-}
-
-ConfigNode ConfigNode::make_map(std::string origin) {
-  ConfigNode n;
-  n.kind = Kind::map;
-  n.origin = std::move(origin);
-  return n;
-}
-
-ConfigNode ConfigNode::make_list(std::string origin) {
-  ConfigNode n;
-  n.kind = Kind::list;
-  n.origin = std::move(origin);
-  return n;
-}
-
 const ConfigNode* ConfigNode::find(std::string_view k) const {
   if (kind != Kind::map) return nullptr;
   for (const auto& item : items)

@@ -12,17 +12,18 @@ namespace xmc {
 struct ConfigNode {
   enum class Kind { null, scalar, map, list };
 
+  // Every member has an initializer: a designated initializer may name only some.
   Kind kind = Kind::null;
-  std::string scalar;             // Kind::scalar: the text as written (quotes removed)
-  std::vector<ConfigNode> items;  // Kind::map: entries (each has key); Kind::list: elements
-  std::string key;                // set on map entries
-  std::string origin;             // where the value was written: "file:line" or "--set k=v"
-  std::string key_origin;         // map entries: where the key was written
-  std::string doc;                // dump only: one-line description emitted as a comment
+  std::string scalar{};             // Kind::scalar: the text as written (quotes removed)
+  std::vector<ConfigNode> items{};  // Kind::map: entries (each has key); Kind::list: elements
+  std::string key{};                // set on map entries
+  std::string origin{};             // where the value was written: "file:line" or "--set k=v"
+  std::string key_origin{};         // map entries: where the key was written
+  std::string doc{};                // dump only: one-line description emitted as a comment
 
-  static ConfigNode make_scalar(std::string text, std::string origin = {});
-  static ConfigNode make_map(std::string origin = {});
-  static ConfigNode make_list(std::string origin = {});
+  static ConfigNode make_scalar(std::string text, std::string origin = {}) {
+    return {.kind = Kind::scalar, .scalar = std::move(text), .origin = std::move(origin)};
+  }
 
   bool is_null() const { return kind == Kind::null; }
   bool is_scalar() const { return kind == Kind::scalar; }

@@ -41,7 +41,7 @@ class NodeWriter {
 
   template <VisitableBy<NodeWriter> S>
   void field(std::string_view key, const std::vector<S>& v, std::string_view doc) {
-    ConfigNode list = ConfigNode::make_list();
+    ConfigNode list{.kind = ConfigNode::Kind::list};
     for (const auto& elem : v) list.items.push_back(write(elem));
     add(key, std::move(list), doc);
   }
@@ -60,7 +60,7 @@ class NodeWriter {
 
  private:
   void add(std::string_view key, ConfigNode value, std::string_view doc);
-  ConfigNode node_ = ConfigNode::make_map();
+  ConfigNode node_{.kind = ConfigNode::Kind::map};
 };
 
 }  // namespace xmc

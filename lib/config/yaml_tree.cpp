@@ -22,20 +22,17 @@ struct Converter {
     std::string where = origin(n.Mark());
     switch (n.Type()) {
       case YAML::NodeType::Undefined:
-      case YAML::NodeType::Null: {
-        ConfigNode c;
-        c.origin = where;
-        return c;
-      }
+      case YAML::NodeType::Null:
+        return ConfigNode{.origin = where};
       case YAML::NodeType::Scalar:
         return ConfigNode::make_scalar(n.Scalar(), where);
       case YAML::NodeType::Sequence: {
-        ConfigNode c = ConfigNode::make_list(where);
+        ConfigNode c{.kind = ConfigNode::Kind::list, .origin = where};
         for (const auto& item : n) c.items.push_back(convert(item));
         return c;
       }
       case YAML::NodeType::Map: {
-        ConfigNode c = ConfigNode::make_map(where);
+        ConfigNode c{.kind = ConfigNode::Kind::map, .origin = where};
         for (auto it = n.begin(); it != n.end(); ++it) {
           std::string key_where = origin(it->first.Mark());
           if (!it->first.IsScalar())
