@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 
 #include "core/error.h"
 
@@ -60,16 +59,7 @@ void check_output_file(const std::string& path, const std::string& option) {
 }
 
 std::string read_whole_file(const std::string& path) {
-  int64_t size = file_stamp(path).size;
-  struct Closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw_input("cannot open '{}': {}", path, std::strerror(errno));
-  std::string text(static_cast<size_t>(size), '\0');
-  size_t got = size > 0 ? std::fread(text.data(), 1, text.size(), f.get()) : 0;
-  if (got != text.size()) throw_error("short read of '{}': {} of {} bytes", path, got, text.size());
-  return text;
+  return std::string(MappedFile(path).text());
 }
 
 MappedFile::MappedFile(const std::string& path) {

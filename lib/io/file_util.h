@@ -32,7 +32,7 @@ FileStamp file_stamp(const std::string& path);
 // exists and is writable.
 void check_output_file(const std::string& path, const std::string& option);
 
-// The whole file in one read. Throws InputError when it cannot be opened.
+// The whole file, copied from its MappedFile. Throws InputError when it cannot be opened.
 std::string read_whole_file(const std::string& path);
 
 // A read-only memory map of a whole file (no copy, no zero-fill: the parser reads the page
