@@ -7,99 +7,63 @@
 
 namespace xmc {
 
-namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Cand {
-  uint32_t label;
-  float score;
-};
-
-}  // namespace
-
 TopK TopK::padded(int64_t rows, int k) {
   const auto n = static_cast<size_t>(rows * k);
-  return {rows, k, std::vector<uint32_t>(n, kNoLabel), std::vector<float>(n, kNegInf)};
+  return {rows, k, std::vector<uint32_t>(n, kNoLabel),
+          std::vector<float>(n, -std::numeric_limits<float>::infinity())};
 }
 
-TopKAccumulator::TopKAccumulator(int64_t rows, int k) {
+TopKAccumulator::TopKAccumulator(int64_t rows, int k) : rows_(rows), k_(k) {
   if (k < 1) throw_input("top-k: k must be at least 1, got {}", k);
   if (rows < 0) throw_error("top-k: number of rows must be >= 0, got {}", rows);
-  heap_ = TopK::padded(rows, k);
+  heap_.resize(static_cast<size_t>(rows * k));
   count_.assign(static_cast<size_t>(rows), 0);
 }
 
-// Heap over the row's slots [k]: a max-heap under "ranks before", i.e. the worst kept
-// candidate sits at slot 0. Sift operations are written out because labels and scores
-// live in two parallel arrays.
+bool TopKAccumulator::better(const Cand& a, const Cand& b) {
+  return ranks_before(a.score, a.label, b.score, b.label);
+}
+
+// The row's heap is a max-heap under `better`: the worst kept candidate is its top.
 void TopKAccumulator::push(int64_t row, uint32_t label, float score) {
-  uint32_t* lab = heap_.row_labels(row);
-  float* sc = heap_.row_scores(row);
+  Cand* h = heap_.data() + row * k_;
   int& n = count_[static_cast<size_t>(row)];
-  // "worse(i, j)": slot i ranks after slot j.
-  auto worse = [&](int i, int j) { return ranks_before(sc[j], lab[j], sc[i], lab[i]); };
-  if (n < heap_.k) {
-    int i = n++;
-    lab[i] = label;
-    sc[i] = score;
-    while (i > 0) {
-      int parent = (i - 1) / 2;
-      if (!worse(i, parent)) break;
-      std::swap(lab[i], lab[parent]);
-      std::swap(sc[i], sc[parent]);
-      i = parent;
-    }
-    return;
+  if (n == k_) {
+    if (!ranks_before(score, label, h[0].score, h[0].label)) return;
+    std::pop_heap(h, h + n--, better);  // the worst leaves
   }
-  if (!ranks_before(score, label, sc[0], lab[0])) return;
-  lab[0] = label;
-  sc[0] = score;
-  int i = 0;
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, w = i;
-    if (l < n && worse(l, w)) w = l;
-    if (r < n && worse(r, w)) w = r;
-    if (w == i) break;
-    std::swap(lab[i], lab[w]);
-    std::swap(sc[i], sc[w]);
-    i = w;
-  }
+  h[n++] = {label, score};
+  std::push_heap(h, h + n, better);
 }
 
 void TopKAccumulator::add(int64_t row, uint32_t label, float score) {
-  XMC_CHECK(row >= 0 && row < heap_.rows, "row {} outside [0, {})", row, heap_.rows);
+  XMC_CHECK(row >= 0 && row < rows_, "row {} outside [0, {})", row, rows_);
   push(row, label, score);
 }
 
 void TopKAccumulator::add_chunk(ConstMatrix scores, int64_t lo) {
-  XMC_CHECK(scores.rows == heap_.rows, "score chunk has {} rows, the accumulator {}", scores.rows,
-            heap_.rows);
+  XMC_CHECK(scores.rows == rows_, "score chunk has {} rows, the accumulator {}", scores.rows,
+            rows_);
   XMC_CHECK(lo >= 0 && lo + scores.cols <= static_cast<int64_t>(TopK::kNoLabel),
             "label range [{}, {}) does not fit uint32 label ids", lo, lo + scores.cols);
   const int64_t c = scores.cols;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < heap_.rows; ++r) {
+  for (int64_t r = 0; r < rows_; ++r) {
     const float* s = scores.row(r);
     for (int64_t j = 0; j < c; ++j) push(r, static_cast<uint32_t>(lo + j), s[j]);
   }
 }
 
 TopK TopKAccumulator::result() const {
-  TopK out = heap_;  // heap order; the slots past count_ are padding
-  std::vector<Cand> buf;
-  for (int64_t r = 0; r < out.rows; ++r) {
-    const int n = count_[static_cast<size_t>(r)];
-    uint32_t* lab = out.row_labels(r);
-    float* sc = out.row_scores(r);
-    buf.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = {lab[i], sc[i]};
-    std::sort(buf.begin(), buf.end(), [](const Cand& a, const Cand& b) {
-      return ranks_before(a.score, a.label, b.score, b.label);
-    });
-    for (int i = 0; i < n; ++i) {
-      lab[i] = buf[static_cast<size_t>(i)].label;
-      sc[i] = buf[static_cast<size_t>(i)].score;
+  TopK out = TopK::padded(rows_, k_);
+  std::vector<Cand> row;
+  for (int64_t r = 0; r < rows_; ++r) {
+    const Cand* h = heap_.data() + r * k_;
+    row.assign(h, h + count_[static_cast<size_t>(r)]);
+    std::sort_heap(row.begin(), row.end(), better);  // best first
+    for (size_t i = 0; i < row.size(); ++i) {
+      out.row_labels(r)[i] = row[i].label;
+      out.row_scores(r)[i] = row[i].score;
     }
   }
   return out;

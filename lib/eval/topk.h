@@ -54,9 +54,16 @@ class TopKAccumulator {
   TopK result() const;
 
  private:
+  struct Cand {
+    uint32_t label;
+    float score;
+  };
+  static bool better(const Cand& a, const Cand& b);  // ranks_before
   void push(int64_t row, uint32_t label, float score);
 
-  TopK heap_;               // heap storage per row; the slots past count_ are padding
+  int64_t rows_;
+  int k_;
+  std::vector<Cand> heap_;  // [rows×k]: per row a heap of count_[row] candidates
   std::vector<int> count_;  // [rows] candidates kept, <= k
 };
 
