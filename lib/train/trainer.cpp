@@ -403,7 +403,6 @@ class TrainLoop {
   // SIGINT / SIGTERM seen (label-sharded: by any rank, agreed on in reduce_step, so that
   // every rank stops after the same step).
   int stop_signal() const { return comm_ != nullptr ? agreed_signal_ : stop_->signal(); }
-  void allocate_dh();
   // Label-sharded: dL/dh and the step's loss statistics summed over the ranks.
   void reduce_step(Matrix dh, StepStats& s);
   DenseMatrix embed_train();
@@ -434,7 +433,7 @@ class TrainLoop {
   Buffer<float> dh_;
   std::optional<Batcher> batcher_;
   std::optional<StopSignals> stop_;
-  std::function<DenseMatrix()> embed_;
+  std::function<DenseMatrix()> embed_ = [this] { return embed_train(); };
   // Two batches in flight: batch i+1 is gathered and staged (on the GPU: its host→device
   // copy starts on a side stream) while batch i trains.
   std::array<Batch, 2> batches_;
@@ -516,12 +515,6 @@ void TrainLoop::begin(fs::path& begun) {
                from_.epoch + (from_.epoch_step > 0 ? 1 : 0), step_);
 }
 
-void TrainLoop::allocate_dh() {
-  const auto n = static_cast<size_t>(batch_size_ * model_.encoder().output_dim());
-  dh_ = Buffer<float>(ctx_, MemTag::activations, n);
-  if (ctx_.on_gpu()) spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
-}
-
 void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
   XMC_CHECK(dh.ld == dh.cols, "reduce_step: dh must be contiguous");
   comm_->allreduce_sum_in(ctx_, std::span<float>(dh.data, static_cast<size_t>(dh.rows * dh.cols)));
@@ -554,9 +547,10 @@ TrainerView TrainLoop::view(int64_t epoch) const {
 }
 
 bool TrainLoop::run_epochs() {
-  allocate_dh();
+  const auto n = static_cast<size_t>(batch_size_ * model_.encoder().output_dim());
+  dh_ = Buffer<float>(ctx_, MemTag::activations, n);
+  if (ctx_.on_gpu()) spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
   batcher_.emplace(data_.train, batch_size_, cfg_.seed, cfg_.train.shuffle);
-  embed_ = [this] { return embed_train(); };
   stop_.emplace();
   for (int64_t epoch = from_.epoch; epoch < cfg_.train.epochs; ++epoch)
     if (!run_epoch(epoch)) return false;
