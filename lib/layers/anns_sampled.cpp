@@ -6,6 +6,7 @@
 #include <chrono>
 #include <limits>
 #include <span>
+#include <thread>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -64,7 +65,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
 }
 
 AnnsSampledLayer::~AnnsSampledLayer() {
-  if (worker_.joinable()) worker_.join();
+  if (worker_.valid()) worker_.wait();
   log_eval_recall();
 }
 
@@ -263,7 +264,7 @@ void AnnsSampledLayer::on_epoch_impl(const TrainerView& t) {
 
 void AnnsSampledLayer::start_refresh(const TrainerView& t) {
   // One refresh at a time: a previous one still running is finished first.
-  if (worker_.joinable()) {
+  if (worker_.valid()) {
     spdlog::info("anns_sampled: waiting for the previous refresh before starting another");
     install_refresh(/*block=*/true);
   }
@@ -282,29 +283,12 @@ void AnnsSampledLayer::start_refresh(const TrainerView& t) {
   spdlog::info("anns_sampled: refresh {} after epoch {}: embedded {} points in {:.2f}s ({})",
                started_, t.epoch + 1, n_train_, embed_s,
                cfg_.synchronous ? "synchronous" : "background");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = false;
-    worker_error_ = nullptr;
-  }
-  // On the worker thread, or here when synchronous (an error rethrown by install_refresh).
-  auto refresh = [this, vectors, queries, seed] {
-    std::exception_ptr err;
-    try {
-      compute_hard_set(*vectors, *queries, seed);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    worker_error_ = err;
-    done_ = true;
-  };
-  if (!cfg_.synchronous) {
-    worker_ = std::thread(refresh);
-    return;
-  }
-  refresh();
-  install_refresh(/*block=*/true);
+  // On a worker thread, or when synchronous on this one, inside install_refresh (which
+  // rethrows an error of either).
+  worker_ =
+      std::async(cfg_.synchronous ? std::launch::deferred : std::launch::async,
+                 [this, vectors, queries, seed] { compute_hard_set(*vectors, *queries, seed); });
+  if (cfg_.synchronous) install_refresh(/*block=*/true);
 }
 
 void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
@@ -361,20 +345,9 @@ void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
 }
 
 void AnnsSampledLayer::install_refresh(bool block) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!done_ && !block) return;
-  }
-  if (worker_.joinable()) worker_.join();
-  std::exception_ptr err;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) return;  // nothing was started
-    done_ = false;
-    err = worker_error_;
-    worker_error_ = nullptr;
-  }
-  if (err) std::rethrow_exception(err);
+  if (!worker_.valid()) return;  // nothing was started
+  if (!block && worker_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  worker_.get();  // the refresh's error, if any (the future is released either way)
   front_ = 1 - front_;
   meta_[0] = 1;
   ++meta_[1];

@@ -33,12 +33,10 @@
 // downloaded on the GPU); embed_train brings the embeddings down. `search: hnsw` stays on
 // the host index (the query rows are downloaded on the GPU).
 #include <cstdint>
-#include <exception>
+#include <future>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "config/field_constraints.h"
@@ -141,7 +139,7 @@ class AnnsSampledLayer final : public OutputLayer {
   bool has_hard_negatives() const { return meta_[0] != 0; }
   int64_t refreshes_installed() const { return meta_[1]; }
   int64_t refreshes_started() const { return started_; }
-  bool refresh_pending() const { return worker_.joinable(); }
+  bool refresh_pending() const { return worker_.valid(); }
   // Blocks until a background refresh is complete and swaps it in.
   void wait_for_refresh();
   // search: hnsw — recall@k of the index against exact top-k over the sampled rows of
@@ -170,7 +168,8 @@ class AnnsSampledLayer final : public OutputLayer {
                         uint64_t seed);
   // retrieval: exact — the k_h best-scoring labels of every row of queries into out [rows×k_h].
   void exact_hard_set(ConstMatrix vectors, ConstMatrix queries, uint32_t* out) const;
-  // Joins a finished (or, when block, any) refresh and swaps its set in.
+  // Waits for a finished (or, when block, any) background refresh, rethrows its error or
+  // swaps its set in.
   void install_refresh(bool block);
   // [W | b] [L×(d+1)], the index's vectors.
   DenseMatrix augmented_weights() const;
@@ -188,12 +187,9 @@ class AnnsSampledLayer final : public OutputLayer {
   int front_ = 0;
   int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed
 
-  // Background refresh: the worker writes hard_[1 - front_] and sets done_; only the
-  // training thread swaps, after joining the worker.
-  std::thread worker_;
-  std::mutex mu_;
-  bool done_ = false;
-  std::exception_ptr worker_error_;
+  // Background refresh: the worker writes hard_[1 - front_]; only the training thread
+  // swaps, after the worker's future is ready (get() rethrows the worker's error).
+  std::future<void> worker_;
   int64_t started_ = 0;
   int pause_ms_ = 0;
 

@@ -217,21 +217,15 @@ void FixedFaninLayer::on_epoch_impl(const TrainerView& t) {
 RewireStats FixedFaninLayer::rewire(int64_t step) {
   // Label-sharded: each process prunes the fraction of its own slots (not the lowest of
   // every process's slots together) and regrows from its own label streams.
-  const int64_t n = shard_labels(), f = fan_in_, nf = n * f;
+  const int64_t n = shard_labels(), nf = n * fan_in_;
   // On host copies of idx, w and their moments (on the GPU a round trip of
   // 4·(2 + states)·L·F bytes each way every `interval` steps), so that both devices
-  // rewire with this very code.
-  const auto prune_regrow = [&](int64_t k, uint32_t* idx, float* w, float* s1, float* s2) {
-    // The k smallest |w| over all L·F slots; each label regrows its own.
-    const std::vector<char> prune = lowest_slots(w, nf, k, /*abs=*/true);
-    const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
-    return regrow_sets(idx, n, f, m_, prune, base, [&](int64_t l, int64_t j) {
-      w[l * f + j] = 0.0f;
-      if (s1) s1[l * f + j] = 0.0f;
-      if (s2) s2[l * f + j] = 0.0f;
-    });
-  };
-  return rewire_on_host(step, nf, f < m_, prune_regrow);
+  // rewire with this very code: the k smallest |w| over all L·F slots; each label regrows
+  // its own.
+  const uint64_t base = Rng::stream(seed_ ^ kRewireStream, static_cast<uint64_t>(step)).next();
+  return rewire_on_host(step, n, 1, base, [&](int64_t k, const float* w) {
+    return lowest_slots(w, nf, k, /*abs=*/true);
+  });
 }
 
 std::vector<TensorRef> FixedFaninLayer::state_impl() {

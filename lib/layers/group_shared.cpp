@@ -512,7 +512,11 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
   const int64_t t = tail_labels(), g = group_, f = fan_in_, slots = groups_ * f;
   // On host copies of the indices, weights and moments (biases stay): on the GPU a round
   // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
-  const auto prune_regrow = [&](int64_t k, uint32_t* idx, float* w, float* s1, float* s2) {
+  // Each group regrows its own slots, whose weights and moments restart at zero for every
+  // label of the group.
+  const uint64_t base =
+      shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
+  return rewire_on_host(step, groups_, g, base, [&](int64_t k, const float* w) {
     // Slot score: mean |w| over the group's labels (the last group may be partial).
     std::vector<float> score(static_cast<size_t>(slots));
 #pragma omp parallel for schedule(static)
@@ -524,22 +528,9 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
         score[static_cast<size_t>(q * f + j)] = s / static_cast<float>(gn);
       }
     }
-    // The k lowest scores (ties to the lower slot); each group regrows its own slots, whose
-    // weights and moments restart at zero for every label of the group.
-    const std::vector<char> prune = lowest_slots(score.data(), slots, k);
-    const uint64_t base =
-        shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
-    return regrow_sets(idx, groups_, f, m_, prune, base, [&](int64_t q, int64_t j) {
-      const int64_t r0 = q * g, gn = std::min(g, t - r0);
-      for (int64_t r = r0; r < r0 + gn; ++r) {
-        const int64_t e = r * f + j;
-        w[e] = 0.0f;
-        if (s1) s1[e] = 0.0f;
-        if (s2) s2[e] = 0.0f;
-      }
-    });
-  };
-  return rewire_on_host(step, slots, t > 0 && f < m_, prune_regrow);
+    // The k lowest scores (ties to the lower slot).
+    return lowest_slots(score.data(), slots, k);
+  });
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {

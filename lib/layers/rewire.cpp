@@ -160,16 +160,21 @@ ConstMatrix FaninLayer::apply_dropout(ConstMatrix h, uint64_t stream, int64_t st
 }
 
 RewireStats FaninLayer::rewire_on_host(
-    int64_t step, int64_t slots, bool possible,
-    const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow) {
+    int64_t step, int64_t sets, int64_t group, uint64_t base,
+    const std::function<std::vector<char>(int64_t, const float*)>& prune) {
   Stopwatch sw;
   last_rewire_ = RewireStats{.step = step};
-  const int64_t k = rewire_count(rewire_cfg_, slots);
-  if (k > 0 && possible) {  // else nothing to prune, or every input already used
+  const int64_t f = fan_in_, k = rewire_count(rewire_cfg_, sets * f);
+  if (k > 0 && f < m_) {  // else nothing to prune, or every input already used
     float* w = p_.w.stage();
     float* s1 = p_.w_s1.empty() ? nullptr : p_.w_s1.stage();
     float* s2 = p_.w_s2.empty() ? nullptr : p_.w_s2.stage();
-    last_rewire_.pruned = prune_regrow(k, idx_.stage(), w, s1, s2);
+    last_rewire_.pruned =
+        regrow_sets(idx_.stage(), sets, f, m_, prune(k, w), base, [&](int64_t q, int64_t j) {
+          for (int64_t r = q * group; r < std::min((q + 1) * group, p_.rows); ++r)
+            for (float* a : {w, s1, s2})
+              if (a) a[r * f + j] = 0.0f;
+        });
     p_.w.commit();
     for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
     idx_.commit();

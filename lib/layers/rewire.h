@@ -109,15 +109,17 @@ class FaninLayer : public OutputLayer {
   // x = dropout(h) [B×d], the mask drawn from stream (seed_ ^ stream, step) and returned
   // in *mask; without dropout h itself (*mask null).
   ConstMatrix apply_dropout(ConstMatrix h, uint64_t stream, int64_t step, const float** mask);
-  // One rewiring at `step` of the layer's `slots` slots: k = rewire_count; when k > 0 and
-  // the layer can rewire at all (`possible`: some input is still unused), on host copies
-  // of the indices, the weights and their moments (s1, s2 null where the optimizer keeps
-  // none; on the GPU a round trip) prune_regrow(k, idx, w, s1, s2) does it and returns the
-  // slots pruned. The stats (step, slots pruned, time) go into last_rewire_, the time is
-  // added to timings_.rewire too.
+  // One rewiring at `step` of the layer's `sets` index sets idx_ [sets×F], set q shared by
+  // the weight rows [q·group, (q+1)·group) of p_ (the last set's cut at p_.rows): k =
+  // rewire_count of the sets·F slots; when k > 0 and some input is still unused (F < m),
+  // on host copies of the indices, the weights and their moments (on the GPU a round
+  // trip), prune(k, w) marks the slots to prune [sets×F], regrow_sets regrows them from
+  // `base` and each regrown slot's weights and moments restart at zero in every row of its
+  // set. The stats (step, slots pruned, time) go into last_rewire_, the time is added to
+  // timings_.rewire too.
   RewireStats rewire_on_host(
-      int64_t step, int64_t slots, bool possible,
-      const std::function<int64_t(int64_t, uint32_t*, float*, float*, float*)>& prune_regrow);
+      int64_t step, int64_t sets, int64_t group, uint64_t base,
+      const std::function<std::vector<char>(int64_t k, const float* w)>& prune);
   // The trainer hook's rewiring: rewire(t.step) when the schedule is due (over
   // t.total_steps, or the planned steps), logged as "<name>: rewired P of `slots` <what>".
   void rewire_when_due(const TrainerView& t, const char* name, int64_t slots, const char* what);
