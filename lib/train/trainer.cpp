@@ -60,7 +60,7 @@ struct ResumePoint {
   double loss_sum = 0.0;
   int64_t zero_grads = 0, grads = 0;
   double seconds = 0.0;  // training time of the partial epoch
-  std::string config_yaml;
+  std::string config_yaml{};
 };
 
 // The checkpoint at `file`. Label-sharded (comm): every rank writes its shard, rank 0's
@@ -139,20 +139,18 @@ class StopSignals {
     sa.sa_handler = record_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
   int signal() const { return g_stop_signal.load(); }
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  static constexpr std::array<int, 2> kSignals = {SIGINT, SIGTERM};
+  std::array<struct sigaction, 2> old_{};
 };
 
 // Progress of an epoch: a redrawn bar on a terminal (stderr), periodic log lines
@@ -564,8 +562,7 @@ bool TrainLoop::run_epoch(int64_t epoch) {
   batcher_->start_epoch(epoch);
   Rng dropout_rng = Rng::stream(cfg_.seed ^ 0xd50d50ULL, static_cast<uint64_t>(epoch));
   // This epoch's running sums; a checkpoint taken mid-epoch carries them.
-  ResumePoint at;
-  at.epoch = epoch;
+  ResumePoint at{.epoch = epoch};
   if (epoch == from_.epoch && from_.epoch_step > 0) {
     // Resumed mid-epoch: the batches and the dropout stream continue where they stopped.
     batcher_->skip(from_.epoch_step);
@@ -695,10 +692,7 @@ void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rn
   const bool due = last || stop_signal() != 0 ||
                    (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
   if (!due) return;
-  ResumePoint end;
-  end.epoch = epoch + 1;
-  end.step = step_;
-  end.rng = dropout_rng.state();
+  const ResumePoint end{.epoch = epoch + 1, .step = step_, .rng = dropout_rng.state()};
   save_checkpoint(ckpt_file_, model_, opt_.config_yaml, end, schedule_, comm_, &shard_step_);
 }
 
