@@ -46,19 +46,12 @@ void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64
             targets.cols);
 }
 
-// One row of an elementwise loss; z [c] logits in, gradient·inv_b out. w [c] (nullable:
-// all 1) weights each entry's loss and gradient (the candidate losses' weights).
-template <LossType T>
-double row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
-                     int64_t& zeros, const float* w = nullptr);
-
 // bce: every entry is first treated as a negative in a branch-free loop with one exp per
 // entry (float; the loss is summed in double), then the few positives of the row are
 // corrected: loss -= z, gradient -= 1/B. log(1+exp(-y·z)) = softplus(z) - [pos]·z and
 // d/dz = sigmoid(z) - [pos].
-template <>
-double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
-                                    double inv_b, int64_t& zeros, const float* w) {
+double bce_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b, int64_t& zeros,
+               const float* w) {
   double loss = 0.0;
   for (const uint32_t* p = tg.first; p != tg.last; ++p)
     loss -= w ? static_cast<double>(w[*p - lo]) * z[*p - lo] : z[*p - lo];
@@ -95,9 +88,8 @@ double row_loss_grad<LossType::bce>(float* z, int64_t c, int64_t lo, ChunkTarget
 }
 
 // squared hinge: y = ±1, loss max(0, 1 - y·z)², gradient exactly 0 when the margin is met.
-template <>
-double row_loss_grad<LossType::squared_hinge>(float* z, int64_t c, int64_t lo, ChunkTargets tg,
-                                              double inv_b, int64_t& zeros, const float* w) {
+double squared_hinge_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
+                         int64_t& zeros, const float* w) {
   double loss = 0.0;
   const uint32_t* p = tg.first;
   for (int64_t j = 0; j < c; ++j) {
@@ -120,20 +112,13 @@ double row_loss_grad<LossType::squared_hinge>(float* z, int64_t c, int64_t lo, C
   return loss;
 }
 
-template <LossType T>
-double elementwise_impl(Matrix logits, const CsrMatrix& targets, int64_t lo, double inv_b,
-                        int64_t& zeros_out) {
-  double total = 0.0;
-  int64_t zeros = 0;
-  const int64_t rows = logits.rows;
-  const int64_t c = logits.cols;
-#pragma omp parallel for reduction(+ : total, zeros) schedule(static) if (rows * c > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    total +=
-        row_loss_grad<T>(logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c), inv_b, zeros);
-  }
-  zeros_out += zeros;
-  return total;
+// One row of an elementwise loss (bce or squared_hinge); z [c] logits in, gradient·inv_b
+// out. w [c] (nullable: all 1) weights each entry's loss and gradient (the candidate
+// losses' weights).
+double row_loss_grad(LossType type, float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
+                     int64_t& zeros, const float* w = nullptr) {
+  return type == LossType::bce ? bce_row(z, c, lo, tg, inv_b, zeros, w)
+                               : squared_hinge_row(z, c, lo, tg, inv_b, zeros, w);
 }
 
 }  // namespace
@@ -146,13 +131,17 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
     throw_error(
         "elementwise_loss_grad: softmax is not elementwise; use "
         "softmax_accumulate + softmax_loss_grad");
+  double total = 0.0;
   int64_t zeros = 0;
-  const double loss =
-      type == LossType::bce
-          ? elementwise_impl<LossType::bce>(logits, targets, lo, inv_b, zeros)
-          : elementwise_impl<LossType::squared_hinge>(logits, targets, lo, inv_b, zeros);
+  const int64_t rows = logits.rows;
+  const int64_t c = logits.cols;
+#pragma omp parallel for reduction(+ : total, zeros) schedule(static) if (rows * c > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    total += row_loss_grad(type, logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c), inv_b,
+                           zeros);
+  }
   if (zero_grads) *zero_grads += zeros;
-  return loss;
+  return total;
 }
 
 namespace {
@@ -276,10 +265,7 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
                        const ChunkTargets tg = flagged(positive + e0, nc, pos_at);
                        const float* wt = weight ? weight + e0 : nullptr;
                        int64_t z = 0;  // over_points counts the zeros
-                       return type == LossType::bce
-                                  ? row_loss_grad<LossType::bce>(g, nc, 0, tg, inv_b, z, wt)
-                                  : row_loss_grad<LossType::squared_hinge>(g, nc, 0, tg, inv_b, z,
-                                                                           wt);
+                       return row_loss_grad(type, g, nc, 0, tg, inv_b, z, wt);
                      });
 }
 

@@ -54,12 +54,12 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
     for (auto& v : h) v = static_cast<float>(rng.normal());
     int64_t total = 0;
     // One untimed warm-up batch, then iters timed batches.
-    sampler.sample(&tables, ConstMatrix(h.data(), p.batch, p.dim), ConstMatrix(w.data(), n, p.dim),
-                   y, 0);
+    const LabelVectors all{ConstMatrix(w.data(), n, p.dim), {}};
+    sampler.sample(&tables, ConstMatrix(h.data(), p.batch, p.dim), all, y, 0);
     sw.reset();
     for (int it = 1; it <= p.iters; ++it) {
-      CsrMatrix c = sampler.sample(&tables, ConstMatrix(h.data(), p.batch, p.dim),
-                                   ConstMatrix(w.data(), n, p.dim), y, static_cast<uint64_t>(it));
+      CsrMatrix c = sampler.sample(&tables, ConstMatrix(h.data(), p.batch, p.dim), all, y,
+                                   static_cast<uint64_t>(it));
       total += c.nnz();
     }
     const double secs = sw.seconds();

@@ -164,13 +164,6 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
   while (out.size() < target) take(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(num_labels_))));
 }
 
-CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
-                                   const CsrMatrix& positives, uint64_t step) {
-  XMC_CHECK(p_.query != LshQuery::label || w.rows == num_labels_,
-            "label queries need w [{}×d], got {} rows", num_labels_, w.rows);
-  return sample(tables, h, LabelVectors{w, {}}, positives, step);
-}
-
 CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,
                                    const CsrMatrix& positives, uint64_t step,
                                    const CsrMatrix* query_labels) {

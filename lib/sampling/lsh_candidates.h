@@ -47,13 +47,11 @@ class CandidateSampler {
   // candidate sets and not by num_labels, so it is not recorded in the ledger.
   CandidateSampler(int64_t num_labels, const CandidateParams& p);
 
-  // h [B×d] the batch embeddings, w [L×d] the label weights (label queries), positives
-  // [B×L] (global ids). tables may be null only when query = none.
+  // h [B×d] the batch embeddings, w the label weights (label queries; LabelVectors{W, {}}
+  // for every row of W [L×d]; every query label present), positives [B×L] (global ids).
+  // tables may be null only when query = none.
   // Returns CSR [B×L] (per point) or [1×L] (shared): each row holds distinct labels,
   // positives first (in their order), then retrieved (best ranked first), then random.
-  CsrMatrix sample(const LshTables* tables, ConstMatrix h, ConstMatrix w,
-                   const CsrMatrix& positives, uint64_t step);
-  // The same, the label queries reading w's rows through `w` (every query label present).
   // query_labels (nullptr: the positives): the labels whose vectors label queries hash,
   // when they are not the positives kept in the sets — a label shard keeps its own
   // positives (its local ids) and queries with every positive of the point (global ids).

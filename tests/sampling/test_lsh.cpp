@@ -324,7 +324,7 @@ TEST_CASE("candidate sets: positives first, distinct, within the size bounds") {
         cp.seed = 1;
         CandidateSampler sampler(n, cp);
         CsrMatrix c = sampler.sample(&tables, ConstMatrix(h.data(), batch, d),
-                                     ConstMatrix(w.data(), n, d), y, 5);
+                                     LabelVectors{ConstMatrix(w.data(), n, d), {}}, y, 5);
         REQUIRE(c.rows == (shared ? 1 : batch));
         for (int64_t r = 0; r < c.rows; ++r) {
           std::vector<uint32_t> row(c.row_indices(r), c.row_indices(r) + c.row_nnz(r));
@@ -348,7 +348,7 @@ TEST_CASE("candidate sets: positives first, distinct, within the size bounds") {
         omp_set_num_threads(1);
         CandidateSampler one(n, cp);
         CsrMatrix c1 = one.sample(&tables, ConstMatrix(h.data(), batch, d),
-                                  ConstMatrix(w.data(), n, d), y, 5);
+                                  LabelVectors{ConstMatrix(w.data(), n, d), {}}, y, 5);
         omp_set_num_threads(saved);
         CHECK(c1.indices == c.indices);
         CHECK(c1.indptr == c.indptr);
@@ -453,7 +453,7 @@ TEST_CASE("label queries from the positives' rows alone equal queries over the f
       cp.seed = 4;
       CandidateSampler sampler(n, cp);
       const CsrMatrix a = sampler.sample(&tables, ConstMatrix(h.data(), batch, d),
-                                         ConstMatrix(w.data(), n, d), y, 9);
+                                         LabelVectors{ConstMatrix(w.data(), n, d), {}}, y, 9);
       const CsrMatrix b = sampler.sample(&tables, ConstMatrix(h.data(), batch, d), lv, y, 9);
       CHECK(a.indptr == b.indptr);
       CHECK(a.indices == b.indices);
