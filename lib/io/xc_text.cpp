@@ -466,6 +466,7 @@ CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt) {
 }
 
 int64_t read_xc_header_rows(const std::string& path) {
+  file_stamp(path);  // a directory or a missing path: the same error as the full read's
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_input("cannot open '{}': {}", path, std::strerror(errno));
   std::string head(1 << 16, '\0');
