@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <utility>
 
 #include "core/gpu.h"
 #include "core/memory_ledger.h"
@@ -108,50 +107,35 @@ class GpuArray {
                 : nullptr),
         size_(n),
         entry_(ledger, tag, static_cast<int64_t>(n * sizeof(T)), S) {}
-  GpuArray(GpuArray&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)),
-        entry_(std::move(o.entry_)) {}
-  GpuArray& operator=(GpuArray&& o) noexcept {
-    if (this != &o) {
-      release(data_);
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-      entry_ = std::move(o.entry_);
-    }
-    return *this;
-  }
-  GpuArray(const GpuArray&) = delete;
-  GpuArray& operator=(const GpuArray&) = delete;
-  ~GpuArray() { release(data_); }
 
-  T* data() { return data_; }
-  const T* data() const { return data_; }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(T); }
 
   // Device arrays: host <-> device copies of the first n elements (n <= size()) on
   // `stream`, and zeroing.
   void upload(const T* host, size_t n, Stream stream) requires(S == MemSpace::device) {
-    copy_to_device(data_, host, n * sizeof(T), stream);
+    copy_to_device(data_.get(), host, n * sizeof(T), stream);
   }
   void download(T* host, size_t n, Stream stream) const requires(S == MemSpace::device) {
-    copy_to_host(host, data_, n * sizeof(T), stream);
+    copy_to_host(host, data_.get(), n * sizeof(T), stream);
   }
   void zero(Stream stream) requires(S == MemSpace::device) {
-    memset_device(data_, 0, bytes(), stream);
+    memset_device(data_.get(), 0, bytes(), stream);
   }
 
  private:
-  static void release(T* p) noexcept {
-    if constexpr (S == MemSpace::device) {
-      device_free(p);
-    } else {
-      pinned_free(p);
+  struct Free {
+    void operator()(T* p) const noexcept {
+      if constexpr (S == MemSpace::device) {
+        device_free(p);
+      } else {
+        pinned_free(p);
+      }
     }
-  }
-
-  T* data_ = nullptr;
+  };
+  std::unique_ptr<T[], Free> data_;
   size_t size_ = 0;
   LedgerEntry entry_;
 };

@@ -73,29 +73,8 @@ nlohmann::json MemoryLedger::report() const {
 }
 
 LedgerEntry::LedgerEntry(MemoryLedger& ledger, MemTag tag, int64_t bytes, MemSpace space)
-    : ledger_(&ledger), tag_(tag), space_(space), bytes_(bytes) {
-  ledger_->add(tag_, space_, bytes_);
-}
-
-LedgerEntry::LedgerEntry(LedgerEntry&& o) noexcept
-    : ledger_(std::exchange(o.ledger_, nullptr)),
-      tag_(o.tag_),
-      space_(o.space_),
-      bytes_(std::exchange(o.bytes_, 0)) {}
-
-LedgerEntry& LedgerEntry::operator=(LedgerEntry&& o) noexcept {
-  if (this != &o) {
-    if (ledger_) ledger_->sub(tag_, space_, bytes_);
-    ledger_ = std::exchange(o.ledger_, nullptr);
-    tag_ = o.tag_;
-    space_ = o.space_;
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
-}
-
-LedgerEntry::~LedgerEntry() {
-  if (ledger_) ledger_->sub(tag_, space_, bytes_);
+    : ledger_(&ledger, Release{tag, space, bytes}) {
+  ledger.add(tag, space, bytes);
 }
 
 }  // namespace xmc

@@ -54,17 +54,16 @@ class LedgerEntry {
  public:
   LedgerEntry() = default;
   LedgerEntry(MemoryLedger& ledger, MemTag tag, int64_t bytes, MemSpace space = MemSpace::host);
-  LedgerEntry(LedgerEntry&& o) noexcept;
-  LedgerEntry& operator=(LedgerEntry&& o) noexcept;
-  LedgerEntry(const LedgerEntry&) = delete;
-  LedgerEntry& operator=(const LedgerEntry&) = delete;
-  ~LedgerEntry();
 
  private:
-  MemoryLedger* ledger_ = nullptr;
-  MemTag tag_ = MemTag::workspace;
-  MemSpace space_ = MemSpace::host;
-  int64_t bytes_ = 0;
+  // Takes the bytes out of the ledger again when the entry goes (a move hands them on).
+  struct Release {
+    MemTag tag;
+    MemSpace space;
+    int64_t bytes;
+    void operator()(MemoryLedger* ledger) const { ledger->sub(tag, space, bytes); }
+  };
+  std::unique_ptr<MemoryLedger, Release> ledger_;
 };
 
 // Owning, 64-byte aligned, zero-initialised host array of n T's, recorded in a ledger.
