@@ -72,9 +72,9 @@ nlohmann::json MemoryLedger::report() const {
   return out;
 }
 
-LedgerEntry::LedgerEntry(MemoryLedger& ledger, MemTag tag, int64_t bytes, MemSpace space)
-    : ledger_(&ledger, Release{tag, space, bytes}) {
-  ledger.add(tag, space, bytes);
+LedgerEntry::LedgerEntry(MemoryLedger& ledger, MemTag tag, int64_t bytes, MemSpace space) {
+  ledger.add(tag, space, bytes);  // owned (to be taken out again) only once it is in
+  ledger_ = decltype(ledger_)(&ledger, Release{tag, space, bytes});
 }
 
 }  // namespace xmc
