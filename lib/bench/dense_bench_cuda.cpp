@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "layers/dense_block.h"
 #include "kernels/dense_ops_cuda.h"
+#include "layers/dense_block.h"
 
 namespace xmc::bench {
 namespace {
@@ -90,8 +90,8 @@ CsrMatrix dcb_targets(int64_t batch, int64_t labels, uint64_t seed) {
   return CsrMatrix::from_rows(rows, labels);
 }
 
-json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk,
-                   bool bf16, int iters, const DcbCeilings& ceil) {
+json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk, bool bf16,
+                   int iters, const DcbCeilings& ceil) {
   CudaContext& ctx = run.cuda();
   OptimizerConfig cfg;  // adam, the most memory-hungry update
   const int64_t c = std::min(chunk, labels);
@@ -265,10 +265,11 @@ std::string dense_cuda_bench_table(const nlohmann::json& j) {
       j["gpu"].get<std::string>(), c["fp32_gemm_tflops"].get<double>(),
       c["bf16_gemm_tflops"].get<double>(), c["copy_gbs"].get<double>());
   for (const auto& r : j["runs"]) {
-    out += fmt::format("\ndense step: B={} d={} L={} chunk={} {} {} {}\n", r["batch"].get<int64_t>(),
-                       r["dim"].get<int64_t>(), r["labels"].get<int64_t>(),
-                       r["chunk"].get<int64_t>(), r["optimizer"].get<std::string>(),
-                       r["loss"].get<std::string>(), r["precision"].get<std::string>());
+    out +=
+        fmt::format("\ndense step: B={} d={} L={} chunk={} {} {} {}\n", r["batch"].get<int64_t>(),
+                    r["dim"].get<int64_t>(), r["labels"].get<int64_t>(), r["chunk"].get<int64_t>(),
+                    r["optimizer"].get<std::string>(), r["loss"].get<std::string>(),
+                    r["precision"].get<std::string>());
     out += fmt::format("{:<16} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "op", "ms", "TFLOP/s", "%gemm",
                        "GB/s", "%copy");
     auto row = [&](const std::string& name, const json& o) {
@@ -282,11 +283,12 @@ std::string dense_cuda_bench_table(const nlohmann::json& j) {
     for (const auto& o : r["ops"]) row(o["op"].get<std::string>(), o);
     row("full step", r["step"]);
     const auto& s = r["step"];
-    out += fmt::format("memory: ledger peak {:.1f} MiB, analytic {:.1f} MiB (ratio {:.3f}), driver {:.1f} MiB\n",
-                       s["ledger_device_peak_bytes"].get<double>() / 1048576.0,
-                       s["analytic_bytes"].get<double>() / 1048576.0,
-                       s["ledger_device_peak_bytes"].get<double>() / s["analytic_bytes"].get<double>(),
-                       s["driver_used_bytes"].get<double>() / 1048576.0);
+    out += fmt::format(
+        "memory: ledger peak {:.1f} MiB, analytic {:.1f} MiB (ratio {:.3f}), driver {:.1f} MiB\n",
+        s["ledger_device_peak_bytes"].get<double>() / 1048576.0,
+        s["analytic_bytes"].get<double>() / 1048576.0,
+        s["ledger_device_peak_bytes"].get<double>() / s["analytic_bytes"].get<double>(),
+        s["driver_used_bytes"].get<double>() / 1048576.0);
   }
   return out;
 }

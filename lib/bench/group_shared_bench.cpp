@@ -75,12 +75,13 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
       const auto& fops = ff["ops"];
       const double matched = fops["dense_gemm_flops_matched"]["seconds"].get<double>();
       auto op = [&](double s, const char* ff_name) {
-        return nlohmann::json{{"seconds", s},
-                              {"gflops", flops / s / 1e9},
-                              {"gbps", bytes / s / 1e9},
-                              {"memory_ratio", bytes / s / 1e9 / mem},
-                              {"speedup_vs_fixed_fanin", fops[ff_name]["seconds"].get<double>() / s},
-                              {"time_vs_dense_matched", s / matched}};
+        return nlohmann::json{
+            {"seconds", s},
+            {"gflops", flops / s / 1e9},
+            {"gbps", bytes / s / 1e9},
+            {"memory_ratio", bytes / s / 1e9 / mem},
+            {"speedup_vs_fixed_fanin", fops[ff_name]["seconds"].get<double>() / s},
+            {"time_vs_dense_matched", s / matched}};
       };
       j["configs"].push_back({{"group", g},
                               {"fan_in", f},
@@ -96,28 +97,29 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
 
 std::string group_shared_bench_table(const nlohmann::json& j) {
   const auto& pr = j["params"];
-  std::string out = fmt::format(
-      "group-shared ops, {} threads: B={} m={} L={} (all gradients nonzero)\n",
-      j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
-      pr["labels"].get<int64_t>());
+  std::string out =
+      fmt::format("group-shared ops, {} threads: B={} m={} L={} (all gradients nonzero)\n",
+                  j["threads"].get<int>(), pr["batch"].get<int64_t>(), pr["dim"].get<int64_t>(),
+                  pr["labels"].get<int64_t>());
   out += ceilings_line(j);
-  out += fmt::format("{:>4} {:>4} {:<12} {:>9} {:>9} {:>8} {:>7} {:>10} {:>11} {:>11}\n", "G",
-                     "F", "op", "ms", "GFLOP/s", "GB/s", "%mem", "ff ms", "x vs ff", "x dense-F");
+  out += fmt::format("{:>4} {:>4} {:<12} {:>9} {:>9} {:>8} {:>7} {:>10} {:>11} {:>11}\n", "G", "F",
+                     "op", "ms", "GFLOP/s", "GB/s", "%mem", "ff ms", "x vs ff", "x dense-F");
   for (const auto& c : j["configs"]) {
     const auto f = c["fan_in"].get<int64_t>();
     const auto& ff = j["fixed_fanin"][std::to_string(f)];
     for (auto name : {"forward", "weight_grad", "input_grad"}) {
       const auto& o = c["ops"][name];
-      out += fmt::format("{:>4} {:>4} {:<12} {:>9.2f} {:>9.1f} {:>8.1f} {:>7.1f} {:>10.2f} {:>11.2f} {:>11.2f}\n",
-                         c["group"].get<int64_t>(), f, name, o["seconds"].get<double>() * 1e3,
-                         o["gflops"].get<double>(), o["gbps"].get<double>(),
-                         100 * o["memory_ratio"].get<double>(), ff[name]["seconds"].get<double>() * 1e3,
-                         o["speedup_vs_fixed_fanin"].get<double>(),
-                         o["time_vs_dense_matched"].get<double>());
+      out += fmt::format(
+          "{:>4} {:>4} {:<12} {:>9.2f} {:>9.1f} {:>8.1f} {:>7.1f} {:>10.2f} {:>11.2f} {:>11.2f}\n",
+          c["group"].get<int64_t>(), f, name, o["seconds"].get<double>() * 1e3,
+          o["gflops"].get<double>(), o["gbps"].get<double>(), 100 * o["memory_ratio"].get<double>(),
+          ff[name]["seconds"].get<double>() * 1e3, o["speedup_vs_fixed_fanin"].get<double>(),
+          o["time_vs_dense_matched"].get<double>());
     }
   }
-  out += "ff ms: fixed fan-in op at the same F; x vs ff: its time / this time; x dense-F: this "
-         "time / the FLOPs-matched dense GEMM (inner dimension F)\n";
+  out +=
+      "ff ms: fixed fan-in op at the same F; x vs ff: its time / this time; x dense-F: this "
+      "time / the FLOPs-matched dense GEMM (inner dimension F)\n";
   return out;
 }
 

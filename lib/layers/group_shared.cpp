@@ -8,7 +8,6 @@
 #include <span>
 
 #include "core/error.h"
-#include "layers/device_topk.h"
 #include "core/gpu.h"
 #include "core/resources.h"
 #include "core/rng.h"
@@ -17,6 +16,7 @@
 #include "kernels/dense_ops.h"
 #include "kernels/fixed_fanin_ops.h"  // transpose
 #include "kernels/group_shared_ops.h"
+#include "layers/device_topk.h"
 #include "layers/weight_init.h"
 
 namespace xmc {
@@ -59,10 +59,11 @@ GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, in
   s.groups = k.size();
   s.tail = std::min(num_labels - s.head_total, k.hi * group) - k.lo * group;
   if (shards > 1 && ((s.head_total > 0 && s.head_total / group < shards) || groups_total < shards))
-    throw_input("group_shared over {} processes: the head of {} labels ({} groups of G = {}) and "
-                "the tail of {} groups cannot give every process a part of each; raise "
-                "head_fraction (or 0 for no head), lower group_size, or run fewer processes",
-                shards, s.head_total, s.head_total / group, group, groups_total);
+    throw_input(
+        "group_shared over {} processes: the head of {} labels ({} groups of G = {}) and "
+        "the tail of {} groups cannot give every process a part of each; raise "
+        "head_fraction (or 0 for no head), lower group_size, or run fewer processes",
+        shards, s.head_total, s.head_total / group, group, groups_total);
   return s;
 }
 
@@ -131,15 +132,16 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   }
 
   // Head: a dense block over positions [0, H) on its (projected) input.
-  const DensePrecision precision = dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding);
+  const DensePrecision precision =
+      dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding);
   if (precision.bf16 && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
         "[F×64] tile and take F <= 256 (use precision fp32)",
         f);
   if (ctx.on_gpu()) set_device_views(true);
-  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, optim_,
-                                     max_batch_, Rng::stream(seed_, kGsProjStream).next());
+  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, optim_, max_batch_,
+                          Rng::stream(seed_, kGsProjStream).next());
   if (head_ > 0)
     head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, split_.head0, head_, max_batch_,
                         cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next(),
@@ -147,8 +149,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
 
   // Tail: shared index sets, per-label weights and biases, optional ReLU projection.
   const int64_t tf = t * f;
-  tail_proj_ = Projection(ctx, d, t > 0 ? cfg.tail_projection : 0, true, optim_,
-                                     max_batch_, Rng::stream(seed_, kGsProjStream + 1).next());
+  tail_proj_ = Projection(ctx, d, t > 0 ? cfg.tail_projection : 0, true, optim_, max_batch_,
+                          Rng::stream(seed_, kGsProjStream + 1).next());
   if (t > 0) {
     const bool bf16 = precision.bf16;
     idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(groups_ * f));
@@ -171,11 +173,15 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       "group_shared: L={}: dense head of {} labels{}, tail of {} labels in {} groups of G={} "
       "sharing F={} of {} inputs{} ({} grouping); tail weights {} ({:.1f}% of a dense "
       "{}×{} layer), index entries {} ({:.1f}% of fixed_fanin's)",
-      n, head_, cfg.head_dim > 0 && head_ > 0 ? fmt::format(" on a {}→{} projection", d, cfg.head_dim) : std::string(),
+      n, head_,
+      cfg.head_dim > 0 && head_ > 0 ? fmt::format(" on a {}→{} projection", d, cfg.head_dim)
+                                    : std::string(),
       t, groups_, g, f, m_,
       tail_proj_.active() ? fmt::format(" after a {}→{} ReLU projection", d, m_) : std::string(),
-      cfg.grouping, tf, 100.0 * static_cast<double>(tf) / static_cast<double>(std::max<int64_t>(1, t * d)), t, d,
-      groups_ * f, 100.0 * static_cast<double>(groups_ * f) / static_cast<double>(std::max<int64_t>(1, tf)));
+      cfg.grouping, tf,
+      100.0 * static_cast<double>(tf) / static_cast<double>(std::max<int64_t>(1, t * d)), t, d,
+      groups_ * f,
+      100.0 * static_cast<double>(groups_ * f) / static_cast<double>(std::max<int64_t>(1, tf)));
 }
 
 void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
@@ -208,16 +214,14 @@ void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
   tg.cols = num_labels();
   tg.indptr.assign(1, 0);
   tg.indices.clear();
-  const int64_t h0 = split_.head0, h1 = h0 + head_, t0 = tail_position(0),
-                t1 = t0 + tail_labels();
+  const int64_t h0 = split_.head0, h1 = h0 + head_, t0 = tail_position(0), t1 = t0 + tail_labels();
   for (int64_t i = 0; i < rows; ++i) {
     const size_t start = tg.indices.size();
     for (int64_t e = batch.labels.indptr[i]; e < batch.labels.indptr[i + 1]; ++e) {
       const uint32_t p = pos_[batch.labels.indices[static_cast<size_t>(e)]];
       if ((p >= h0 && p < h1) || (p >= t0 && p < t1)) tg.indices.push_back(p);
     }
-    std::sort(tg.indices.begin() + static_cast<std::ptrdiff_t>(start),
-              tg.indices.end());
+    std::sort(tg.indices.begin() + static_cast<std::ptrdiff_t>(start), tg.indices.end());
     tg.indptr.push_back(static_cast<int64_t>(tg.indices.size()));
   }
 }
@@ -363,8 +367,10 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
   const int64_t s = std::max(lo, head_);
   if (s < hi) {
     const int64_t r0 = s - head_;
-    XMC_CHECK(r0 % group_ == 0, "group_shared scores: tail position {} is not on a group boundary", r0);
-    tail_forward(r0, in.ut.data(), in.ut16.data(), Matrix(out.data + (s - lo), out.rows, hi - s, out.ld));
+    XMC_CHECK(r0 % group_ == 0, "group_shared scores: tail position {} is not on a group boundary",
+              r0);
+    tail_forward(r0, in.ut.data(), in.ut16.data(),
+                 Matrix(out.data + (s - lo), out.rows, hi - s, out.ld));
   }
 }
 
@@ -426,18 +432,18 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
 }
 
 void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_labels) {
-  XMC_CHECK(point_labels.cols == num_labels() && x.rows == point_labels.rows && x.cols == input_dim(),
-            "group_shared semantic grouping: x [{}×{}], labels [{}×{}], expected [N×{}], [N×{}]",
-            x.rows, x.cols, point_labels.rows, point_labels.cols, input_dim(), num_labels());
+  XMC_CHECK(
+      point_labels.cols == num_labels() && x.rows == point_labels.rows && x.cols == input_dim(),
+      "group_shared semantic grouping: x [{}×{}], labels [{}×{}], expected [N×{}], [N×{}]", x.rows,
+      x.cols, point_labels.rows, point_labels.cols, input_dim(), num_labels());
   // Label-sharded: each process arranges its own tail labels (its segment of the order).
   const int64_t t = tail_labels(), t0 = tail_position(0), g = group_;
   grouped_[0] = 1;
   if (t == 0) return;
   Stopwatch sw;
   LedgerEntry scratch(ctx_->ledger(), MemTag::workspace, 4 * t * input_dim());
-  const DenseMatrix c =
-      label_centroids(x, point_labels,
-                      std::span<const uint32_t>(order_.data() + t0, static_cast<size_t>(t)));
+  const DenseMatrix c = label_centroids(
+      x, point_labels, std::span<const uint32_t>(order_.data() + t0, static_cast<size_t>(t)));
   SemanticGroupingParams sp;
   sp.group = g;
   sp.beta = beta_;
@@ -557,7 +563,8 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
 void GroupSharedLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const float> bias) {
   const auto fill = [&](const std::string& name, int64_t first, int64_t count) {
     if (count == 0) return;
-    auto r = std::find_if(refs.begin(), refs.end(), [&](const TensorRef& t) { return t.name == name; });
+    auto r =
+        std::find_if(refs.begin(), refs.end(), [&](const TensorRef& t) { return t.name == name; });
     XMC_CHECK(r != refs.end() && r->numel() == count, "init_bias: no {} of {} values", name, count);
     float* b = std::get<float*>(r->data);
     for (int64_t i = 0; i < count; ++i)
@@ -581,7 +588,7 @@ int64_t GroupSharedLayer::analytic_bytes_impl() const {
   if (head_block_) bytes += head_block_->analytic_bytes() + head_proj_.bytes();
   if (t > 0) {
     const int64_t wbytes = p_.w.bf16() ? 2 : 4;  // the transposed input ut
-    bytes += 4 * groups_ * f + p_.bytes();  // indices, weights, biases, optimizer state
+    bytes += 4 * groups_ * f + p_.bytes();       // indices, weights, biases, optimizer state
     bytes += wbytes * m_ * bsz + 4 * (bsz * chunk_ + chunk_ * f + chunk_);  // ut, z, dw, db
     bytes += acc_.bytes() + targets_.analytic_bytes();  // GPU: the step's loss, target rows
     bytes += tail_proj_.bytes();

@@ -10,8 +10,7 @@
 namespace xmc {
 
 Projection::Projection(Context& ctx, int64_t in, int64_t out, bool relu,
-                                             const OptimizerConfig& optim, int64_t max_batch,
-                                             uint64_t seed)
+                       const OptimizerConfig& optim, int64_t max_batch, uint64_t seed)
     : ctx_(&ctx), in_(in), out_(out), max_batch_(max_batch), relu_(relu), optim_(optim) {
   if (out_ <= 0) return;
   const auto pn = static_cast<size_t>(out_ * in_ + out_);
@@ -46,8 +45,7 @@ Matrix Projection::forward(ConstMatrix x) {
   return u;
 }
 
-void Projection::backward_update(ConstMatrix x, Matrix dh, float beta,
-                                            const LrState& lr) {
+void Projection::backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr) {
   const Context& ctx = *ctx_;
   const int64_t rows = x.rows;
   const int64_t pn = out_ * in_ + out_;

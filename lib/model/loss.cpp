@@ -12,8 +12,9 @@
 namespace xmc {
 
 namespace {
-constexpr std::array<EnumName<LossType>, 3> kLossNames{
-    {{LossType::bce, "bce"}, {LossType::squared_hinge, "squared_hinge"}, {LossType::softmax, "softmax"}}};
+constexpr std::array<EnumName<LossType>, 3> kLossNames{{{LossType::bce, "bce"},
+                                                        {LossType::squared_hinge, "squared_hinge"},
+                                                        {LossType::softmax, "softmax"}}};
 }  // namespace
 
 LossType parse_loss(std::string_view name) { return parse_enum(kLossNames, name, "loss"); }
@@ -226,8 +227,8 @@ double candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positi
   for (int64_t i = 0; i < rows; ++i) {
     const auto ri = static_cast<size_t>(i);
     softmax_row_accumulate(zg + ptr[i], ptr[i + 1] - ptr[i], st.max[ri], st.sumexp[ri]);
-    npos[ri] = static_cast<double>(std::count_if(positive + ptr[i], positive + ptr[i + 1],
-                                                 [](uint8_t f) { return f != 0; }));
+    npos[ri] = static_cast<double>(
+        std::count_if(positive + ptr[i], positive + ptr[i + 1], [](uint8_t f) { return f != 0; }));
   }
   if (sh != nullptr) {
     merge_softmax_stats(st, *sh);
@@ -250,9 +251,9 @@ double candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positi
 
 }  // namespace
 
-double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
-                           const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros, const RowReductions* shards) {
+double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows, const uint8_t* positive,
+                           const float* weight, int64_t batch_size, float* zg, int64_t* zeros,
+                           const RowReductions* shards) {
   XMC_CHECK(batch_size > 0, "candidate loss over a batch of {}", batch_size);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
   if (type == LossType::softmax)
@@ -294,7 +295,8 @@ void merge_softmax_stats(SoftmaxStats& stats, const RowReductions& red) {
   red.reduce_max(global);
   // Each process's sum relative to its own max, rescaled to the global one, then summed.
   for (size_t r = 0; r < global.size(); ++r)
-    stats.sumexp[r] = stats.sumexp[r] == 0.0 ? 0.0 : stats.sumexp[r] * std::exp(stats.max[r] - global[r]);
+    stats.sumexp[r] =
+        stats.sumexp[r] == 0.0 ? 0.0 : stats.sumexp[r] * std::exp(stats.max[r] - global[r]);
   stats.max = std::move(global);
   red.reduce_sum(stats.sumexp);
 }
@@ -323,7 +325,8 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
 }
 
 LossTargets::LossTargets(Context& ctx, int64_t max_batch) : ctx_(&ctx) {
-  if (ctx.on_gpu()) indptr_ = Buffer<int64_t>(ctx, MemTag::workspace, static_cast<size_t>(max_batch + 1));
+  if (ctx.on_gpu())
+    indptr_ = Buffer<int64_t>(ctx, MemTag::workspace, static_cast<size_t>(max_batch + 1));
 }
 
 void LossTargets::upload() {
@@ -412,12 +415,12 @@ void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, So
   softmax_accumulate(ConstMatrix(logits), st.host_);
 }
 
-void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias,
-                       const SoftmaxState& st, const LossTargets& targets, int64_t lo,
-                       int64_t batch_size, LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
+void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias, const SoftmaxState& st,
+                       const LossTargets& targets, int64_t lo, int64_t batch_size,
+                       LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
   if (ctx.on_gpu()) {
-    gpu::softmax_loss_grad(ctx.cuda(), logits, bias, st.device(), targets.device(), lo,
-                           batch_size, acc.data(), g_bf16);
+    gpu::softmax_loss_grad(ctx.cuda(), logits, bias, st.device(), targets.device(), lo, batch_size,
+                           acc.data(), g_bf16);
     return;
   }
   XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
