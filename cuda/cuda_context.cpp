@@ -84,10 +84,11 @@ CudaContext::CudaContext(MemoryLedger& ledger, int device_index)
     XMC_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     // fp32 GEMMs stay fp32 (no TF32) unless an op asks otherwise: parity with the CPU.
     XMC_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    lt_workspace_ = device_alloc(lt_workspace_bytes());
-    lt_workspace_entry_ = LedgerEntry(ledger, MemTag::workspace,
-                                      static_cast<int64_t>(lt_workspace_bytes()), MemSpace::device);
-    XMC_CUBLAS_CHECK(cublasSetWorkspace(cublas_, lt_workspace_, lt_workspace_bytes()));
+    cublas_workspace_ = device_alloc(cublas_workspace_bytes());
+    cublas_workspace_entry_ =
+        LedgerEntry(ledger, MemTag::workspace, static_cast<int64_t>(cublas_workspace_bytes()),
+                    MemSpace::device);
+    XMC_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, cublas_workspace_bytes()));
   } catch (...) {
     release();
     throw;
@@ -99,10 +100,10 @@ CudaContext::~CudaContext() { release(); }
 void CudaContext::release() noexcept {
   if (stream_) (void)cudaStreamSynchronize(stream_);
   if (cublas_) (void)cublasDestroy(cublas_);
-  device_free(lt_workspace_);
+  device_free(cublas_workspace_);
   if (stream_) (void)cudaStreamDestroy(stream_);
   cublas_ = nullptr;
-  lt_workspace_ = nullptr;
+  cublas_workspace_ = nullptr;
   stream_ = nullptr;
 }
 

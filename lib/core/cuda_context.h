@@ -12,8 +12,8 @@
 #include "core/gpu.h"
 #include "core/memory_ledger.h"
 
-struct CUstream_st;      // cudaStream_t = CUstream_st*
-struct cublasContext;    // cublasHandle_t = cublasContext*
+struct CUstream_st;    // cudaStream_t = CUstream_st*
+struct cublasContext;  // cublasHandle_t = cublasContext*
 
 XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {
@@ -63,9 +63,9 @@ XMC_GPU_FN MemCrossCheck memory_cross_check(const MemoryLedger& ledger,
 // Every op of cuda/ takes the context and runs on its stream.
 class CudaContext {
  public:
-  // The workspace's size (cublasSetWorkspace; its cuBLASLt kernels): the recommended size
-  // for Hopper, plenty for Ampere.
-  static constexpr size_t lt_workspace_bytes() { return size_t{32} << 20; }
+  // The workspace's size (cublasSetWorkspace, for the cuBLASLt kernels cuBLAS runs): the
+  // recommended size for Hopper, plenty for Ampere.
+  static constexpr size_t cublas_workspace_bytes() { return size_t{32} << 20; }
 
   // Selects device `device_index` (InputError if it does not exist).
   CudaContext(MemoryLedger& ledger, int device_index = 0);
@@ -89,8 +89,8 @@ class CudaContext {
   DeviceInfo info_;
   Stream stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
-  void* lt_workspace_ = nullptr;
-  LedgerEntry lt_workspace_entry_;
+  void* cublas_workspace_ = nullptr;
+  LedgerEntry cublas_workspace_entry_;
 };
 
 // Owning array of n T's in device memory (S = MemSpace::device: cudaMalloc) or page-locked
