@@ -211,8 +211,8 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
     const double tflops = 3.0 * gemm_flops / (ms * 1e9);
     const gpu::MemCrossCheck mc = gpu::memory_cross_check(ctx.ledger(), baseline);
     // The run's ledger holds the context's cuBLAS workspace and the block.
-    const int64_t block_ledger =
-        ctx.ledger().total_peak(MemSpace::device) - static_cast<int64_t>(ctx.cublas_workspace_bytes());
+    const int64_t block_ledger = ctx.ledger().total_peak(MemSpace::device) -
+                                 static_cast<int64_t>(ctx.cublas_workspace_bytes());
     step = {{"ms", ms},
             {"tflops", tflops},
             {"ratio_to_gemm_ceiling", tflops / gemm_ceiling},

@@ -18,8 +18,9 @@ struct DataSource {
 };
 
 // auto: `path` set -> xc; else by the extension of `features`: .npy -> npy, .h5/.hdf5 ->
-// hdf5, anything else -> split. An explicit format is used whatever the file names. Throws InputError for an inconsistent source (both
-// `path` and `features`, features without labels, unknown format).
+// hdf5, anything else -> split. An explicit format is used whatever the file names. Throws
+// InputError for an inconsistent source (both `path` and `features`, features without labels,
+// unknown format).
 Dataset load_dataset(const DataSource& src);
 
 // Dense features + XC sparse labels; row counts must agree. format "npy" or "hdf5" reads

@@ -40,7 +40,6 @@
 #include <vector>
 
 #include "config/field_constraints.h"
-
 #include "core/memory_ledger.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
