@@ -4,7 +4,6 @@
 #include <charconv>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
@@ -14,6 +13,20 @@ namespace xmc {
 namespace {
 
 const std::vector<uint32_t> kNoLabels;
+
+// Splits off the next whitespace-separated token of `s` (empty at the end).
+std::string_view next_token(std::string_view& s) {
+  size_t b = s.find_first_not_of(" \t\r\f\v");
+  if (b == std::string_view::npos) {
+    s = {};
+    return {};
+  }
+  size_t e = s.find_first_of(" \t\r\f\v", b);
+  if (e == std::string_view::npos) e = s.size();
+  std::string_view tok = s.substr(b, e - b);
+  s.remove_prefix(e);
+  return tok;
+}
 
 // A non-negative integer token <= max; false otherwise.
 bool parse_id(std::string_view tok, uint64_t max, uint64_t& out) {
@@ -55,10 +68,11 @@ FilterSet read_filter(std::istream& in, const std::string& name) {
   const uint64_t max_point = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   while (std::getline(in, line)) {
     ++line_no;
-    std::istringstream fields(line);  // whitespace-separated
-    std::string t1, t2, t3;
-    fields >> t1 >> t2 >> t3;
+    std::string_view rest(line);
+    std::string_view t1 = next_token(rest);
     if (t1.empty() || t1.front() == '#') continue;
+    std::string_view t2 = next_token(rest);
+    std::string_view t3 = next_token(rest);
     uint64_t point = 0, label = 0;
     if (!parse_id(t1, max_point, point))
       throw_input("{}:{}: expected a point id (integer >= 0) as the first field, got '{}'", name,
