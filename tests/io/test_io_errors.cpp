@@ -157,13 +157,20 @@ TEST_CASE("error: features/labels row count mismatch") {
       [&] { io::load_dense_dataset((dir / "X.npy").string(), (dir / "Y.txt").string()); });
   CHECK_THAT(m, Contains("X.npy' has 2 rows"));
   CHECK_THAT(m, Contains("Y.txt' has 3 rows"));
-  // A directory given as the labels file: said so, not parsed as an empty header.
+  // A directory given as the labels file: said so, not parsed as an empty header, and
+  // nothing written (no cache of the features).
   std::filesystem::create_directory(dir / "Ydir");
+  const auto entries = [&] {
+    return std::distance(std::filesystem::directory_iterator(dir.path()),
+                         std::filesystem::directory_iterator());
+  };
+  const auto before = entries();
   for (auto f : std::vector<std::function<void()>>{
            [&] { io::read_xc_split((dir / "X.txt").string(), (dir / "Ydir").string()); },
            [&] { io::load_dense_dataset((dir / "X.npy").string(), (dir / "Ydir").string()); }}) {
     m = input_error_message(f);
     CHECK_THAT(m, Contains("Ydir' is not a regular file"));
+    CHECK(entries() == before);
   }
 }
 
