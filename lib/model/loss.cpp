@@ -51,26 +51,22 @@ void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64
 // entry (float; the loss is summed in double), then the few positives of the row are
 // corrected: loss -= z, gradient -= 1/B. log(1+exp(-y·z)) = softplus(z) - [pos]·z and
 // d/dz = sigmoid(z) - [pos].
-double bce_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b, int64_t& zeros,
-               const float* w) {
+double bce_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b, const float* w) {
   double loss = 0.0;
   for (const uint32_t* p = tg.first; p != tg.last; ++p)
     loss -= w ? static_cast<double>(w[*p - lo]) * z[*p - lo] : z[*p - lo];
   const float inv_bf = static_cast<float>(inv_b);
-  int64_t row_zeros = 0;
   double row_loss = 0.0;  // summed in double: chunking must not change the total
   // One loop for both: weight(j) is w[j], or the constant 1 (× 1 is exact, folded away).
   const auto entries = [&](auto weight) {
-#pragma omp simd reduction(+ : row_loss, row_zeros)
+#pragma omp simd reduction(+ : row_loss)
     for (int64_t j = 0; j < c; ++j) {
       const float x = z[j];
       const float e = exp_approx(-std::fabs(x));
       row_loss += static_cast<double>(weight(j)) *
                   static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
       const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-      const float g = sig * inv_bf * weight(j);
-      z[j] = g;
-      row_zeros += g == 0.0f;
+      z[j] = sig * inv_bf * weight(j);
     }
   };
   if (w == nullptr)
@@ -78,19 +74,14 @@ double bce_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b, i
   else
     entries([w](int64_t j) { return w[j]; });
   loss += row_loss;
-  for (const uint32_t* p = tg.first; p != tg.last; ++p) {
-    float& g = z[*p - lo];
-    row_zeros -= g == 0.0f;
-    g -= w ? inv_bf * w[*p - lo] : inv_bf;
-    row_zeros += g == 0.0f;
-  }
-  zeros += row_zeros;
+  for (const uint32_t* p = tg.first; p != tg.last; ++p)
+    z[*p - lo] -= w ? inv_bf * w[*p - lo] : inv_bf;
   return loss;
 }
 
 // squared hinge: y = ±1, loss max(0, 1 - y·z)², gradient exactly 0 when the margin is met.
 double squared_hinge_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
-                         int64_t& zeros, const float* w) {
+                         const float* w) {
   double loss = 0.0;
   const uint32_t* p = tg.first;
   for (int64_t j = 0; j < c; ++j) {
@@ -106,9 +97,7 @@ double squared_hinge_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, doubl
       loss += wj * (m * m);
       g = -2.0 * y * m * wj;
     }
-    const float gf = static_cast<float>(g * inv_b);
-    z[j] = gf;
-    if (gf == 0.0f) ++zeros;
+    z[j] = static_cast<float>(g * inv_b);
   }
   return loss;
 }
@@ -117,9 +106,9 @@ double squared_hinge_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, doubl
 // out. w [c] (nullable: all 1) weights each entry's loss and gradient (the candidate
 // losses' weights).
 double row_loss_grad(LossType type, float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b,
-                     int64_t& zeros, const float* w = nullptr) {
-  return type == LossType::bce ? bce_row(z, c, lo, tg, inv_b, zeros, w)
-                               : squared_hinge_row(z, c, lo, tg, inv_b, zeros, w);
+                     const float* w = nullptr) {
+  return type == LossType::bce ? bce_row(z, c, lo, tg, inv_b, w)
+                               : squared_hinge_row(z, c, lo, tg, inv_b, w);
 }
 
 }  // namespace
@@ -138,8 +127,9 @@ double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targ
   const int64_t c = logits.cols;
 #pragma omp parallel for reduction(+ : total, zeros) schedule(static) if (rows * c > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    total += row_loss_grad(type, logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c), inv_b,
-                           zeros);
+    float* z = logits.row(r);
+    total += row_loss_grad(type, z, c, lo, chunk_targets(targets, r, lo, lo + c), inv_b);
+    zeros += std::count(z, z + c, 0.0f);
   }
   if (zero_grads) *zero_grads += zeros;
   return total;
@@ -164,11 +154,16 @@ void softmax_row_accumulate(const float* z, int64_t c, double& row_max, double& 
   sumexp = s + cs;
 }
 
-// One row of softmax pass 2 on the chunk z [c] (labels lo..lo+c), its npos > 0 positives
-// in tg: z becomes (softmax - t) / B with t = 1/npos; adds -t·log p of each positive of the
+// One row of softmax pass 2 on the chunk z [c] (labels lo..lo+c), its npos positives in
+// tg: z becomes (softmax - t) / B with t = 1/npos; adds -t·log p of each positive of the
 // chunk to total, one by one.
 void softmax_row_loss_grad(float* z, int64_t c, int64_t lo, ChunkTargets tg, int64_t npos,
                            double row_max, double lse, double inv_b, double& total) {
+  if (npos == 0) {
+    // No positives: the row's loss is 0 whatever the logits, so is its gradient.
+    std::fill(z, z + c, 0.0f);
+    return;
+  }
   const double t = 1.0 / static_cast<double>(npos);
   // Positives first (their logits are read before the row is overwritten): -t·log p.
   for (const uint32_t* p = tg.first; p != tg.last; ++p)
@@ -238,10 +233,6 @@ double candidate_softmax(const int64_t* ptr, int64_t rows, const uint8_t* positi
                      [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
                        const auto ri = static_cast<size_t>(i);
                        double loss = 0.0;
-                       if (npos[ri] == 0.0) {
-                         std::fill(g, g + nc, 0.0f);  // points without positives: nothing
-                         return loss;
-                       }
                        softmax_row_loss_grad(g, nc, 0, flagged(positive + ptr[i], nc, pos_at),
                                              static_cast<int64_t>(npos[ri]), st.max[ri],
                                              st.logsumexp(i), inv_b, loss);
@@ -262,11 +253,8 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows, cons
   // 0..nc-1, its positives the flagged entries.
   return over_points(ptr, rows, zg, zeros,
                      [&](int64_t i, float* g, int64_t nc, std::vector<uint32_t>& pos_at) {
-                       const int64_t e0 = ptr[i];
-                       const ChunkTargets tg = flagged(positive + e0, nc, pos_at);
-                       const float* wt = weight ? weight + e0 : nullptr;
-                       int64_t z = 0;  // over_points counts the zeros
-                       return row_loss_grad(type, g, nc, 0, tg, inv_b, z, wt);
+                       return row_loss_grad(type, g, nc, 0, flagged(positive + ptr[i], nc, pos_at),
+                                            inv_b, weight ? weight + ptr[i] : nullptr);
                      });
 }
 
@@ -311,15 +299,9 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) schedule(static) if (logits.rows * c > 16384)
   for (int64_t r = 0; r < logits.rows; ++r) {
-    float* z = logits.row(r);
-    const int64_t npos = targets.row_nnz(r);
-    if (npos == 0) {
-      // No positives: the row's loss is 0 whatever the logits, so is its gradient.
-      std::fill(z, z + c, 0.0f);
-      continue;
-    }
-    softmax_row_loss_grad(z, c, lo, chunk_targets(targets, r, lo, lo + c), npos,
-                          stats.max[static_cast<size_t>(r)], stats.logsumexp(r), inv_b, total);
+    softmax_row_loss_grad(logits.row(r), c, lo, chunk_targets(targets, r, lo, lo + c),
+                          targets.row_nnz(r), stats.max[static_cast<size_t>(r)], stats.logsumexp(r),
+                          inv_b, total);
   }
   return total;
 }
