@@ -47,29 +47,27 @@ class Buffer {
   bool empty() const { return size() == 0; }
   size_t bytes() const { return size() * sizeof(T); }
 
-  // Elements [offset, offset+n) = src[0..n), src in pageable host memory (never a
-  // PinnedBuffer): src may be reused as soon as this returns. GPU: queued on the stream
-  // without waiting — CUDA stages a pageable source before cudaMemcpyAsync returns.
-  void copy_from_host(const T* src, size_t n, size_t offset = 0) {
-    XMC_CHECK(offset + n <= size(), "buffer copy of [{}, {}) into {} elements", offset,
-              offset + n, size());
+  // The first n elements = src[0..n), src in pageable host memory (never a PinnedBuffer):
+  // src may be reused as soon as this returns. GPU: queued on the stream without waiting —
+  // CUDA stages a pageable source before cudaMemcpyAsync returns.
+  void copy_from_host(const T* src, size_t n) {
+    XMC_CHECK(n <= size(), "buffer copy of {} elements into {}", n, size());
     if (n == 0) return;
     if (cuda_) {
-      gpu::copy_to_device(dev_.data() + offset, src, n * sizeof(T), cuda_->stream());
+      gpu::copy_to_device(dev_.data(), src, n * sizeof(T), cuda_->stream());
     } else {
-      std::copy(src, src + n, host_.data() + offset);
+      std::copy(src, src + n, host_.data());
     }
   }
-  // dst[0..n) = elements [offset, offset+n) (host memory), complete on return.
-  void copy_to_host(T* dst, size_t n, size_t offset = 0) const {
-    XMC_CHECK(offset + n <= size(), "buffer copy of [{}, {}) out of {} elements", offset,
-              offset + n, size());
+  // dst[0..n) = the first n elements (host memory), complete on return.
+  void copy_to_host(T* dst, size_t n) const {
+    XMC_CHECK(n <= size(), "buffer copy of {} elements out of {}", n, size());
     if (n == 0) return;
     if (cuda_) {
-      gpu::copy_to_host(dst, dev_.data() + offset, n * sizeof(T), cuda_->stream());
+      gpu::copy_to_host(dst, dev_.data(), n * sizeof(T), cuda_->stream());
       cuda_->synchronize();
     } else {
-      std::copy(host_.data() + offset, host_.data() + offset + n, dst);
+      std::copy(host_.data(), host_.data() + n, dst);
     }
   }
 

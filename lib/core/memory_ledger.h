@@ -42,10 +42,8 @@ class MemoryLedger {
 
  private:
   mutable std::mutex mu_;
-  std::array<std::array<int64_t, kNumMemTags>, kNumMemSpaces> cur_{};
-  std::array<std::array<int64_t, kNumMemTags>, kNumMemSpaces> peak_{};
-  std::array<int64_t, kNumMemSpaces> total_cur_{};
-  std::array<int64_t, kNumMemSpaces> total_peak_{};
+  // Per space, the bytes of each tag and, at index kNumMemTags, of all of them.
+  std::array<std::array<int64_t, kNumMemTags + 1>, kNumMemSpaces> cur_{}, peak_{};
 };
 
 // RAII record of `bytes` under a tag for a buffer owned elsewhere (a std::vector, a
