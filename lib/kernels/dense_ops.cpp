@@ -79,27 +79,25 @@ void add_row_vector(const Context& ctx, Matrix m, const float* bias) {
   ctx.on_gpu() ? gpu::add_row_vector(ctx.cuda(), m, bias) : add_row_vector(m, bias);
 }
 
-namespace {
-const gpu::CudaContext& bf16_device(const Context& ctx) {
-  XMC_CHECK(ctx.on_gpu(), "bf16 operands on a CPU Context (bf16 exists only on device cuda)");
+const gpu::CudaContext& bf16_device(const Context& ctx, const char* what) {
+  XMC_CHECK(ctx.on_gpu(), "{}: bf16 exists only on device cuda", what);
   return ctx.cuda();
 }
-}  // namespace
 
 void gemm_nt(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
              float alpha, float beta) {
-  gpu::gemm_nt(bf16_device(ctx), a, b, c, alpha, beta);
+  gpu::gemm_nt(bf16_device(ctx, "bf16 gemm_nt"), a, b, c, alpha, beta);
 }
 void gemm_nn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
              float alpha, float beta) {
-  gpu::gemm_nn(bf16_device(ctx), a, b, c, alpha, beta);
+  gpu::gemm_nn(bf16_device(ctx, "bf16 gemm_nn"), a, b, c, alpha, beta);
 }
 void gemm_tn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,
              float alpha, float beta) {
-  gpu::gemm_tn(bf16_device(ctx), a, b, c, alpha, beta);
+  gpu::gemm_tn(bf16_device(ctx, "bf16 gemm_tn"), a, b, c, alpha, beta);
 }
 void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst) {
-  gpu::to_bf16(bf16_device(ctx), src, dst);
+  gpu::to_bf16(bf16_device(ctx, "to_bf16"), src, dst);
 }
 
 void set_zero(const Context& ctx, Matrix m) {

@@ -32,6 +32,9 @@ void gemm_tn(const Context& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float a
              float beta = 0.0f);
 void column_sums(const Context& ctx, ConstMatrix a, float* out);
 void add_row_vector(const Context& ctx, Matrix m, const float* bias);
+// The GPU context of a CUDA Context for a bf16 op: bf16 exists only on the GPU, so a CPU
+// Context throws xmc::Error "<what>: bf16 exists only on device cuda".
+const gpu::CudaContext& bf16_device(const Context& ctx, const char* what);
 // bf16 operands with fp32 accumulation, and the rounding into bf16: CUDA only (a CPU
 // Context throws xmc::Error; bf16 weights exist only on the GPU).
 void gemm_nt(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b, Matrix c,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/dense_ops.h"  // bf16_device
 #include "kernels/sparse_ops_cuda.h"
 
 namespace xmc::kernels {
@@ -198,8 +199,7 @@ void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
 }
 
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {
-  XMC_CHECK(ctx.on_gpu(), "bf16 transpose: bf16 exists only on device cuda");
-  gpu::transpose(ctx.cuda(), u, ut);
+  gpu::transpose(bf16_device(ctx, "bf16 transpose"), u, ut);
 }
 
 }  // namespace xmc::kernels

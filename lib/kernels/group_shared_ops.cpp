@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/dense_ops.h"        // bf16_device
 #include "kernels/fixed_fanin_ops.h"  // columns_to_rows
 #include "kernels/sparse_ops_cuda.h"
 
@@ -199,27 +200,22 @@ void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const floa
   }
 }
 
-namespace {
-const gpu::CudaContext& bf16_gpu(const Context& ctx, const char* op) {
-  XMC_CHECK(ctx.on_gpu(), "group-shared {}: bf16 exists only on device cuda", op);
-  return ctx.cuda();
-}
-}  // namespace
-
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           gpu::ConstBf16Matrix ut, Matrix z) {
-  gpu::group_shared_forward(bf16_gpu(ctx, "forward"), idx, w, bias, n, group, fan_in, ut, z);
+  gpu::group_shared_forward(bf16_device(ctx, "group-shared forward"), idx, w, bias, n, group,
+                            fan_in, ut, z);
 }
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
                               float* db) {
-  gpu::group_shared_weight_grad(bf16_gpu(ctx, "weight gradient"), idx, n, group, fan_in, g, ut,
-                                dw, db);
+  gpu::group_shared_weight_grad(bf16_device(ctx, "group-shared weight gradient"), idx, n, group,
+                                fan_in, g, ut, dw, db);
 }
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                              int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
-  gpu::group_shared_input_grad(bf16_gpu(ctx, "input gradient"), idx, w, n, group, fan_in, g, du);
+  gpu::group_shared_input_grad(bf16_device(ctx, "group-shared input gradient"), idx, w, n, group,
+                               fan_in, g, du);
 }
 
 }  // namespace xmc::kernels
