@@ -24,7 +24,11 @@ struct SourceLocation {
   std::string file;
   long long line = 0;    // 1-based, 0 = unknown
   long long column = 0;  // 1-based, 0 = unknown
-  std::string str() const;
+  std::string str() const {
+    if (line <= 0) return file;
+    if (column <= 0) return fmt::format("{}:{}", file, line);
+    return fmt::format("{}:{}:{}", file, line, column);
+  }
 };
 
 template <class... Args>

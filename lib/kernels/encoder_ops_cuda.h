@@ -1,5 +1,5 @@
 #pragma once
-// The encoder's ops on the GPU (model/linear.h, model/sparse_linear.h, model/activation.h,
+// The encoder's ops on the GPU (model/linear.h, model/sparse_linear.h, model/layer_params.h,
 // model/dropout.h semantics), on device memory and the context's stream. Matrix views and
 // raw pointers are DEVICE pointers; nothing synchronises. The GEMMs of the dense layers
 // and the optimizer updates are the dense op family's (kernels/dense_ops_cuda.h).
@@ -21,7 +21,7 @@ struct DeviceCsrValues {
   int64_t cols = 0;
 };
 
-// The same non-zeros grouped by column (model/csr_by_column.h): for each touched column u
+// The same non-zeros grouped by column (model/sparse_linear.h): for each touched column u
 // (global id cols[u]), entries start[u]..start[u+1]-1 of rows / values, in ascending
 // position order.
 struct DeviceCsrByColumn {

@@ -5,10 +5,9 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/cuda_context.h"
+#include "core/cuda_stream.h"
 #include "core/error.h"
-#include "core/staging_slot.h"
-#include "model/activation.h"
-#include "model/csr_by_column.h"
 #include "model/dropout.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"
@@ -46,6 +45,65 @@ void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, 
 }
 
 }  // namespace
+
+// One slot of the double-buffered batch staging. The host fills a block; on a CUDA Context
+// the block is pinned and copied to a device twin on a side stream (so the copy of batch
+// i+1 overlaps the compute of batch i), and the ops read the twin; on a CPU Context the
+// ops read the host block itself. Both blocks grow with the batch and are in the ledger as
+// activations.
+class StagingSlot {
+ public:
+  StagingSlot() = default;
+  explicit StagingSlot(Context& ctx) : ctx_(&ctx) {
+    if (!ctx.on_gpu()) return;
+    side_ = std::make_unique<gpu::CudaStream>();
+    ready_ = std::make_unique<gpu::CudaEvent>();
+    done_ = std::make_unique<gpu::CudaEvent>();
+  }
+  // The host block, at least `bytes` long (contents unspecified). GPU: waits until the
+  // previous copy out of it finished.
+  unsigned char* host(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+    if (!ctx_->on_gpu()) {
+      if (cpu_.size() < bytes)
+        cpu_ = HostBuffer<unsigned char>(ctx_->ledger(), MemTag::activations, 2 * bytes);
+      return cpu_.data();
+    }
+    ready_->synchronize();
+    if (pinned_.size() < bytes)
+      pinned_ = gpu::PinnedBuffer<unsigned char>(ctx_->ledger(), MemTag::activations, 2 * bytes);
+    return pinned_.data();
+  }
+  // GPU: once the compute stream has passed every queued use of the previous contents,
+  // copies the first `bytes` of the host block to the device twin on the side stream.
+  // CPU: nothing.
+  void upload(size_t bytes) {
+    if (!ctx_->on_gpu()) return;
+    gpu::CudaContext& cuda = ctx_->cuda();
+    if (dev_.size() < bytes) {
+      cuda.synchronize();  // the old twin may still be read by queued work
+      dev_ = gpu::DeviceBuffer<unsigned char>(ctx_->ledger(), MemTag::activations, 2 * bytes);
+    }
+    done_->record(cuda.stream());
+    done_->make_wait(side_->get());
+    gpu::copy_to_device(dev_.data(), pinned_.data(), bytes, side_->get());
+    ready_->record(side_->get());
+  }
+  // GPU: the compute stream waits for the copy. CPU: nothing.
+  void wait_ready() {
+    if (ctx_->on_gpu()) ready_->make_wait(ctx_->cuda().stream());
+  }
+  // What the ops read: the device twin (GPU) or the host block (CPU).
+  const unsigned char* data() const { return ctx_->on_gpu() ? dev_.data() : cpu_.data(); }
+
+ private:
+  Context* ctx_ = nullptr;
+  HostBuffer<unsigned char> cpu_;                 // CPU
+  gpu::PinnedBuffer<unsigned char> pinned_;       // GPU
+  gpu::DeviceBuffer<unsigned char> dev_;          // GPU
+  std::unique_ptr<gpu::CudaStream> side_;         // GPU: host→device copies
+  std::unique_ptr<gpu::CudaEvent> ready_, done_;  // GPU: copy finished / uses finished
+};
 
 // One staged batch: a single block (StagingSlot: pinned + device twin on the GPU, host on
 // the CPU), sections at 256-byte offsets — dense x | CSR indptr, indices, values |

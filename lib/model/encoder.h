@@ -7,11 +7,11 @@
 // model/linear.h — one path on both devices (Buffers and the Context's ops).
 //
 // Batches are double-buffered: stage() prepares a batch in one of two slots
-// (core/staging_slot.h) — the sparse input after dropout, its non-zeros grouped by column,
-// the dropout masks of the dense layers, all drawn on the host from the caller's Rng in
-// the layers' order — and on a CUDA Context copies the slot to the device on a side
-// stream, so the copy of batch i+1 overlaps the compute of batch i; forward_staged() runs
-// the layers on the slot.
+// (StagingSlot, in model/encoder.cpp) — the sparse input after dropout, its non-zeros
+// grouped by column, the dropout masks of the dense layers, all drawn on the host from the
+// caller's Rng in the layers' order — and on a CUDA Context copies the slot to the device
+// on a side stream, so the copy of batch i+1 overlaps the compute of batch i;
+// forward_staged() runs the layers on the slot.
 #include <cstdint>
 #include <memory>
 #include <string>

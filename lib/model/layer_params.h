@@ -12,15 +12,24 @@
 
 #include "core/buffer.h"
 #include "core/context.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/matrix.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
-#include "model/activation.h"
 #include "model/optimizer.h"
 #include "model/optimizer_state.h"
 
 namespace xmc {
+
+// The activation after an encoder layer (applied by the ops of kernels/encoder_ops.h and
+// kernels/dense_ops.h); parse_activation throws InputError naming the known ones.
+enum class Activation { none, relu };
+inline Activation parse_activation(std::string_view name) {
+  constexpr std::array<EnumName<Activation>, 2> kNames{
+      {{Activation::none, "none"}, {Activation::relu, "relu"}}};
+  return parse_enum(kNames, name, "activation");
+}
 
 class EncoderLayerBase {
  public:

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/context.h"
-#include "model/csr_by_column.h"
 #include "model/dropout.h"
 #include "model/encoder.h"
+#include "model/sparse_linear.h"
 #include "model_test_util.h"
 
 using namespace xmc;

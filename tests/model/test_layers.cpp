@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "kernels/dense_ops.h"
 #include "kernels/encoder_ops.h"
-#include "model/activation.h"
 #include "model/dropout.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"

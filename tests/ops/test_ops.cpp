@@ -24,9 +24,9 @@
 #include "kernels/fixed_fanin_ops.h"
 #include "kernels/group_shared_ops.h"
 #include "layers/device_topk.h"
-#include "model/csr_by_column.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
+#include "model/sparse_linear.h"
 #include "ops_test_util.h"
 #include "support/op_cases.h"
 
