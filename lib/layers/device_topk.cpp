@@ -9,15 +9,21 @@
 
 namespace xmc {
 
-namespace {
-
-// The device form (the header's first comment); the arguments are stream_topk's, checked.
-TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t block_rows, int64_t n,
-                        int64_t chunk, int64_t label_offset, float* workspace,
-                        const std::function<void(int64_t, int64_t)>& begin_block,
-                        const std::function<void(int64_t, Matrix)>& score) {
+TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
+                 int64_t label_offset, const std::function<void(int64_t, int64_t)>& begin_block,
+                 const std::function<void(int64_t, Matrix)>& score) {
+  XMC_CHECK(rows >= 0 && block_rows > 0 && n > 0 && chunk > 0,
+            "top-k: {} rows in blocks of {}, {} labels in chunks of {}", rows, block_rows, n,
+            chunk);
+  chunk = std::min(chunk, n);
+  const int64_t zrows = std::min(block_rows, std::max<int64_t>(rows, 1));
+  Buffer<float> workspace(ctx, MemTag::workspace, static_cast<size_t>(zrows * chunk));
+  if (!ctx.on_gpu())
+    return host_stream_topk(rows, k, block_rows, n, chunk, label_offset, workspace.data(),
+                            begin_block, score);
+  // The device form (the header's first comment).
   gpu::check_topk_k(k);
-  const auto s = ctx.stream();
+  const auto s = ctx.cuda().stream();
   const auto rk = static_cast<size_t>(rows * k);
   TopK out = TopK::padded(rows, k);
   if (rk == 0) return out;
@@ -32,7 +38,7 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
     if (begin_block) begin_block(r0, br);
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t c = std::min(chunk, n - c0);
-      const Matrix z(workspace, br, c);
+      const Matrix z(workspace.data(), br, c);
       score(c0, z);
       gpu::topk_merge_chunk(z.data, br, c, c, k, label_offset + c0, tmp_s.data() + off,
                             tmp_l.data() + off, run_s.data() + off, run_l.data() + off, s);
@@ -45,24 +51,6 @@ TopK device_stream_topk(gpu::CudaContext& ctx, int64_t rows, int k, int64_t bloc
   for (size_t i = 0; i < rk; ++i)
     if (out.labels[i] == TopK::kNoLabel) out.scores[i] = -std::numeric_limits<float>::infinity();
   return out;
-}
-
-}  // namespace
-
-TopK stream_topk(Context& ctx, int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
-                 int64_t label_offset, const std::function<void(int64_t, int64_t)>& begin_block,
-                 const std::function<void(int64_t, Matrix)>& score) {
-  XMC_CHECK(rows >= 0 && block_rows > 0 && n > 0 && chunk > 0,
-            "top-k: {} rows in blocks of {}, {} labels in chunks of {}", rows, block_rows, n,
-            chunk);
-  chunk = std::min(chunk, n);
-  const int64_t br = std::min(block_rows, std::max<int64_t>(rows, 1));
-  Buffer<float> z(ctx, MemTag::workspace, static_cast<size_t>(br * chunk));
-  if (ctx.on_gpu())
-    return device_stream_topk(ctx.cuda(), rows, k, block_rows, n, chunk, label_offset, z.data(),
-                              begin_block, score);
-  return host_stream_topk(rows, k, block_rows, n, chunk, label_offset, z.data(), begin_block,
-                          score);
 }
 
 TopK host_stream_topk(int64_t rows, int k, int64_t block_rows, int64_t n, int64_t chunk,
