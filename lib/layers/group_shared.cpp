@@ -46,6 +46,12 @@ void gs_draw_set(Rng& rng, int64_t m, int64_t f, uint32_t* out, std::vector<char
   std::sort(out, out + f);
 }
 
+// Fisher–Yates shuffle of a[0, n), from the back: n - 1 draws of rng.
+template <class T>
+void fisher_yates(T* a, int64_t n, Rng rng) {
+  for (int64_t i = n - 1; i > 0; --i) std::swap(a[i], a[rng.below(static_cast<uint64_t>(i) + 1)]);
+}
+
 GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
                                     int shard, int shards) {
   GroupSharedSplit s;
@@ -118,14 +124,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     std::vector<int64_t> freq = init.label_freq;
     freq.resize(static_cast<size_t>(all), 0);
     auto order = frequency_order(freq);
-    if (grouping_ == GroupingType::random) {
-      Rng rng = Rng::stream(seed_, kGsShuffleStream);
-      for (int64_t i = all - 1; i > h_all; --i) {
-        const auto j =
-            h_all + static_cast<int64_t>(rng.below(static_cast<uint64_t>(i - h_all + 1)));
-        std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-      }
-    }
+    if (grouping_ == GroupingType::random)
+      fisher_yates(order.data() + h_all, all - h_all, Rng::stream(seed_, kGsShuffleStream));
     std::copy(order.begin(), order.end(), order_.data());
     const auto pos = inverse_order(order);
     std::copy(pos.begin(), pos.end(), pos_.data());
@@ -158,7 +158,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
     // The initial index sets and weights, drawn on the host (the moments start at zero).
     draw_tail_indices(idx_.stage_for_write());
     idx_.commit();
-    init_tail_weights(p_.w.stage_for_write(), nullptr, nullptr);
+    init_tail_weights(p_.w.stage_for_write());
     p_.w.commit();
   }
   // Label-sharded: every process holds a head part and a tail part when the layer has
@@ -199,11 +199,9 @@ void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
   }
 }
 
-void GroupSharedLayer::init_tail_weights(float* w, float* s1, float* s2) const {
-  const int64_t t = tail_labels(), f = fan_in_;
-  init_uniform_rows(w, t, f, Rng::stream(seed_, kGsWeightStream).next(), split_.group0 * group_);
-  for (float* s : {s1, s2})
-    if (s) std::fill(s, s + t * f, 0.0f);
+void GroupSharedLayer::init_tail_weights(float* w) const {
+  init_uniform_rows(w, tail_labels(), fan_in_, Rng::stream(seed_, kGsWeightStream).next(),
+                    split_.group0 * group_);
 }
 
 void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
@@ -246,14 +244,11 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   double loss = 0.0;
   const CsrMatrix& targets = targets_.host();
   if (head_block_) {
-    StepStats hs;
-    if (head_proj_.active()) {
-      ConstMatrix hin = head_proj_.forward(x);
-      hs = head_block_->train_step(targets, hin, head_proj_.grad_workspace(bsz), lr);
-      head_proj_.backward_update(x, dh, 0.0f, lr);
-    } else {
-      hs = head_block_->train_step(targets, x, dh, lr);
-    }
+    const bool proj = head_proj_.active();
+    const StepStats hs = proj ? head_block_->train_step(targets, head_proj_.forward(x),
+                                                        head_proj_.grad_workspace(bsz), lr)
+                              : head_block_->train_step(targets, x, dh, lr);
+    if (proj) head_proj_.backward_update(x, dh, 0.0f, lr);
     loss += hs.loss * static_cast<double>(bsz);
     stats.zero_grads += hs.zero_grads;
     stats.grads += hs.grads;
@@ -265,11 +260,8 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   if (tail_labels() > 0) {
     ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
     // du = dL/du [B×m]: the projection's workspace (zeroed), or dh itself (accumulating).
-    Matrix du = dh;
-    if (tail_proj_.active()) {
-      du = tail_proj_.grad_workspace(bsz);
-      kernels::set_zero(ctx, du);
-    }
+    const Matrix du = tail_proj_.active() ? tail_proj_.grad_workspace(bsz) : dh;
+    if (tail_proj_.active()) kernels::set_zero(ctx, du);
     acc_.reset(loss);  // the tail's chunk losses are added to the head's
     train_tail(u, du, bsz, lr);
     sw.reset();  // train_tail marked its own phases
@@ -398,23 +390,13 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
 }
 
 void GroupSharedLayer::to_original_ids(TopK& top) const {
-  const int k = top.k;
-  std::vector<std::pair<float, uint32_t>> row(static_cast<size_t>(k));
-  for (int64_t r = 0; r < top.rows; ++r) {
-    uint32_t* lab = top.row_labels(r);
-    float* sc = top.row_scores(r);
-    for (int j = 0; j < k; ++j) {
-      const uint32_t l = lab[j] == TopK::kNoLabel ? lab[j] : order_[position(lab[j])];
-      row[static_cast<size_t>(j)] = {sc[j], l};
-    }
-    std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) {
-      return ranks_before(a.first, a.second, b.first, b.second);
-    });
-    for (int j = 0; j < k; ++j) {
-      sc[j] = row[static_cast<size_t>(j)].first;
-      lab[j] = row[static_cast<size_t>(j)].second;
-    }
+  TopKAccumulator acc(top.rows, top.k);
+  for (size_t e = 0; e < top.labels.size(); ++e) {
+    const uint32_t l = top.labels[e];
+    acc.add(static_cast<int64_t>(e) / top.k, l == TopK::kNoLabel ? l : order_[position(l)],
+            top.scores[e]);
   }
+  top = acc.result();
 }
 
 TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
@@ -455,9 +437,7 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   std::vector<int64_t> ident(static_cast<size_t>(t)), shuffled(static_cast<size_t>(t));
   std::iota(ident.begin(), ident.end(), int64_t{0});
   shuffled = ident;
-  Rng rng = Rng::stream(seed_, kGsSemanticStream + 1);
-  for (int64_t i = t - 1; i > 0; --i)
-    std::swap(shuffled[static_cast<size_t>(i)], shuffled[rng.below(static_cast<uint64_t>(i) + 1)]);
+  fisher_yates(shuffled.data(), t, Rng::stream(seed_, kGsSemanticStream + 1));
   const double coh = group_cohesion(c.view(), arr, g);
   const double coh_freq = group_cohesion(c.view(), ident, g);
   const double coh_rand = group_cohesion(c.view(), shuffled, g);
@@ -470,8 +450,8 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
     order_[static_cast<size_t>(t0 + i)] = l;
     pos_[l] = static_cast<uint32_t>(t0 + i);
   }
-  // On host copies of the tail (once per run; on the GPU T·(F·(1+s)+1+s) floats down and
-  // up, s = optimizer state arrays).
+  // On host copies of the tail (once per run; on the GPU T·(1+s) floats down and T·(F+1+s)
+  // up, s = optimizer state arrays; the weights' moments are zeroed in place).
   for (Buffer<float>* bb : {&p_.b, &p_.b_s1, &p_.b_s2}) {
     if (bb->empty()) continue;
     float* b = bb->stage();
@@ -479,10 +459,10 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
     for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
     bb->commit();
   }
-  init_tail_weights(p_.w.stage_for_write(), p_.w_s1.empty() ? nullptr : p_.w_s1.stage_for_write(),
-                    p_.w_s2.empty() ? nullptr : p_.w_s2.stage_for_write());
+  init_tail_weights(p_.w.stage_for_write());
   p_.w.commit();
-  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
+  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2})
+    if (!b->empty()) kernels::set_zero(*ctx_, Matrix(b->data(), t, fan_in_));
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",

@@ -166,10 +166,9 @@ class GroupSharedLayer final : public FaninLayer {
   // Positions -> original ids in place; equal scores then rank by original id.
   void to_original_ids(TopK& top) const;
   void build_targets(const Batch& batch, int64_t rows);
-  // One index set per group into idx [K×F]; the initial tail weights into w [T×F] and
-  // zero moments s1, s2 [T×F] (nullable), T > 0.
+  // One index set per group into idx [K×F]; the initial tail weights into w [T×F], T > 0.
   void draw_tail_indices(uint32_t* idx) const;
-  void init_tail_weights(float* w, float* s1, float* s2) const;
+  void init_tail_weights(float* w) const;
   // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.
   void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
