@@ -84,15 +84,11 @@ void BottleneckLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
   // Project a block of rows once, then stream the dense block's chunks.
   Buffer<float> u;
-  int64_t rows_now = 0;
   return xmc::stream_topk(
       *ctx_, h.rows, k, eval_rows_, shard_labels(), block_.chunk(), label_lo(),
-      [&](int64_t r0, int64_t rows) {
-        u = project(h.rows_range(r0, rows));
-        rows_now = rows;
-      },
+      [&](int64_t r0, int64_t rows) { u = project(h.rows_range(r0, rows)); },
       [&](int64_t c0, Matrix z) {
-        block_.scores(ConstMatrix(u.data(), rows_now, dim_), label_lo() + c0, z);
+        block_.scores(ConstMatrix(u.data(), z.rows, dim_), label_lo() + c0, z);
       });
 }
 
