@@ -50,17 +50,8 @@ std::vector<PathStep> parse_override_path(const std::string& key, const std::str
   return steps;
 }
 
-// Values from --set have no line: every node and key of the value names the override.
-void set_origin(ConfigNode& n, const std::string& origin) {
-  n.origin = origin;
-  for (auto& item : n.items) {
-    set_origin(item, origin);
-    if (n.is_map()) item.key_origin = origin;
-  }
-}
-
-}  // namespace
-
+// Applies one "--set" assignment to a parsed tree (creating missing map entries; the
+// reader then rejects unknown keys).
 void apply_override(ConfigNode& root, const std::string& assignment) {
   std::string origin = fmt::format("--set {}", assignment);
   size_t eq = assignment.find('=');
@@ -68,8 +59,8 @@ void apply_override(ConfigNode& root, const std::string& assignment) {
     throw_input("{}: expected KEY=VALUE (e.g. --set train.epochs=3)", origin);
   std::string key = assignment.substr(0, eq);
   std::vector<PathStep> steps = parse_override_path(key, origin);
+  // Values from --set have no line: every node and key of the value names the override.
   ConfigNode value = parse_yaml(assignment.substr(eq + 1), origin, true);
-  set_origin(value, origin);
 
   ConfigNode* cur = &root;
   std::string path;
@@ -105,6 +96,8 @@ void apply_override(ConfigNode& root, const std::string& assignment) {
   value.key_origin = cur->key_origin.empty() ? std::string{} : origin;
   *cur = std::move(value);
 }
+
+}  // namespace
 
 ExperimentConfig parse_config(std::string_view yaml_text, const std::string& source,
                               const std::vector<std::string>& overrides,

@@ -6,7 +6,6 @@
 #include <string_view>
 #include <vector>
 
-#include "config/config_node.h"
 #include "config/experiment_config.h"
 #include "config/output_types.h"
 
@@ -37,9 +36,5 @@ struct ConfigChange {
 // The keys whose values differ between two config texts (dump_config output), in the
 // order of `after`, then the keys only `before` has.
 std::vector<ConfigChange> config_changes(std::string_view before_yaml, std::string_view after_yaml);
-
-// Applies one "--set" assignment to a parsed tree (creating missing map entries; the
-// reader then rejects unknown keys).
-void apply_override(ConfigNode& root, const std::string& assignment);
 
 }  // namespace xmc
