@@ -56,4 +56,9 @@ FlatConfig flatten_config(const ConfigNode& root);
 // The value of a key, or nullptr.
 const std::string* find_value(const FlatConfig& config, std::string_view key);
 
+// Keys whose value is not the same in every config — a key that some configs lack differs —
+// in order of first appearance (`xmctrain report`'s config columns, named as --set names
+// them, so a column names the override that reproduces it). Fewer than two configs: none.
+std::vector<std::string> differing_keys(const std::vector<const FlatConfig*>& configs);
+
 }  // namespace xmc

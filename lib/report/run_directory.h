@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "report/config_diff.h"
+#include "config/config_node.h"
 
 namespace xmc {
 

@@ -1,8 +1,8 @@
 // Flattening resolved configs to --set key paths, and finding the keys that differ.
 #include <catch2/catch.hpp>
 
+#include "config/config_node.h"
 #include "config/yaml_tree.h"
-#include "report/config_diff.h"
 
 using namespace xmc;
 
