@@ -63,13 +63,14 @@ std::string config_reference_markdown(const std::vector<OutputTypeInfo>& output_
   }
 
   md += "\n## Output types (`model.output`)\n\n";
-  if (collector.output_types.empty()) md += "No output types are registered.\n";
-  for (const auto& t : collector.output_types) {
+  if (output_types.empty()) md += "No output types are registered.\n";
+  for (const auto& t : output_types) {
     md += fmt::format("\n### `type: {}`\n\n{}\n\n", t.name, t.description);
-    if (t.rows.empty())
+    const std::vector<ReferenceRow> rows = t.reference("model.output");
+    if (rows.empty())
       md += "No further keys.\n";
     else
-      table(md, t.rows);
+      table(md, rows);
   }
   return md;
 }

@@ -26,9 +26,9 @@ struct OutputTypeInfo {
   // path is "model.output" for messages.
   std::function<std::shared_ptr<const OutputValue>(const ConfigNode& node, const std::string& path)>
       parse;
-  // Documents the type's fields (defaults from a default-constructed struct).
-  std::function<std::vector<ReferenceRow>(const std::string& prefix, const std::string& section)>
-      reference;
+  // Documents the type's fields (defaults from a default-constructed struct); prefix is
+  // "model.output".
+  std::function<std::vector<ReferenceRow>(const std::string& prefix)> reference;
 };
 
 template <class T>
@@ -44,9 +44,9 @@ OutputTypeInfo make_output_type(std::string name, std::string description) {
     r.finish();
     return std::shared_ptr<const OutputValue>(std::make_shared<OutputValueOf<T>>(std::move(value)));
   };
-  info.reference = [](const std::string& prefix, const std::string& section) {
+  info.reference = [](const std::string& prefix) {
     T value{};
-    ReferenceCollector c(prefix, section);
+    ReferenceCollector c(prefix, "");
     value.visit(c);
     return std::move(c.rows);
   };

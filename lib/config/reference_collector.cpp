@@ -23,7 +23,6 @@ void ReferenceCollector::add(std::string_view key, std::string type, std::string
 
 void ReferenceCollector::append(ReferenceCollector&& sub) {
   for (auto& r : sub.rows) rows.push_back(std::move(r));
-  for (auto& o : sub.output_types) output_types.push_back(std::move(o));
 }
 
 void ReferenceCollector::field(std::string_view key, bool v, std::string_view doc) {
@@ -55,13 +54,9 @@ void ReferenceCollector::field(std::string_view key, const OutputSpec& v, std::s
   std::vector<std::string> names;
   if (types_)
     for (const auto& t : *types_) names.push_back(t.name);
-  std::string p = path(key);
-  rows.push_back({section_, p + ".type", "string", v.type,
+  rows.push_back({section_, path(key) + ".type", "string", v.type,
                   fmt::format("{}", fmt::join(names, ", ")),
                   fmt::format("{}: the backend; its keys are listed per type below", doc)});
-  if (!types_) return;
-  for (const auto& t : *types_)
-    output_types.push_back({t.name, t.description, t.reference(p, section_)});
 }
 
 }  // namespace xmc

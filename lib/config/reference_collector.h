@@ -23,12 +23,6 @@ struct ReferenceRow {
   std::string doc;
 };
 
-// One table per registered output type.
-struct OutputTypeReference {
-  std::string name, description;
-  std::vector<ReferenceRow> rows;
-};
-
 class ReferenceCollector {
  public:
   // prefix: dotted path of the struct being described ("" = root).
@@ -63,7 +57,6 @@ class ReferenceCollector {
   }
 
   std::vector<ReferenceRow> rows;
-  std::vector<OutputTypeReference> output_types;
 
  private:
   std::string path(std::string_view key) const;
