@@ -26,13 +26,14 @@ std::string_view to_string(RunStatus s) {
   return enum_name(kNames, s);
 }
 
+namespace {
+
+// True when the directory holds any of the files a training run writes.
 bool is_run_directory(const fs::path& dir) {
   std::error_code ec;
   return std::ranges::any_of(run_file_names(),
                              [&](const std::string& f) { return fs::exists(dir / f, ec); });
 }
-
-namespace {
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 

@@ -35,9 +35,6 @@ struct RunRecord {
   bool has_checkpoint = false;
 };
 
-// True when the directory holds any of the files a training run writes.
-bool is_run_directory(const std::filesystem::path& dir);
-
 // The run directories named by command-line arguments, in argument order: each argument is
 // a directory or a glob pattern (matches in name order); a directory that is not a run
 // directory is searched one level down (children in name order). The same directory named
