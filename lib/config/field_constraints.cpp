@@ -73,11 +73,4 @@ std::string closest_key(std::string_view key, const std::vector<std::string>& ca
   return best_d <= limit ? best : std::string{};
 }
 
-std::string suggestion_suffix(std::string_view key, const std::vector<std::string>& candidates,
-                              std::string_view known_label) {
-  std::string best = closest_key(key, candidates);
-  if (!best.empty()) return fmt::format(" (did you mean '{}'?)", best);
-  return fmt::format(" ({}: {})", known_label, fmt::join(candidates, ", "));
-}
-
 }  // namespace xmc

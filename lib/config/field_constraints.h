@@ -39,7 +39,6 @@ struct Range {
 struct Choices {
   std::vector<std::string> values;
   Choices(std::initializer_list<std::string_view> v) : values(v.begin(), v.end()) {}
-  explicit Choices(std::vector<std::string> v) : values(std::move(v)) {}
   bool contains(std::string_view s) const;
   std::string str() const;  // "cpu, cuda, auto"
 };
@@ -50,9 +49,5 @@ struct PathField {};
 // The candidate closest to `key` by edit distance (adjacent transpositions count 1), or
 // "" when none is close enough to be a plausible typo.
 std::string closest_key(std::string_view key, const std::vector<std::string>& candidates);
-
-// " (did you mean 'x'?)" or " (known: a, b, c)".
-std::string suggestion_suffix(std::string_view key, const std::vector<std::string>& candidates,
-                              std::string_view known_label = "known keys");
 
 }  // namespace xmc

@@ -13,6 +13,32 @@
 
 namespace xmc {
 
+namespace {
+template <class T>
+bool parse_number(const std::string& s, T& out) {
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;  // YAML allows an explicit plus sign
+  auto [p, ec] = std::from_chars(b, e, out);
+  return ec == std::errc{} && p == e && b != e;
+}
+
+// "an integer in [1, 10]", "a number >= 0" (noun alone without a range).
+std::string expected(const char* noun, const Range& r, bool integer) {
+  const std::string range = r.str(integer);
+  if (range.empty()) return noun;
+  const bool interval = range[0] == '[' || range[0] == '(';
+  return fmt::format("{} {}{}", noun, interval ? "in " : "", range);
+}
+
+// " (did you mean 'x'?)" or " (known keys: a, b, c)".
+std::string suggestion_suffix(std::string_view key, const std::vector<std::string>& candidates) {
+  std::string best = closest_key(key, candidates);
+  if (!best.empty()) return fmt::format(" (did you mean '{}'?)", best);
+  return fmt::format(" (known keys: {})", fmt::join(candidates, ", "));
+}
+}  // namespace
+
 NodeReader::NodeReader(const ConfigNode& node, std::string path,
                        const std::vector<OutputTypeInfo>* types)
     : node_(node), path_(std::move(path)), types_(types) {
@@ -72,25 +98,6 @@ void NodeReader::field(std::string_view key, bool& v, std::string_view) {
   else
     fail(*c, child_path(key), fmt::format("expected true or false, got '{}'", c->scalar));
 }
-
-namespace {
-template <class T>
-bool parse_number(const std::string& s, T& out) {
-  const char* b = s.data();
-  const char* e = s.data() + s.size();
-  if (b != e && *b == '+') ++b;  // YAML allows an explicit plus sign
-  auto [p, ec] = std::from_chars(b, e, out);
-  return ec == std::errc{} && p == e && b != e;
-}
-
-// "an integer in [1, 10]", "a number >= 0" (noun alone without a range).
-std::string expected(const char* noun, const Range& r, bool integer) {
-  const std::string range = r.str(integer);
-  if (range.empty()) return noun;
-  const bool interval = range[0] == '[' || range[0] == '(';
-  return fmt::format("{} {}{}", noun, interval ? "in " : "", range);
-}
-}  // namespace
 
 template <class T>
 void NodeReader::read_number(std::string_view key, T& v, const std::string& what, Range r) {
