@@ -176,7 +176,7 @@ void NodeReader::field(std::string_view key, OutputSpec& v, std::string_view) {
     fail(where, path + ".type", e.what());
   }
   v.type = type;
-  v.config = info->parse(node, path);
+  info->parse(node, path, v);
 }
 
 }  // namespace xmc

@@ -24,8 +24,7 @@ void NodeWriter::add(std::string_view key, ConfigNode value, std::string_view do
 void NodeWriter::field(std::string_view key, const OutputSpec& v, std::string_view doc) {
   ConfigNode section{.kind = ConfigNode::Kind::map};
   section.add("type", ConfigNode::make_scalar(v.type)).doc = "Output layer backend";
-  if (v.config)
-    for (auto& item : v.config->dump().items) section.items.push_back(std::move(item));
+  for (const auto& item : v.fields.items) section.items.push_back(item);
   add(key, std::move(section), doc);
 }
 

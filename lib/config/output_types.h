@@ -8,12 +8,12 @@
 // where DenseConfig is a struct with defaults and a visit() listing its fields (see
 // experiment_config.h for the pattern).
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/config_node.h"
 #include "config/node_reader.h"
+#include "config/node_writer.h"
 #include "config/output_spec.h"
 #include "config/reference_collector.h"
 
@@ -22,10 +22,9 @@ namespace xmc {
 struct OutputTypeInfo {
   std::string name;
   std::string description;
-  // Reads the section's fields (every key except "type") into the type's config struct;
-  // path is "model.output" for messages.
-  std::function<std::shared_ptr<const OutputValue>(const ConfigNode& node, const std::string& path)>
-      parse;
+  // Reads the section's fields (every key except "type") into the type's config struct,
+  // stored in out.config (its dump in out.fields); path is "model.output" for messages.
+  std::function<void(const ConfigNode& node, const std::string& path, OutputSpec& out)> parse;
   // Documents the type's fields (defaults from a default-constructed struct); prefix is
   // "model.output".
   std::function<std::vector<ReferenceRow>(const std::string& prefix)> reference;
@@ -36,13 +35,14 @@ OutputTypeInfo make_output_type(std::string name, std::string description) {
   OutputTypeInfo info;
   info.name = std::move(name);
   info.description = std::move(description);
-  info.parse = [](const ConfigNode& node, const std::string& path) {
+  info.parse = [](const ConfigNode& node, const std::string& path, OutputSpec& out) {
     T value{};
     NodeReader r(node, path);
     r.allow_key("type");
     value.visit(r);
     r.finish();
-    return std::shared_ptr<const OutputValue>(std::make_shared<OutputValueOf<T>>(std::move(value)));
+    out.fields = NodeWriter::write(value);
+    out.config = std::move(value);
   };
   info.reference = [](const std::string& prefix) {
     T value{};

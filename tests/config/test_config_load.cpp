@@ -65,7 +65,8 @@ TEST_CASE("an empty config gives every default") {
   CHECK(c.eval.ef == 100);
   // A default-constructed config equals the parsed empty one except for the resolved output.
   ExperimentConfig d;
-  CHECK_FALSE(d.model.output.config);  // unresolved until loaded against the output types
+  // Unresolved until loaded against the output types.
+  CHECK_FALSE(d.model.output.config.has_value());
   CHECK_THROWS_AS(d.model.output.as<FakeDenseConfig>(), Error);
   CHECK_FALSE(d == c);
   d.model.output = c.model.output;
