@@ -33,17 +33,6 @@ std::string resolve_format(const DataSource& src) {
 
 }  // namespace
 
-Dataset load_dense_dataset(const std::string& features_path, const std::string& labels_path,
-                           const std::string& hdf5_dataset, const ReadOptions& opt,
-                           const std::string& format_in) {
-  const std::string format = format_in == "auto" ? dense_format(features_path) : format_in;
-  if (format.empty())
-    throw_input("dense features '{}': expected a .npy, .h5 or .hdf5 file", features_path);
-  DenseMatrix x =
-      format == "npy" ? read_npy(features_path) : read_hdf5(features_path, hdf5_dataset);
-  return join_features_and_labels(std::move(x), features_path, labels_path, opt);
-}
-
 Dataset load_dataset(const DataSource& src) {
   if (!src.path.empty() && !src.features.empty())
     throw_input(
@@ -66,7 +55,9 @@ Dataset load_dataset(const DataSource& src) {
     if (format == "split")
       ds = read_xc_split(src.features, src.labels, src.read);
     else
-      ds = load_dense_dataset(src.features, src.labels, src.hdf5_dataset, src.read, format);
+      ds = join_features_and_labels(
+          format == "npy" ? read_npy(src.features) : read_hdf5(src.features, src.hdf5_dataset),
+          src.features, src.labels, src.read);
   } else {
     throw_input("unknown data format '{}': expected one of auto, xc, split, npy, hdf5", src.format);
   }

@@ -23,12 +23,6 @@ struct DataSource {
 // unknown format).
 Dataset load_dataset(const DataSource& src);
 
-// Dense features + XC sparse labels; row counts must agree. format "npy" or "hdf5" reads
-// the features as that whatever their name; "auto" picks by extension (.npy, .h5, .hdf5).
-Dataset load_dense_dataset(const std::string& features_path, const std::string& labels_path,
-                           const std::string& hdf5_dataset = "features",
-                           const ReadOptions& opt = {}, const std::string& format = "auto");
-
 // Train and test must share the feature dimension and the label count.
 void check_compatible(const Dataset& train, const Dataset& test);
 

@@ -195,13 +195,10 @@ void write_npy(const std::string& path, const DenseMatrix& m) {
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
   AtomicFile f(path);
-  const char pre[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  f.write(pre, 8);
-  const uint16_t len = static_cast<uint16_t>(header.size());
-  const unsigned char lb[2] = {static_cast<unsigned char>(len & 0xff),
-                               static_cast<unsigned char>(len >> 8)};
-  f.write(lb, 2);
-  f.write(header);
+  // Magic, version 1.0, the header length (u16, little-endian), the header.
+  std::string pre("\x93NUMPY\x01\x00", 8);
+  pre += {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+  f.write(pre + header);
   f.write(m.values.data(), m.values.size() * sizeof(float));
   f.commit();
 }

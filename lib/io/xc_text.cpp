@@ -109,15 +109,6 @@ struct Header {
   size_t body = 0;  // offset of the first body line
 };
 
-// An implausible size in a header fails at that field rather than in an allocation.
-void check_header_memory(double bytes, size_t at, const std::string& what) {
-  try {
-    check_memory_plan(bytes, what, "a wrong header?");
-  } catch (const InputError& e) {
-    fail(at, e.what());
-  }
-}
-
 Header parse_header(std::string_view text, int fields, const char* expected) {
   if (text.empty()) fail(0, fmt::format("empty file: expected the header '{}'", expected));
   check_text(text);
@@ -156,11 +147,17 @@ Header parse_header(std::string_view text, int fields, const char* expected) {
                             "header or a truncated file?",
                             v[0], body_bytes, body_bytes));
   // The last field counts the labels (or the columns of a labels or predictions file):
-  // every command keeps per-label arrays (frequencies, propensities: 16 bytes a label).
+  // every command keeps per-label arrays (frequencies, propensities: 16 bytes a label). An
+  // implausible size fails at that field rather than in an allocation.
   const int last = fields - 1;
-  check_header_memory(16.0 * static_cast<double>(v[last]), at[last],
+  try {
+    check_memory_plan(16.0 * static_cast<double>(v[last]),
                       fmt::format("header {} = {} (per-label arrays, 16 bytes a label)",
-                                  fields == 3 ? "L" : "C", v[last]));
+                                  fields == 3 ? "L" : "C", v[last]),
+                      "a wrong header?");
+  } catch (const InputError& err) {
+    fail(at[last], err.what());
+  }
   return {v[0], v[1], v[2], body};
 }
 

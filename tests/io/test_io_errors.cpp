@@ -153,8 +153,13 @@ TEST_CASE("error: features/labels row count mismatch") {
   CHECK_THAT(m, Contains("Y.txt' has 3 rows"));
   DenseMatrix x(2, 3);
   io::write_npy((dir / "X.npy").string(), x);
-  m = input_error_message(
-      [&] { io::load_dense_dataset((dir / "X.npy").string(), (dir / "Y.txt").string()); });
+  const auto load_npy = [&](const char* labels) {
+    io::DataSource src;
+    src.features = (dir / "X.npy").string();
+    src.labels = (dir / labels).string();
+    io::load_dataset(src);
+  };
+  m = input_error_message([&] { load_npy("Y.txt"); });
   CHECK_THAT(m, Contains("X.npy' has 2 rows"));
   CHECK_THAT(m, Contains("Y.txt' has 3 rows"));
   // A directory given as the labels file: said so, not parsed as an empty header, and
@@ -167,7 +172,7 @@ TEST_CASE("error: features/labels row count mismatch") {
   const auto before = entries();
   for (auto f : std::vector<std::function<void()>>{
            [&] { io::read_xc_split((dir / "X.txt").string(), (dir / "Ydir").string()); },
-           [&] { io::load_dense_dataset((dir / "X.npy").string(), (dir / "Ydir").string()); }}) {
+           [&] { load_npy("Ydir"); }}) {
     m = input_error_message(f);
     CHECK_THAT(m, Contains("Ydir' is not a regular file"));
     CHECK(entries() == before);
