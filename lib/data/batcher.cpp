@@ -48,12 +48,6 @@ void gather_batch(const Dataset& ds, std::span<const int64_t> ids, Batch& out) {
   }
 }
 
-Batch gather_batch(const Dataset& ds, std::span<const int64_t> ids) {
-  Batch b;
-  gather_batch(ds, ids, b);
-  return b;
-}
-
 Batcher::Batcher(const Dataset& ds, int64_t batch_size, uint64_t seed, bool shuffle)
     : ds_(ds), batch_size_(batch_size), seed_(seed), shuffle_(shuffle) {
   if (batch_size < 1) throw_input("batch size must be >= 1, got {}", batch_size);

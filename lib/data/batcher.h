@@ -13,7 +13,6 @@ namespace xmc {
 // Copies rows `ids` of ds into out (reusing its buffers): sparse_x [B×D] with values or
 // dense_x [B×D], labels [B×L] pattern only. Throws xmc::Error for an id outside [0, N).
 void gather_batch(const Dataset& ds, std::span<const int64_t> ids, Batch& out);
-Batch gather_batch(const Dataset& ds, std::span<const int64_t> ids);
 
 class Batcher {
  public:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -61,14 +62,8 @@ DatasetStats compute_stats(const Dataset& ds) {
   if (!freq.empty()) {
     s.histogram.push_back({0, 0, 0});
     for (int64_t lo = 1; lo <= freq.back(); lo *= 2) s.histogram.push_back({lo, 2 * lo - 1, 0});
-    for (int64_t f : freq) {
-      size_t b =
-          f == 0 ? 0 : 1 + static_cast<size_t>(std::floor(std::log2(static_cast<double>(f))));
-      // log2 rounding near powers of two: move to the bin that really holds f.
-      while (b > 1 && f < s.histogram[b].lo) --b;
-      while (b + 1 < s.histogram.size() && f > s.histogram[b].hi) ++b;
-      ++s.histogram[b].labels;
-    }
+    // f = 0 in bin 0, f in [2^(b-1), 2^b - 1] in bin b: the bit width of f.
+    for (int64_t f : freq) ++s.histogram[std::bit_width(static_cast<uint64_t>(f))].labels;
   }
   return s;
 }

@@ -404,12 +404,6 @@ SynthData generate_synthetic(const SynthConfig& cfg_in) {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SynthConfig, train, test, labels, features, clusters, alpha,
                                    labels_per_point, max_labels, noise, nnz, seed, format)
 
-std::vector<std::string> synthetic_files(const std::string& format) {
-  if (format == "dense")
-    return {"trn_X.npy", "tst_X.npy", "trn_X_Y.txt", "tst_X_Y.txt", "synth.json"};
-  return {"train.txt", "test.txt", "synth.json"};
-}
-
 void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std::string& out_dir) {
   SynthConfig cfg = cfg_in;
   cfg.resolve();
@@ -446,6 +440,13 @@ void write_synthetic(const SynthData& data, const SynthConfig& cfg_in, const std
 }
 
 namespace {
+
+// The file names write_synthetic writes for a format, synth.json last.
+std::vector<std::string> synthetic_files(const std::string& format) {
+  if (format == "dense")
+    return {"trn_X.npy", "tst_X.npy", "trn_X_Y.txt", "tst_X_Y.txt", "synth.json"};
+  return {"train.txt", "test.txt", "synth.json"};
+}
 
 // Removes "<name>.tmp.<pid>" files in dir for the given names whose process is gone.
 void remove_stale_temporaries(const std::filesystem::path& dir,

@@ -64,9 +64,6 @@ SynthData generate_synthetic(const SynthConfig& cfg);
 // synth.json is removed first and written last: it marks a complete set.
 void write_synthetic(const SynthData& data, const SynthConfig& cfg, const std::string& out_dir);
 
-// The file names write_synthetic writes for a format, synth.json last.
-std::vector<std::string> synthetic_files(const std::string& format);
-
 // Whether out_dir holds complete data written by write_synthetic for cfg. First removes the
 // temporaries ("<file>.tmp.<pid>") a killed generation left, when that process is gone.
 // false (the caller generates) when a file is missing, or when synth.json records other

@@ -22,7 +22,8 @@ Dataset sparse_dataset() {
 TEST_CASE("gather_batch copies the rows, sparse and dense") {
   Dataset ds = sparse_dataset();
   const std::vector<int64_t> ids = {7, 2, 2};
-  Batch b = gather_batch(ds, ids);
+  Batch b;
+  gather_batch(ds, ids, b);
   CHECK(b.size() == 3);
   REQUIRE(b.sparse);
   CHECK(b.sparse_x.rows == 3);
@@ -39,13 +40,14 @@ TEST_CASE("gather_batch copies the rows, sparse and dense") {
   dense.features = x;
   dense.labels = io::parse_xc_sparse("4 2\n0:1\n1:1\n\n0:1 1:1\n", "mem");
   const std::vector<int64_t> d_ids = {3, 0};
-  Batch db = gather_batch(dense, d_ids);
+  Batch db;
+  gather_batch(dense, d_ids, db);
   REQUIRE_FALSE(db.sparse);
   CHECK(db.dense_x.values == std::vector<float>{6, 7, 0, 1});
   CHECK(db.labels.indices == std::vector<uint32_t>{0, 1, 0});
 
   const std::vector<int64_t> bad = {10};
-  CHECK_THROWS_AS(gather_batch(ds, bad), Error);
+  CHECK_THROWS_AS(gather_batch(ds, bad, b), Error);
 }
 
 TEST_CASE("Batcher covers every row once per epoch, deterministic by (seed, epoch)") {
