@@ -45,10 +45,4 @@ std::filesystem::path shard_file(const std::filesystem::path& index, int64_t ste
   return index.parent_path() / fmt::format("checkpoint.s{}.r{}.h5", step, rank);
 }
 
-std::vector<LabelRange> all_label_ranges(int64_t num_labels, int processes) {
-  std::vector<LabelRange> out;
-  for (int r = 0; r < processes; ++r) out.push_back(shard_labels(num_labels, r, processes));
-  return out;
-}
-
 }  // namespace xmc

@@ -27,7 +27,5 @@ ShardIndex read_shard_index(const CheckpointReader& r, int64_t num_labels);
 void write_shard_index(CheckpointWriter& w, const ShardIndex& index);
 // The file of rank `rank`'s shard at `step` beside the index file `index` (rank 0: index).
 std::filesystem::path shard_file(const std::filesystem::path& index, int64_t step, int rank);
-// The ranges shard_labels gives every rank of `comm`.
-std::vector<LabelRange> all_label_ranges(int64_t num_labels, int processes);
 
 }  // namespace xmc

@@ -80,9 +80,12 @@ void save_checkpoint(const fs::path& file, Model& model, const std::string& conf
     w.write_u64("meta/rng_state", {p.rng.begin(), p.rng.end()});
     w.write_f64("meta/schedule", {schedule.plateau_factor(), schedule.best_metric(),
                                   static_cast<double>(schedule.bad_evals())});
-    if (with_index)
-      write_shard_index(w, {comm->size(), p.step,
-                            all_label_ranges(model.meta().num_labels, comm->size())});
+    if (with_index) {  // the ranges shard_labels gives every rank
+      ShardIndex idx{comm->size(), p.step, {}};
+      for (int r = 0; r < comm->size(); ++r)
+        idx.ranges.push_back(shard_labels(model.meta().num_labels, r, comm->size()));
+      write_shard_index(w, idx);
+    }
     w.commit();
   };
   if (comm == nullptr) {
@@ -286,13 +289,10 @@ bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const fs
   const ResumePoint& from = r.from;
   // The keys whose values differ between the checkpoint's config and this one; the
   // resume-free ones are moved to `free` (listed separately).
-  r.changes = config_changes(from.config_yaml, opt.config_yaml);
-  const auto free_from =
-      std::stable_partition(r.changes.begin(), r.changes.end(), [](const ConfigChange& c) {
-        return std::ranges::find(kResumeFreeKeys, c.key) == kResumeFreeKeys.end();
-      });
-  const std::vector<ConfigChange> free(free_from, r.changes.end());
-  r.changes.erase(free_from, r.changes.end());
+  std::vector<ConfigChange> free;
+  for (ConfigChange& c : config_changes(from.config_yaml, opt.config_yaml))
+    (std::ranges::find(kResumeFreeKeys, c.key) == kResumeFreeKeys.end() ? r.changes : free)
+        .push_back(std::move(c));
   if (!r.changes.empty() && !opt.allow_config_change)
     throw_input(
         "--resume: the config differs from the one the run was trained with in {} ({}). "
