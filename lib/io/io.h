@@ -2,6 +2,7 @@
 // Readers and writers of the extreme-classification data formats. Every reader throws
 // xmc::InputError naming the file, the line (and column or token) and what was expected.
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -51,9 +52,10 @@ Dataset read_xc_split(const std::string& features_path, const std::string& label
 
 // Dense features: .npy (float32 or float16, C order, 2-D) and HDF5 (named 2-D dataset).
 DenseMatrix read_npy(const std::string& path);
+// The same from a stream, so tests can feed bytes directly; `name` is used in messages.
+DenseMatrix read_npy(std::istream& in, const std::string& name);
 DenseMatrix read_hdf5(const std::string& path, const std::string& dataset);
-// (read_npy from a std::istream: io/npy.h.) Both readers reject NaN and infinite values
-// (as the text parser does) through check_finite.
+// Both readers reject NaN and infinite values (as the text parser does) through check_finite.
 
 // Throws InputError naming `name`, the first non-finite value's row and column (0-based)
 // and how many there are.

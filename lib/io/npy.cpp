@@ -1,7 +1,5 @@
 // NumPy .npy arrays: 2-D, C order, little-endian float32 or float16 (converted to float32).
 // Header versions 1.0 (u16 header length) and 2.0/3.0 (u32).
-#include "io/npy.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "io/npy.h"
+#include "io/io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));

@@ -11,7 +11,6 @@
 #include "expect_input_error.h"
 #include "io/io.h"
 #include "io/load.h"
-#include "io/npy.h"
 #include "support/test_env.h"
 #include "support/test_support.h"
 
