@@ -172,15 +172,14 @@ std::string rounded(const ReportCell& c, ColumnKind kind) {
   return plain(c);
 }
 
+// As the config reference's cells: '|' separates cells and '<' would start an HTML tag
+// (a config value such as "<none>" would vanish from the rendered table); a newline would
+// end the row.
 std::string markdown_escape(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '|')
-      out += "\\|";
-    else if (ch == '\n')
-      out += ' ';
-    else
-      out += ch;
+    if (ch == '|' || ch == '<') out += '\\';
+    out += ch == '\n' ? ' ' : ch;
   }
   return out;
 }

@@ -151,10 +151,14 @@ TEST_CASE("CSV and JSON carry the same numbers in full precision, Markdown round
 }
 
 TEST_CASE("text cells are quoted in CSV and escaped in Markdown") {
-  std::vector<RunRecord> runs = {run("a,b", "k: '1|2'\n", nullptr), run("c\"d", "k: 3\n", nullptr)};
+  std::vector<RunRecord> runs = {run("a,b", "k: '1|2'\n", nullptr), run("c\"d", "k: 3\n", nullptr),
+                                 run("e", "k: '<none>'\n", nullptr)};
   Report rep = make_report(runs);
   const std::string csv = report_csv(rep);
   CHECK(csv.find("\n\"a,b\",incomplete,") != std::string::npos);
   CHECK(csv.find("\n\"c\"\"d\",incomplete,") != std::string::npos);
-  CHECK(report_markdown(rep).find("| 1\\|2 |") != std::string::npos);
+  CHECK(csv.find(",<none>") != std::string::npos);  // CSV keeps it as it is
+  const std::string md = report_markdown(rep);
+  CHECK(md.find("| 1\\|2 |") != std::string::npos);
+  CHECK(md.find("| \\<none> |") != std::string::npos);  // not an HTML tag when rendered
 }
