@@ -34,9 +34,6 @@ CsrMatrix read_xc_sparse(const std::string& path, const ReadOptions& opt = {});
 CsrMatrix parse_xc_sparse(std::string_view text, const std::string& name,
                           const ReadOptions& opt = {});
 
-// Split format: features file ("N D", "f:v" lines) + labels file ("N L", "l:1" lines).
-// Throws InputError naming both files and both row counts when they differ. Label values
-// are dropped (pattern only).
 // N from the header line ("N D L" or "N C") of an XC text file, without reading the rest:
 // row counts of paired files are compared before either is parsed (or cached).
 int64_t read_xc_header_rows(const std::string& path);
@@ -47,6 +44,9 @@ Dataset join_features_and_labels(std::variant<CsrMatrix, DenseMatrix> features,
                                  const std::string& features_path,
                                  const std::string& labels_path, const ReadOptions& opt);
 
+// Split format: features file ("N D", "f:v" lines) + labels file ("N L", "l:1" lines).
+// Throws InputError naming both files and both row counts when they differ. Label values
+// are dropped (pattern only).
 Dataset read_xc_split(const std::string& features_path, const std::string& labels_path,
                       const ReadOptions& opt = {});
 
