@@ -47,33 +47,37 @@ void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64
             targets.cols);
 }
 
-// bce: every entry is first treated as a negative in a branch-free loop with one exp per
-// entry (float; the loss is summed in double), then the few positives of the row are
-// corrected: loss -= z, gradient -= 1/B. log(1+exp(-y·z)) = softplus(z) - [pos]·z and
-// d/dz = sigmoid(z) - [pos].
+// bce's pass over the row z [c] with every entry treated as a negative, one exp per entry:
+// z[j] becomes sigmoid(z[j])·inv_bf·weight(j); returns sum_j weight(j)·softplus(z[j]),
+// summed in double (chunking must not change the total). weight(j) is w[j], or the
+// constant 1 (× 1 is exact, folded away). A function, not a lambda capturing z: under
+// `omp simd` GCC re-read a captured pointer per element and turned the row into gathers and
+// scatters (3× slower).
+template <class Weight>
+double bce_entries(float* z, int64_t c, float inv_bf, Weight weight) {
+  double row_loss = 0.0;
+#pragma omp simd reduction(+ : row_loss)
+  for (int64_t j = 0; j < c; ++j) {
+    const float x = z[j];
+    const float e = exp_approx(-std::fabs(x));
+    row_loss += static_cast<double>(weight(j)) *
+                static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
+    const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+    z[j] = sig * inv_bf * weight(j);
+  }
+  return row_loss;
+}
+
+// bce: every entry is first treated as a negative (bce_entries), then the few positives of
+// the row are corrected: loss -= z, gradient -= 1/B. log(1+exp(-y·z)) = softplus(z) -
+// [pos]·z and d/dz = sigmoid(z) - [pos].
 double bce_row(float* z, int64_t c, int64_t lo, ChunkTargets tg, double inv_b, const float* w) {
   double loss = 0.0;
   for (const uint32_t* p = tg.first; p != tg.last; ++p)
     loss -= w ? static_cast<double>(w[*p - lo]) * z[*p - lo] : z[*p - lo];
   const float inv_bf = static_cast<float>(inv_b);
-  double row_loss = 0.0;  // summed in double: chunking must not change the total
-  // One loop for both: weight(j) is w[j], or the constant 1 (× 1 is exact, folded away).
-  const auto entries = [&](auto weight) {
-#pragma omp simd reduction(+ : row_loss)
-    for (int64_t j = 0; j < c; ++j) {
-      const float x = z[j];
-      const float e = exp_approx(-std::fabs(x));
-      row_loss += static_cast<double>(weight(j)) *
-                  static_cast<double>(std::max(x, 0.0f) + log1p_unit_approx(e));
-      const float sig = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-      z[j] = sig * inv_bf * weight(j);
-    }
-  };
-  if (w == nullptr)
-    entries([](int64_t) { return 1.0f; });
-  else
-    entries([w](int64_t j) { return w[j]; });
-  loss += row_loss;
+  loss += w == nullptr ? bce_entries(z, c, inv_bf, [](int64_t) { return 1.0f; })
+                       : bce_entries(z, c, inv_bf, [w](int64_t j) { return w[j]; });
   for (const uint32_t* p = tg.first; p != tg.last; ++p)
     z[*p - lo] -= w ? inv_bf * w[*p - lo] : inv_bf;
   return loss;
