@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "cuda_check.h"
-#include "kernels/dense_ops_cuda.h"
+#include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -51,7 +51,7 @@ void gemm(const CudaContext& ctx, const char* name, bool ta, bool tb, MatrixView
 
 }  // namespace
 
-// Each row-major product of kernels/dense_ops_cuda.h, in fp32 and in bf16.
+// Each row-major product of ops/dense_ops_cuda.h, in fp32 and in bf16.
 #define XMC_GEMM_ENTRY(name, ta, tb)                                                            \
   void gemm_##name(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c, float alpha, \
                    float beta) {                                                                \

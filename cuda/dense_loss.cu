@@ -15,7 +15,7 @@
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
-#include "kernels/dense_ops_cuda.h"
+#include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {

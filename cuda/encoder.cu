@@ -1,4 +1,4 @@
-// Encoder kernels (kernels/encoder_ops_cuda.h): the sparse-input layer's CSR × dense
+// Encoder kernels (ops/encoder_ops_cuda.h): the sparse-input layer's CSR × dense
 // forward and its weight gradient over the touched rows (grouped by column on the host,
 // so no atomics and the CPU's summation order), bias + relu, relu's gradient, dropout
 // masks, and the row gather (the touched rows are updated in place by optimizer_update_rows).
@@ -6,7 +6,7 @@
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
-#include "kernels/encoder_ops_cuda.h"
+#include "ops/encoder_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {

@@ -1,4 +1,4 @@
-// Fixed fan-in sparse layer on the GPU (kernels/fixed_fanin_ops.h semantics) and the
+// Fixed fan-in sparse layer on the GPU (ops/fixed_fanin.h semantics) and the
 // transposes that produce its input layout ut [m×B].
 //
 // Bandwidth design (B = 64, d = 768: ut is 196 KiB and stays in L2, so what moves from
@@ -21,7 +21,7 @@
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {

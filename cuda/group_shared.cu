@@ -21,7 +21,7 @@
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "cuda_check.h"
-#include "kernels/dense_ops_cuda.h"
+#include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {

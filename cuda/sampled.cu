@@ -1,4 +1,4 @@
-// Sampled scoring on the GPU (kernels/sampled_ops.h semantics): the gathered dot products
+// Sampled scoring on the GPU (ops/sampled.h semantics): the gathered dot products
 // of lsh_sampled / anns_sampled. Candidates come from the host (CSR over the batch, and
 // for the weight gradient the entries grouped by label), so no sorting happens here.
 // - scores: a warp per entry, lanes over d (coalesced reads of the weight row), one
@@ -13,7 +13,7 @@
 
 #include "core/launch_shape.h"
 #include "cuda_check.h"
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -115,7 +115,7 @@ unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, 
 }  // namespace
 
 void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
-                    const kernels::CandidateCsr& cand, ConstMatrix h, float* scores) {
+                    const ops::CandidateCsr& cand, ConstMatrix h, float* scores) {
   XMC_CUDA_REQUIRE(h.rows == cand.rows, h.rows);
   XMC_CUDA_REQUIRE(h.cols == d, h.cols);
   XMC_CUDA_REQUIRE(cand.nnz >= 0, cand.nnz);
@@ -127,7 +127,7 @@ void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, i
 }
 
 void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
-                        const kernels::CandidateCsr& cand, const float* g, Matrix dh) {
+                        const ops::CandidateCsr& cand, const float* g, Matrix dh) {
   XMC_CUDA_REQUIRE(dh.rows == cand.rows, dh.rows);
   XMC_CUDA_REQUIRE(dh.cols == d, dh.cols);
   XMC_CUDA_REQUIRE(cand.rows <= 2147483647, cand.rows);
@@ -137,7 +137,7 @@ void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
                   cand.labels, g, dh.data, dh.ld);
 }
 
-void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& groups, const float* g,
+void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGroups& groups, const float* g,
                          ConstMatrix h, Matrix dw, float* db) {
   XMC_CUDA_REQUIRE(dw.rows == groups.groups, dw.rows);
   XMC_CUDA_REQUIRE(dw.cols == h.cols, dw.cols);

@@ -8,7 +8,7 @@
 
 #include "core/resources.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 namespace xmc::bench {
 
@@ -20,11 +20,11 @@ double measure_sgemm_gflops(int n) {
   for (auto& x : b) x = rng.uniformf();
   ConstMatrix am(a.data(), n, n), bm(b.data(), n, n);
   Matrix cm(c.data(), n, n);
-  kernels::gemm_nn(am, bm, cm);  // warm-up
+  ops::gemm_nn(am, bm, cm);  // warm-up
   double best = 1e300;
   for (int rep = 0; rep < 3; ++rep) {
     Stopwatch sw;
-    kernels::gemm_nn(am, bm, cm);
+    ops::gemm_nn(am, bm, cm);
     best = std::min(best, sw.seconds());
   }
   return 2.0 * n * static_cast<double>(n) * n / best / 1e9;

@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"
+#include "ops/dense_ops_cuda.h"
 
 namespace xmc::bench {
 namespace {

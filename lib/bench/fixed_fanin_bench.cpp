@@ -9,8 +9,8 @@
 #include "core/context.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
-#include "kernels/fixed_fanin_ops.h"
+#include "ops/dense.h"
+#include "ops/fixed_fanin.h"
 
 namespace xmc::bench {
 
@@ -45,26 +45,27 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
 
   ConstMatrix utm(ut.data(), m, b);
   auto forward = [&](int64_t c0, int64_t c) {
-    kernels::fixed_fanin_forward(ctx, idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c,
-                                 f, utm, Matrix(z.data(), b, c));
+    ops::fixed_fanin_forward(ctx, idx.data() + c0 * f, w.data() + c0 * f, bias.data() + c0, c, f,
+                             utm, Matrix(z.data(), b, c));
   };
   auto weight_grad = [&](const std::vector<float>& g) {
     return [&](int64_t c0, int64_t c) {
-      kernels::fixed_fanin_weight_grad(ctx, idx.data() + c0 * f, c, f, ConstMatrix(g.data(), b, c),
-                                       utm, dw.data(), db.data(), nullptr);
+      ops::fixed_fanin_weight_grad(ctx, idx.data() + c0 * f, c, f, ConstMatrix(g.data(), b, c), utm,
+                                   dw.data(), db.data(), nullptr);
     };
   };
   auto input_grad = [&](const std::vector<float>& g) {
     return [&](int64_t c0, int64_t c) {
-      kernels::fixed_fanin_input_grad(ctx, idx.data() + c0 * f, w.data() + c0 * f, c, f,
-                                      ConstMatrix(g.data(), b, c), Matrix(du.data(), b, m));
+      ops::fixed_fanin_input_grad(ctx, idx.data() + c0 * f, w.data() + c0 * f, c, f,
+                                  ConstMatrix(g.data(), b, c), Matrix(du.data(), b, m));
     };
   };
   auto gemm_same = [&](int64_t, int64_t c) {
-    kernels::gemm_nt(ConstMatrix(h.data(), b, m), ConstMatrix(wc.data(), c, m), Matrix(z.data(), b, c));
+    ops::gemm_nt(ConstMatrix(h.data(), b, m), ConstMatrix(wc.data(), c, m), Matrix(z.data(), b, c));
   };
   auto gemm_matched = [&](int64_t, int64_t c) {
-    kernels::gemm_nt(ConstMatrix(hf.data(), b, f), ConstMatrix(vc.data(), c, f), Matrix(z.data(), b, c));
+    ops::gemm_nt(ConstMatrix(hf.data(), b, f), ConstMatrix(vc.data(), c, f),
+                 Matrix(z.data(), b, c));
   };
   time_over_blocks(p.iters, n, chunk, forward);  // warm-up: pages touched, threads up
   const double t_fwd = time_over_blocks(p.iters, n, chunk, forward);

@@ -10,7 +10,7 @@
 #include "core/context.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "kernels/group_shared_ops.h"
+#include "ops/group_shared.h"
 
 namespace xmc::bench {
 
@@ -54,18 +54,18 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
           dw(static_cast<size_t>(chunk * f)), db(static_cast<size_t>(chunk));
       for (auto& x : gr) x = static_cast<float>(rng.normal());
       auto forward = [&](int64_t c0, int64_t c) {
-        kernels::group_shared_forward(ctx, idx.data() + (c0 / g) * f, w.data() + c0 * f,
-                                      bias.data() + c0, c, g, f, utm, Matrix(z.data(), b, c));
+        ops::group_shared_forward(ctx, idx.data() + (c0 / g) * f, w.data() + c0 * f,
+                                  bias.data() + c0, c, g, f, utm, Matrix(z.data(), b, c));
       };
       time_over_blocks(p.iters, n, chunk, forward);  // warm-up
       const double t_fwd = time_over_blocks(p.iters, n, chunk, forward);
       const double t_wg = time_over_blocks(p.iters, n, chunk, [&](int64_t c0, int64_t c) {
-        kernels::group_shared_weight_grad(ctx, idx.data() + (c0 / g) * f, c, g, f,
-                                          ConstMatrix(gr.data(), b, c), utm, dw.data(), db.data());
+        ops::group_shared_weight_grad(ctx, idx.data() + (c0 / g) * f, c, g, f,
+                                      ConstMatrix(gr.data(), b, c), utm, dw.data(), db.data());
       });
       const double t_ig = time_over_blocks(p.iters, n, chunk, [&](int64_t c0, int64_t c) {
-        kernels::group_shared_input_grad(ctx, idx.data() + (c0 / g) * f, w.data() + c0 * f, c, g, f,
-                                         ConstMatrix(gr.data(), b, c), Matrix(du.data(), b, m));
+        ops::group_shared_input_grad(ctx, idx.data() + (c0 / g) * f, w.data() + c0 * f, c, g, f,
+                                     ConstMatrix(gr.data(), b, c), Matrix(du.data(), b, m));
       });
       // Fewest bytes: weights and the group index sets once, z (or g) once, the input once.
       const double dn = static_cast<double>(n), df = static_cast<double>(f);

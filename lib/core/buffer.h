@@ -3,7 +3,7 @@
 // aligned) on a CPU Context, device memory on a CUDA Context — recorded in the Context's
 // ledger under a tag (MemSpace host or device), zero on creation on both devices. Layers
 // hold their parameters, optimizer state and workspaces in Buffers and pass data() to the
-// ops, which take the Context and dispatch (kernels/): the layer code is the same on both
+// ops, which take the Context and dispatch (ops/): the layer code is the same on both
 // devices.
 //
 // Host access for rare work (checkpoints, rewiring, regrouping) and for the few arrays the

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -78,7 +78,7 @@ KMeansResult spherical_kmeans(ConstMatrix x, int64_t k, int iters, uint64_t seed
     for (int64_t r0 = 0; r0 < n; r0 += block) {
       const int64_t rn = std::min(block, n - r0);
       Matrix s(scores.data(), rn, k);
-      kernels::gemm_nt(x.rows_range(r0, rn), res.centres.view(), s);
+      ops::gemm_nt(x.rows_range(r0, rn), res.centres.view(), s);
 #pragma omp parallel for schedule(static) reduction(+ : moved)
       for (int64_t i = 0; i < rn; ++i) {
         const float* si = s.row(i);

@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
-#include "kernels/sampled_ops.h"
 #include "layers/device_topk.h"
+#include "ops/dense.h"
+#include "ops/sampled.h"
 
 namespace xmc {
 
@@ -159,8 +159,8 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   log_eval_recall();  // of the evaluation that ran since the last step
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
-  const kernels::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
-                                  static_cast<int64_t>(c.labels.size())};
+  const ops::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
+                              static_cast<int64_t>(c.labels.size())};
   double loss = 0.0;
   int64_t zeros = 0;
   // The scores become the weighted loss gradients in place (model/loss.h).
@@ -336,10 +336,9 @@ void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
   static_assert(TopK::kNoLabel == kNone);
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
     const ConstMatrix q = queries.rows_range(r0, std::min(block, queries.rows - r0));
-    const TopK t = host_stream_topk(q.rows, k, q.rows, vectors.rows, chunk, 0, buf.data(), nullptr,
-                                    [&](int64_t c0, Matrix s) {
-                                      kernels::gemm_nt(q, vectors.rows_range(c0, s.cols), s);
-                                    });
+    const TopK t = host_stream_topk(
+        q.rows, k, q.rows, vectors.rows, chunk, 0, buf.data(), nullptr,
+        [&](int64_t c0, Matrix s) { ops::gemm_nt(q, vectors.rows_range(c0, s.cols), s); });
     std::copy(t.labels.begin(), t.labels.end(), out + r0 * k_h_);
   }
 }

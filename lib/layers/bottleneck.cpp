@@ -6,9 +6,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "dist/comm.h"
-#include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
 #include "model/optimizer_state.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -52,12 +52,12 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   const int64_t d = input_dim();
   const ConstMatrix p(p_.data(), dim_, d);
   const Matrix u(u_.data(), b, dim_);
-  kernels::gemm_nt(ctx, h, p, u);
+  ops::gemm_nt(ctx, h, p, u);
   const Matrix du(du_.data(), b, dim_);
   StepStats s = block_.train_step(batch.labels, u, du, lr);
   // dh = du·P (before P's update), dP = duᵀ·h.
-  kernels::gemm_nn(ctx, du, p, dh);
-  kernels::gemm_tn(ctx, du, h, Matrix(dp_.data(), dim_, d));
+  ops::gemm_nn(ctx, du, p, dh);
+  ops::gemm_tn(ctx, du, h, Matrix(dp_.data(), dim_, d));
   if (comm_ != nullptr)
     comm_->allreduce_sum_in(ctx, std::span<float>(dp_.data(), static_cast<size_t>(dim_ * d)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p_.data(), dp_.data(), data_or_null(p_s1_),
@@ -67,8 +67,8 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 
 Buffer<float> BottleneckLayer::project(ConstMatrix h) const {
   Buffer<float> buf(*ctx_, MemTag::workspace, static_cast<size_t>(h.rows * dim_));
-  kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.data(), dim_, input_dim()),
-                   Matrix(buf.data(), h.rows, dim_));
+  ops::gemm_nt(*ctx_, h, ConstMatrix(p_.data(), dim_, input_dim()),
+               Matrix(buf.data(), h.rows, dim_));
   return buf;
 }
 

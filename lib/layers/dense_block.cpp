@@ -5,9 +5,9 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "dist/comm.h"
-#include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
 #include "layers/weight_init.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -72,15 +72,15 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
 }
 
 void DenseBlock::round_h(ConstMatrix h) const {
-  if (bf16()) kernels::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
+  if (bf16()) ops::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
 }
 
 void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
   if (bf16()) {
-    kernels::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
-                     gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), z);
+    ops::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
+                 gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), z);
   } else {
-    kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + row0 * d_, z.cols, d_), z);
+    ops::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + row0 * d_, z.cols, d_), z);
   }
 }
 
@@ -122,7 +122,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     if (comm_ != nullptr)
       smax_.merge(reduce_);
   }
-  kernels::set_zero(ctx, dh);
+  ops::set_zero(ctx, dh);
   mark(&DenseTimings::backward_input);
 
   for (int64_t c0 = 0; c0 < n_; c0 += chunk_) {
@@ -143,15 +143,15 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     const Matrix dw(dw_.data(), c, d_);
     if (bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
-      kernels::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      ops::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
-      kernels::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
+      ops::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
     } else {
-      kernels::gemm_nn(ctx, z, ConstMatrix(p_.w.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      ops::gemm_nn(ctx, z, ConstMatrix(p_.w.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
-      kernels::gemm_tn(ctx, z, h, dw);
+      ops::gemm_tn(ctx, z, h, dw);
     }
-    kernels::column_sums(ctx, z, db_.data());
+    ops::column_sums(ctx, z, db_.data());
     mark(&DenseTimings::backward_weight);
     p_.update(*ctx_, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
               WeightArray::rounding_key(precision_.stochastic_rounding, seed_, c0));
@@ -175,7 +175,7 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
             max_batch_);
   round_h(h);
   logits(h, r0, out);
-  kernels::add_row_vector(*ctx_, out, p_.b.data() + r0);
+  ops::add_row_vector(*ctx_, out, p_.b.data() + r0);
 }
 
 TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
@@ -190,7 +190,7 @@ TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
       },
       [&](int64_t c0, Matrix z) {
         logits(hb, c0, z);
-        kernels::add_row_vector(*ctx_, z, p_.b.data() + c0);
+        ops::add_row_vector(*ctx_, z, p_.b.data() + c0);
       });
 }
 

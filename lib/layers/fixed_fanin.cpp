@@ -8,10 +8,10 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
-#include "kernels/fixed_fanin_ops.h"
 #include "layers/device_topk.h"
 #include "layers/weight_init.h"
+#include "ops/dense.h"
+#include "ops/fixed_fanin.h"
 
 namespace xmc {
 
@@ -116,10 +116,10 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   const ConstMatrix x = apply_dropout(h, kDropoutStream, lr.step, &mask);
   const ConstMatrix u = inter_.active() ? ConstMatrix(inter_.forward(x)) : x;
   Matrix ut(ut_.data(), m_, bsz);
-  kernels::transpose(ctx, u, ut);
+  ops::transpose(ctx, u, ut);
   // du = dL/du [B×m]: the intermediate's workspace, or dh itself.
   const Matrix du = inter_.active() ? inter_.grad_workspace(bsz) : dh;
-  kernels::set_zero(ctx, du);
+  ops::set_zero(ctx, du);
   targets_.assign(batch.labels);
   acc_.reset();
   mark(sw, &FaninTimings::forward);
@@ -135,10 +135,9 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, label_lo() + c0, bsz, acc_);
     mark(sw, &FaninTimings::loss);
     // With the weights before this step's update.
-    kernels::fixed_fanin_input_grad(ctx, idx, w, c, f, z, du);
+    ops::fixed_fanin_input_grad(ctx, idx, w, c, f, z, du);
     mark(sw, &FaninTimings::backward_input);
-    kernels::fixed_fanin_weight_grad(ctx, idx, c, f, z, ut, dw_.data(), db_.data(),
-                                     acc_.zero_labels());
+    ops::fixed_fanin_weight_grad(ctx, idx, c, f, z, ut, dw_.data(), db_.data(), acc_.zero_labels());
     mark(sw, &FaninTimings::backward_weight);
     p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data());
     mark(sw, &FaninTimings::update);
@@ -152,7 +151,7 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 
   // Through the ReLU (u > 0), then dh = du·P (old P), dP = duᵀ·x, dc = Σ_rows du, update.
   if (inter_.active()) inter_.backward_update(x, dh, 0.0f, lr);
-  if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
+  if (mask) ops::multiply_mask(ctx, dh, mask, dh);
   mark(sw, &FaninTimings::intermediate_backward);
   timings_.zero_grads += stats.zero_grads;
   timings_.grads += stats.grads;
@@ -161,15 +160,15 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 }
 
 void FixedFaninLayer::forward(int64_t l0, const float* ut, Matrix z) const {
-  kernels::fixed_fanin_forward(*ctx_, idx_.data() + l0 * fan_in_, p_.w.f32() + l0 * fan_in_,
-                               p_.b.data() + l0, z.cols, fan_in_, ConstMatrix(ut, m_, z.rows), z);
+  ops::fixed_fanin_forward(*ctx_, idx_.data() + l0 * fan_in_, p_.w.f32() + l0 * fan_in_,
+                           p_.b.data() + l0, z.cols, fan_in_, ConstMatrix(ut, m_, z.rows), z);
 }
 
 Buffer<float> FixedFaninLayer::eval_input_t(ConstMatrix h) const {
   Buffer<float> u_buf;
   const ConstMatrix u = inter_.apply_into(h, u_buf);
   Buffer<float> ut(*ctx_, MemTag::workspace, static_cast<size_t>(m_ * h.rows));
-  kernels::transpose(*ctx_, u, Matrix(ut.data(), m_, h.rows));
+  ops::transpose(*ctx_, u, Matrix(ut.data(), m_, h.rows));
   return ut;
 }
 

@@ -13,11 +13,11 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
-#include "kernels/dense_ops.h"
-#include "kernels/fixed_fanin_ops.h"  // transpose
-#include "kernels/group_shared_ops.h"
 #include "layers/device_topk.h"
 #include "layers/weight_init.h"
+#include "ops/dense.h"
+#include "ops/fixed_fanin.h"  // transpose
+#include "ops/group_shared.h"
 
 namespace xmc {
 
@@ -253,7 +253,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     stats.zero_grads += hs.zero_grads;
     stats.grads += hs.grads;
   } else {
-    kernels::set_zero(ctx, dh);
+    ops::set_zero(ctx, dh);
   }
   timings_.head += sw.lap();
 
@@ -261,7 +261,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
     // du = dL/du [B×m]: the projection's workspace (zeroed), or dh itself (accumulating).
     const Matrix du = tail_proj_.active() ? tail_proj_.grad_workspace(bsz) : dh;
-    if (tail_proj_.active()) kernels::set_zero(ctx, du);
+    if (tail_proj_.active()) ops::set_zero(ctx, du);
     acc_.reset(loss);  // the tail's chunk losses are added to the head's
     train_tail(u, du, bsz, lr);
     sw.reset();  // train_tail marked its own phases
@@ -273,7 +273,7 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
     if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
     timings_.intermediate_backward += sw.lap();
   }
-  if (mask) kernels::multiply_mask(ctx, dh, mask, dh);
+  if (mask) ops::multiply_mask(ctx, dh, mask, dh);
   timings_.zero_grads += stats.zero_grads;
   timings_.grads += stats.grads;
   stats.loss = loss / static_cast<double>(bsz);
@@ -288,9 +288,9 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
   const ConstMatrix ut(ut_.data(), m_, rows);
   const gpu::ConstBf16Matrix ut16(ut16_.data(), m_, rows);
   if (bf16)
-    kernels::transpose(ctx, u, gpu::Bf16Matrix(ut16_.data(), m_, rows));
+    ops::transpose(ctx, u, gpu::Bf16Matrix(ut16_.data(), m_, rows));
   else
-    kernels::transpose(ctx, u, Matrix(ut_.data(), m_, rows));
+    ops::transpose(ctx, u, Matrix(ut_.data(), m_, rows));
   targets_.upload();
   timings_.forward += sw.lap();
   for (int64_t c0 = 0; c0 < t; c0 += chunk_) {
@@ -304,14 +304,14 @@ void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const 
     timings_.loss += sw.lap();
     // Both gradients with the weights before this chunk's update.
     if (bf16)
-      kernels::group_shared_input_grad(ctx, idx, p_.w.b16() + wo, c, g, f, z, du);
+      ops::group_shared_input_grad(ctx, idx, p_.w.b16() + wo, c, g, f, z, du);
     else
-      kernels::group_shared_input_grad(ctx, idx, p_.w.f32() + wo, c, g, f, z, du);
+      ops::group_shared_input_grad(ctx, idx, p_.w.f32() + wo, c, g, f, z, du);
     timings_.backward_input += sw.lap();
     if (bf16)
-      kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut16, dw_.data(), db_.data());
+      ops::group_shared_weight_grad(ctx, idx, c, g, f, z, ut16, dw_.data(), db_.data());
     else
-      kernels::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
+      ops::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
     timings_.backward_weight += sw.lap();
     p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
               WeightArray::rounding_key(stochastic_rounding_, seed_, split_.group0 * g + c0));
@@ -325,11 +325,11 @@ void GroupSharedLayer::tail_forward(int64_t r0, const float* ut, const gpu::Bf16
   const uint32_t* idx = idx_.data() + (r0 / group_) * fan_in_;
   const float* b = p_.b.data() + r0;
   if (p_.w.bf16())
-    kernels::group_shared_forward(*ctx_, idx, p_.w.b16() + r0 * fan_in_, b, z.cols, group_, fan_in_,
-                                  gpu::ConstBf16Matrix(ut16, m_, rows), z);
+    ops::group_shared_forward(*ctx_, idx, p_.w.b16() + r0 * fan_in_, b, z.cols, group_, fan_in_,
+                              gpu::ConstBf16Matrix(ut16, m_, rows), z);
   else
-    kernels::group_shared_forward(*ctx_, idx, p_.w.f32() + r0 * fan_in_, b, z.cols, group_, fan_in_,
-                                  ConstMatrix(ut, m_, rows), z);
+    ops::group_shared_forward(*ctx_, idx, p_.w.f32() + r0 * fan_in_, b, z.cols, group_, fan_in_,
+                              ConstMatrix(ut, m_, rows), z);
 }
 
 GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const {
@@ -341,10 +341,10 @@ GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const 
     const ConstMatrix u = tail_proj_.apply_into(h, in.tail_buf);
     if (p_.w.bf16()) {
       in.ut16 = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
-      kernels::transpose(ctx, u, gpu::Bf16Matrix(in.ut16.data(), m_, rows));
+      ops::transpose(ctx, u, gpu::Bf16Matrix(in.ut16.data(), m_, rows));
     } else {
       in.ut = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));  // [m×rows]
-      kernels::transpose(ctx, u, Matrix(in.ut.data(), m_, rows));
+      ops::transpose(ctx, u, Matrix(in.ut.data(), m_, rows));
     }
   }
   return in;
@@ -386,7 +386,7 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
     for (int64_t i = 0; i < n; ++i)
       orig[static_cast<size_t>(r * n + order_[static_cast<size_t>(i)])] =
           internal[static_cast<size_t>(r * n + i)];
-  kernels::copy_from_host(*ctx_, orig.data(), out);
+  ops::copy_from_host(*ctx_, orig.data(), out);
 }
 
 void GroupSharedLayer::to_original_ids(TopK& top) const {
@@ -462,7 +462,7 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   init_tail_weights(p_.w.stage_for_write());
   p_.w.commit();
   for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2})
-    if (!b->empty()) kernels::set_zero(*ctx_, Matrix(b->data(), t, fan_in_));
+    if (!b->empty()) ops::set_zero(*ctx_, Matrix(b->data(), t, fan_in_));
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",

@@ -30,7 +30,7 @@
 // (nor just pruned), its weights zeroed for the whole group and their moments reset.
 //
 // Devices: the same code on both. Parameters, optimizer state and workspaces are Buffers
-// (core/buffer.h) on the Context's device and every op takes the Context (kernels/): on a
+// (core/buffer.h) on the Context's device and every op takes the Context (ops/): on a
 // CUDA Context (device_views(): h, dh and the scores' out are DEVICE views,
 // output_layer.h) the arrays live on the GPU, with the same initial values (drawn on the
 // host). Labels, TopK, the label order and the dropout masks (drawn on the host) stay on

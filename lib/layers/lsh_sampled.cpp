@@ -10,7 +10,7 @@
 #include "core/resources.h"
 #include "core/rng.h"
 #include "dist/comm.h"
-#include "kernels/sampled_ops.h"
+#include "ops/sampled.h"
 
 namespace xmc {
 
@@ -35,7 +35,7 @@ CsrMatrix per_point(CsrMatrix cand, int64_t nb, bool shared) {
 // entries flagged positive from each point's labels, in the candidates' ids); returns the
 // loss summed over the points (not divided by B) and counts the zero gradients; shards:
 // the label-sharded softmax's reductions (nullptr in one process).
-double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const kernels::CandidateCsr& csr,
+double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const ops::CandidateCsr& csr,
                      float* zg, int64_t& zeros, const RowReductions* shards) {
   std::vector<uint8_t> positive(static_cast<size_t>(csr.nnz));
 #pragma omp parallel for schedule(dynamic, 4)
@@ -185,7 +185,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   const CsrMatrix& positives = local_labels(batch.labels, scratch);
   const CsrMatrix entries =
       per_point(draw(batch, positives, h, lr.step), nb, cfg_.shared_candidates);
-  const kernels::CandidateCsr csr{entries.indptr.data(), entries.indices.data(), nb, entries.nnz()};
+  const ops::CandidateCsr csr{entries.indptr.data(), entries.indices.data(), nb, entries.nnz()};
   double loss_sum = 0.0;
   int64_t zeros = 0;
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then

@@ -2,10 +2,10 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
-#include "kernels/dense_ops.h"
-#include "kernels/encoder_ops.h"
 #include "layers/weight_init.h"
 #include "model/optimizer_state.h"
+#include "ops/dense.h"
+#include "ops/encoder.h"
 
 namespace xmc {
 
@@ -27,7 +27,7 @@ Projection::Projection(Context& ctx, int64_t in, int64_t out, bool relu,
 
 void Projection::apply(ConstMatrix x, Matrix u) const {
   const float* p = p_.data();
-  kernels::affine_nt(*ctx_, x, p, p + out_ * in_, relu_, u);
+  ops::affine_nt(*ctx_, x, p, p + out_ * in_, relu_, u);
 }
 
 ConstMatrix Projection::apply_into(ConstMatrix x, Buffer<float>& buf) const {
@@ -50,12 +50,12 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta, const LrS
   const int64_t rows = x.rows;
   const int64_t pn = out_ * in_ + out_;
   Matrix du(du_.data(), rows, out_);
-  if (relu_) kernels::activation_grad(ctx, true, ConstMatrix(u_.data(), rows, out_), du, du);
+  if (relu_) ops::activation_grad(ctx, true, ConstMatrix(u_.data(), rows, out_), du, du);
   float* p = p_.data();
   float* dp = dp_.data();
-  kernels::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
-  kernels::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
-  kernels::column_sums(ctx, du, dp + out_ * in_);
+  ops::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
+  ops::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
+  ops::column_sums(ctx, du, dp + out_ * in_);
   if (comm_ != nullptr) comm_->allreduce_sum_in(ctx, std::span<float>(dp, static_cast<size_t>(pn)));
   optimizer_update(ctx, optim_, lr.lr, lr.step, p, dp, data_or_null(s1_), data_or_null(s2_), pn);
 }

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/resources.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -155,7 +155,7 @@ ConstMatrix FaninLayer::apply_dropout(ConstMatrix h, uint64_t stream, int64_t st
   Rng rng = Rng::stream(seed_ ^ stream, static_cast<uint64_t>(step));
   *mask = mask_.draw(h.rows, dropout_, rng);
   const Matrix xd(xd_.data(), h.rows, input_dim());
-  kernels::multiply_mask(*ctx_, h, *mask, xd);
+  ops::multiply_mask(*ctx_, h, *mask, xd);
   return xd;
 }
 

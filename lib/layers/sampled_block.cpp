@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "kernels/dense_ops.h"
 #include "layers/device_topk.h"
 #include "layers/weight_init.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -34,46 +34,45 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_ * d));
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_));
   ensure_size(zg_, ctx, MemTag::workspace, hint);
-  staging_ = kernels::CandidateStaging(ctx, max_batch, hint, std::min(hint, n));
+  staging_ = ops::CandidateStaging(ctx, max_batch, hint, std::min(hint, n));
   reserved_bytes_ =
       static_cast<int64_t>(zg_.bytes() + dw_.bytes() + db_.bytes()) + staging_.bytes();
 }
 
-const std::vector<uint32_t>& SampledBlock::train_step(const kernels::CandidateCsr& cand,
-                                                      ConstMatrix h, Matrix dh, const LrState& lr,
+const std::vector<uint32_t>& SampledBlock::train_step(const ops::CandidateCsr& cand, ConstMatrix h,
+                                                      Matrix dh, const LrState& lr,
                                                       const LossGrad& loss_grad) {
   XMC_CHECK(h.rows == cand.rows && h.cols == d_ && dh.rows == h.rows && dh.cols == d_,
             "sampled step: h [{}×{}], dh [{}×{}], {} candidate rows, d={}", h.rows, h.cols,
             dh.rows, dh.cols, cand.rows, d_);
   const Context& ctx = *ctx_;
-  kernels::EntryGroupsBuffers groups = kernels::group_entries_by_label(cand, n_);
-  kernels::EntryGroups all;
-  const kernels::CandidateCsr dc = staging_.stage(cand, &groups, &all);
+  ops::EntryGroupsBuffers groups = ops::group_entries_by_label(cand, n_);
+  ops::EntryGroups all;
+  const ops::CandidateCsr dc = staging_.stage(cand, &groups, &all);
   const auto nnz = static_cast<size_t>(cand.nnz);
   ensure_size(zg_, *ctx_, MemTag::workspace, cand.nnz);
-  kernels::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
+  ops::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   loss_grad(std::span<float>(zg_.stage(nnz), nnz));
   zg_.commit(nnz);
   // dh with the weights before this step's update (the op accumulates).
-  kernels::set_zero(ctx, dh);
-  kernels::sampled_input_grad(ctx, p_.w.f32(), d_, dc, zg_.data(), dh);
+  ops::set_zero(ctx, dh);
+  ops::sampled_input_grad(ctx, p_.w.f32(), d_, dc, zg_.data(), dh);
   for (int64_t u0 = 0; u0 < all.groups; u0 += block_) {
     const int64_t m = std::min(block_, all.groups - u0);
-    const kernels::EntryGroups part{all.labels + u0, all.ptr + u0, all.entry, all.row, m, all.nnz};
-    kernels::sampled_weight_grad(ctx, part, zg_.data(), h, Matrix(dw_.data(), m, d_), db_.data());
+    const ops::EntryGroups part{all.labels + u0, all.ptr + u0, all.entry, all.row, m, all.nnz};
+    ops::sampled_weight_grad(ctx, part, zg_.data(), h, Matrix(dw_.data(), m, d_), db_.data());
     p_.update_rows(ctx, optim_, lr.lr, lr.step, part.labels, m, dw_.data(), db_.data());
   }
   touched_ = std::move(groups.labels);
   return touched_;
 }
 
-std::vector<float> SampledBlock::candidate_scores(const kernels::CandidateCsr& cand,
-                                                  ConstMatrix h) {
+std::vector<float> SampledBlock::candidate_scores(const ops::CandidateCsr& cand, ConstMatrix h) {
   XMC_CHECK(h.rows == cand.rows && h.cols == d_, "candidate scores: h [{}×{}], {} rows, d={}",
             h.rows, h.cols, cand.rows, d_);
-  const kernels::CandidateCsr dc = staging_.stage(cand, nullptr, nullptr);
+  const ops::CandidateCsr dc = staging_.stage(cand, nullptr, nullptr);
   ensure_size(zg_, *ctx_, MemTag::workspace, cand.nnz);
-  kernels::sampled_scores(*ctx_, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
+  ops::sampled_scores(*ctx_, p_.w.f32(), p_.b.data(), d_, dc, h, zg_.data());
   std::vector<float> out(static_cast<size_t>(cand.nnz));
   zg_.copy_to_host(out.data(), out.size());
   return out;
@@ -84,8 +83,8 @@ void SampledBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
             "sampled scores: h [{}×{}], out [{}×{}] at label {}, labels [{}, {}) d={}", h.rows,
             h.cols, out.rows, out.cols, lo, lo_, lo_ + n_, d_);
   const int64_t r0 = lo - lo_;
-  kernels::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + r0 * d_, out.cols, d_), out);
-  kernels::add_row_vector(*ctx_, out, p_.b.data() + r0);
+  ops::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + r0 * d_, out.cols, d_), out);
+  ops::add_row_vector(*ctx_, out, p_.b.data() + r0);
 }
 
 TopK SampledBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
@@ -105,7 +104,7 @@ std::vector<float> SampledBlock::rows_to_host(std::span<const uint32_t> labels) 
   Buffer<uint32_t> ids(*ctx_, MemTag::workspace, labels.size());
   Buffer<float> rows(*ctx_, MemTag::workspace, out.size());
   ids.copy_from_host(labels.data(), labels.size());
-  kernels::gather_rows(*ctx_, p_.w.f32(), ids.data(), count, d_, rows.data());
+  ops::gather_rows(*ctx_, p_.w.f32(), ids.data(), count, d_, rows.data());
   rows.copy_to_host(out.data(), out.size());
   return out;
 }

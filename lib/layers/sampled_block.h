@@ -4,16 +4,16 @@
 // Context's device (ledger: weights, optimizer), trained on each step's candidate lists,
 // which the layer draws on the host (LSH tables, HNSW, stale hard negatives).
 //
-// One step, the same code on both devices (ops of kernels/sampled_ops.h):
+// One step, the same code on both devices (ops of ops/sampled.h):
 //   1. the candidates (CSR over the batch rows) and their grouping by label
-//      (kernels::group_entries_by_label, on the host) go where the ops read them
-//      (kernels::CandidateStaging: the host arrays on the CPU, one packed upload on the GPU);
-//   2. kernels::sampled_scores: z [nnz] = h_row·w_label + b_label;
+//      (ops::group_entries_by_label, on the host) go where the ops read them
+//      (ops::CandidateStaging: the host arrays on the CPU, one packed upload on the GPU);
+//   2. ops::sampled_scores: z [nnz] = h_row·w_label + b_label;
 //   3. the layer's loss callback turns z into g [nnz] = dLoss/dz / B in place, on the host
 //      (a GPU step downloads z and uploads g: nnz floats each way, its one synchronisation);
-//   4. dh = Σ g·w_label with the weights before the update (kernels::sampled_input_grad);
+//   4. dh = Σ g·w_label with the weights before the update (ops::sampled_input_grad);
 //      dW and db of the touched labels, kBlock labels at a time
-//      (kernels::sampled_weight_grad: segmented sums in a fixed order, no atomics, nothing
+//      (ops::sampled_weight_grad: segmented sums in a fixed order, no atomics, nothing
 //      of size n×d), then the lazy update of those rows (optimizer_update_rows: the global
 //      step for Adam's bias correction, weight decay on touched rows only, none on the
 //      bias).
@@ -37,11 +37,11 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "eval/topk.h"
-#include "kernels/candidate_staging.h"
-#include "kernels/sampled_ops.h"
 #include "layers/label_params.h"
 #include "layers/output_layer.h"
 #include "model/optimizer.h"
+#include "ops/candidate_staging.h"
+#include "ops/sampled.h"
 
 namespace xmc {
 
@@ -59,10 +59,10 @@ class SampledBlock {
   // cand: host CSR over the rows of h (labels distinct within a row). h, dh [B×d] on the
   // Context's device; dh is overwritten with dL/dh. Returns the touched labels (ascending),
   // valid until the next call.
-  const std::vector<uint32_t>& train_step(const kernels::CandidateCsr& cand, ConstMatrix h,
-                                          Matrix dh, const LrState& lr, const LossGrad& loss_grad);
+  const std::vector<uint32_t>& train_step(const ops::CandidateCsr& cand, ConstMatrix h, Matrix dh,
+                                          const LrState& lr, const LossGrad& loss_grad);
   // Host scores [nnz] of the listed candidates (host CSR over the rows of h).
-  std::vector<float> candidate_scores(const kernels::CandidateCsr& cand, ConstMatrix h);
+  std::vector<float> candidate_scores(const ops::CandidateCsr& cand, ConstMatrix h);
 
   // out [B×c] = scores of labels [lo, lo+c) (global ids within the block's range).
   void scores(ConstMatrix h, int64_t lo, Matrix out) const;
@@ -92,7 +92,7 @@ class SampledBlock {
   LabelParams p_;                      // W [n×d], bias [n], their optimizer state
   Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
   Buffer<float> dw_, db_;              // [block×d], [block]
-  kernels::CandidateStaging staging_;
+  ops::CandidateStaging staging_;
   int64_t reserved_bytes_ = 0;         // workspace bytes at construction
   std::vector<uint32_t> touched_;
 };

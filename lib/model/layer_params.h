@@ -22,8 +22,8 @@
 
 namespace xmc {
 
-// The activation after an encoder layer (applied by the ops of kernels/encoder_ops.h and
-// kernels/dense_ops.h); parse_activation throws InputError naming the known ones.
+// The activation after an encoder layer (applied by the ops of ops/encoder.h and
+// ops/dense.h); parse_activation throws InputError naming the known ones.
 enum class Activation { none, relu };
 inline Activation parse_activation(std::string_view name) {
   constexpr std::array<EnumName<Activation>, 2> kNames{

@@ -1,9 +1,8 @@
 #include "model/linear.h"
 
-
 #include "core/error.h"
-#include "kernels/dense_ops.h"
-#include "kernels/encoder_ops.h"
+#include "ops/dense.h"
+#include "ops/encoder.h"
 
 namespace xmc {
 
@@ -19,9 +18,9 @@ ConstMatrix Linear::forward(ConstMatrix x, const float* mask, bool training) {
   const int64_t b = x.rows;
   const Matrix xc(ensure_size(x_, *ctx_, MemTag::activations, b * in_), b, in_);
   mask_ = training ? mask : nullptr;
-  kernels::multiply_mask(ctx, x, mask_, xc);
+  ops::multiply_mask(ctx, x, mask_, xc);
   const Matrix h(ensure_size(h_, *ctx_, MemTag::activations, b * out_), b, out_);
-  kernels::affine_nn(ctx, xc, w(), bias_data(), act_ == Activation::relu, h);
+  ops::affine_nn(ctx, xc, w(), bias_data(), act_ == Activation::relu, h);
   batch_ = b;
   have_forward_ = training;
   return h;
@@ -34,15 +33,15 @@ ConstMatrix Linear::backward(ConstMatrix dh, bool need_dx) {
   const Context& ctx = *ctx_;
   const int64_t b = batch_;
   const Matrix dz(ensure_size(dz_, *ctx_, MemTag::workspace, b * out_), b, out_);
-  kernels::activation_grad(ctx, act_ == Activation::relu, ConstMatrix(h_.data(), b, out_), dh, dz);
+  ops::activation_grad(ctx, act_ == Activation::relu, ConstMatrix(h_.data(), b, out_), dh, dz);
   // dW [in×out] = x̃ᵀ·dz; db = Σ_rows dz.
-  kernels::gemm_tn(ctx, ConstMatrix(x_.data(), b, in_), dz, Matrix(grad_.data(), in_, out_));
-  kernels::column_sums(ctx, dz, grad_.data() + in_ * out_);
+  ops::gemm_tn(ctx, ConstMatrix(x_.data(), b, in_), dz, Matrix(grad_.data(), in_, out_));
+  ops::column_sums(ctx, dz, grad_.data() + in_ * out_);
   if (!need_dx) return {};
   // dx [B×in] = dz·Wᵀ, then through the dropout mask.
   const Matrix dx(ensure_size(dx_, *ctx_, MemTag::workspace, b * in_), b, in_);
-  kernels::gemm_nt(ctx, dz, ConstMatrix(w(), in_, out_), dx);
-  if (mask_) kernels::multiply_mask(ctx, dx, mask_, dx);
+  ops::gemm_nt(ctx, dz, ConstMatrix(w(), in_, out_), dx);
+  if (mask_) ops::multiply_mask(ctx, dx, mask_, dx);
   return dx;
 }
 

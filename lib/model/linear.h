@@ -1,7 +1,7 @@
 #pragma once
 // Dense encoder layer: h = act(dropout(x)·W + b), x [B×in], W [in×out], b [out], on the
 // Context's device (every view a DEVICE view on a CUDA Context; the ops of
-// kernels/encoder_ops.h and kernels/dense_ops.h).
+// ops/encoder.h and ops/dense.h).
 // Parameters live in one array [(in+1)×out]: rows 0..in-1 are W (a row per input
 // feature, as in SparseLinear), row `in` is b; gradients and optimizer state use the same
 // layout, so one optimizer call updates everything.

@@ -6,8 +6,8 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "kernels/dense_ops.h"
 #include "model/fast_math.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -341,7 +341,7 @@ void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, con
     return;
   }
   XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
-  if (bias) kernels::add_row_vector(logits, bias);
+  if (bias) ops::add_row_vector(logits, bias);
   int64_t zeros = 0;
   const double loss = elementwise_loss_grad(type, logits, targets.host(), lo, batch_size, &zeros);
   gpu::LossAccum* a = acc.data();
@@ -397,7 +397,7 @@ void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, So
     gpu::softmax_accumulate(ctx.cuda(), logits, bias, st.device());
     return;
   }
-  if (bias) kernels::add_row_vector(logits, bias);
+  if (bias) ops::add_row_vector(logits, bias);
   softmax_accumulate(ConstMatrix(logits), st.host_);
 }
 
@@ -410,7 +410,7 @@ void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias, con
     return;
   }
   XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
-  if (bias) kernels::add_row_vector(logits, bias);
+  if (bias) ops::add_row_vector(logits, bias);
   acc.data()->loss += softmax_loss_grad(logits, st.host_, targets.host(), lo, batch_size);
 }
 

@@ -12,8 +12,8 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"  // gpu::DeviceCsr, gpu::LossAccum
-#include "kernels/op_settings.h"     // LossType
+#include "ops/dense_ops_cuda.h"  // gpu::DeviceCsr, gpu::LossAccum
+#include "ops/op_settings.h"     // LossType
 
 namespace xmc {
 
@@ -128,7 +128,7 @@ class LossAccumulator {
     if (!dev_.empty()) dev_.copy_from_host(&host_, 1);
   }
   gpu::LossAccum* data() { return dev_.empty() ? &host_ : dev_.data(); }
-  // The zero-label counter inside data() (for kernels::fixed_fanin_weight_grad).
+  // The zero-label counter inside data() (for ops::fixed_fanin_weight_grad).
   unsigned long long* zero_labels() {
     return reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(data()) +
                                                  offsetof(gpu::LossAccum, zero_labels));

@@ -6,7 +6,7 @@
 #include "core/context.h"
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "kernels/dense_ops.h"  // bf16_device
+#include "ops/dense.h"  // bf16_device
 
 namespace xmc {
 
@@ -109,8 +109,8 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2,
                       int64_t n, uint64_t stochastic_seed) {
-  gpu::optimizer_update(kernels::bf16_device(ctx, "bf16 optimizer update"), cfg, lr, step, params,
-                        grad, state1, state2, n, stochastic_seed);
+  gpu::optimizer_update(ops::bf16_device(ctx, "bf16 optimizer update"), cfg, lr, step, params, grad,
+                        state1, state2, n, stochastic_seed);
 }
 
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr,

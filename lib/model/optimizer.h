@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
-#include "kernels/op_settings.h"     // OptimizerType, OptimizerConfig
+#include "ops/dense_ops_cuda.h"  // gpu::Bf16
+#include "ops/op_settings.h"     // OptimizerType, OptimizerConfig
 
 namespace xmc {
 
@@ -26,7 +26,7 @@ std::string_view to_string(OptimizerType t);
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n);
 // The same on the Context's device: on a CUDA Context every pointer is a DEVICE pointer
-// and the update is queued on its stream (gpu::optimizer_update, kernels/dense_ops_cuda.h).
+// and the update is queued on its stream (gpu::optimizer_update, ops/dense_ops_cuda.h).
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n);
 // bf16 weights (GPU only; a CPU Context throws xmc::Error): rounded to nearest even, or

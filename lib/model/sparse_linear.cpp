@@ -4,10 +4,10 @@
 #include <limits>
 
 #include "core/error.h"
-#include "kernels/dense_ops.h"
-#include "kernels/encoder_ops.h"
 #include "model/dropout.h"
 #include "model/optimizer_state.h"
+#include "ops/dense.h"
+#include "ops/encoder.h"
 
 namespace xmc {
 
@@ -23,7 +23,7 @@ ConstMatrix SparseLinear::forward(const gpu::DeviceCsrValues& x, bool training) 
             x.cols);
   const int64_t b = x.rows;
   const Matrix h(ensure_size(h_, *ctx_, MemTag::activations, b * out_), b, out_);
-  kernels::csr_dense_forward(*ctx_, x, w(), bias_data(), act_ == Activation::relu, h);
+  ops::csr_dense_forward(*ctx_, x, w(), bias_data(), act_ == Activation::relu, h);
   batch_ = b;
   have_forward_ = training;
   have_backward_ = false;
@@ -52,12 +52,12 @@ void SparseLinear::backward(ConstMatrix dh, const gpu::DeviceCsrByColumn& xt) {
             dh.rows, dh.cols, b, out_);
   const Context& ctx = *ctx_;
   const Matrix dz(ensure_size(dz_, *ctx_, MemTag::workspace, b * out_), b, out_);
-  kernels::activation_grad(ctx, act_ == Activation::relu, ConstMatrix(h_.data(), b, out_), dh, dz);
+  ops::activation_grad(ctx, act_ == Activation::relu, ConstMatrix(h_.data(), b, out_), dh, dz);
   xt_ = xt;
   // Each touched row's gradient summed by one thread in position order (deterministic).
   float* g = ensure_size(row_grad_, *ctx_, MemTag::workspace, xt.count * out_);
-  kernels::csr_column_grad(ctx, xt, dz, Matrix(g, xt.count, out_));
-  kernels::column_sums(ctx, dz, bias_grad_.data());
+  ops::csr_column_grad(ctx, xt, dz, Matrix(g, xt.count, out_));
+  ops::column_sums(ctx, dz, bias_grad_.data());
   have_backward_ = true;
 }
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/matrix.h"
-#include "kernels/encoder_ops_cuda.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
 #include "model/layer_params.h"
+#include "ops/encoder_ops_cuda.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
 
 namespace xmc {
 

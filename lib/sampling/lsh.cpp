@@ -5,7 +5,7 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 namespace xmc {
 
@@ -152,7 +152,7 @@ void LshHasher::hash_rows(ConstMatrix x, uint32_t* out) const {
     for (int64_t r0 = 0; r0 < x.rows; r0 += block) {
       const int64_t rows = std::min(block, x.rows - r0);
       Matrix sm(s.data(), rows, nproj);
-      kernels::gemm_nt(x.rows_range(r0, rows), ConstMatrix(proj_.data(), nproj, dim_), sm);
+      ops::gemm_nt(x.rows_range(r0, rows), ConstMatrix(proj_.data(), nproj, dim_), sm);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < rows; ++i) {
         const float* si = sm.row(i);

@@ -26,13 +26,13 @@
 #include "core/rng.h"
 #include "eval/topk.h"
 #include "io/load.h"
-#include "kernels/dense_ops.h"
-#include "kernels/dense_ops_cuda.h"
 #include "layers/dense_block.h"
 #include "layers/registry.h"
 #include "model/encoder.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
+#include "ops/dense.h"
+#include "ops/dense_ops_cuda.h"
 #include "parity_support.h"
 #include "train/evaluation.h"
 #include "train/inference.h"
@@ -107,9 +107,9 @@ void test_gemm(CudaContext& ctx, Rng& rng) {
         const ConstMatrix ha(a_in.data(), ar, ac, lda), hb(b_in.data(), br, bc);
         Matrix hc(ref.data(), s.m, s.n);
         const char* name = op == 0 ? "gemm_nt" : op == 1 ? "gemm_nn" : "gemm_tn";
-        if (op == 0) kernels::gemm_nt(ha, hb, hc, 1.5f, 0.5f);
-        if (op == 1) kernels::gemm_nn(ha, hb, hc, 1.5f, 0.5f);
-        if (op == 2) kernels::gemm_tn(ha, hb, hc, 1.5f, 0.5f);
+        if (op == 0) ops::gemm_nt(ha, hb, hc, 1.5f, 0.5f);
+        if (op == 1) ops::gemm_nn(ha, hb, hc, 1.5f, 0.5f);
+        if (op == 2) ops::gemm_tn(ha, hb, hc, 1.5f, 0.5f);
         auto dc = upload(ctx, c);
         Matrix gc(dc.data(), s.m, s.n);
         if (bf) {
@@ -145,14 +145,14 @@ void test_helpers(CudaContext& ctx, Rng& rng) {
       auto a = random_vec(rng, static_cast<size_t>(rows * cols));
       auto bias = random_vec(rng, static_cast<size_t>(cols));
       std::vector<float> ref_sums(static_cast<size_t>(cols));
-      kernels::column_sums(ConstMatrix(a.data(), rows, cols), ref_sums.data());
+      ops::column_sums(ConstMatrix(a.data(), rows, cols), ref_sums.data());
       auto da = upload(ctx, a);
       auto dsum = upload(ctx, std::vector<float>(static_cast<size_t>(cols)));
       gpu::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
       expect_close("column_sums " + tag, download(ctx, dsum, ref_sums.size()), ref_sums,
                    1e-5 * rows, 1e-5);
       auto ref = a;
-      kernels::add_row_vector(Matrix(ref.data(), rows, cols), bias.data());
+      ops::add_row_vector(Matrix(ref.data(), rows, cols), bias.data());
       auto dbias = upload(ctx, bias);
       gpu::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
       expect_close("add_row_vector " + tag, download(ctx, da, a.size()), ref, 0.0, 0.0);
@@ -165,7 +165,7 @@ void test_helpers(CudaContext& ctx, Rng& rng) {
     auto a = random_vec(rng, static_cast<size_t>(rows * cols));
     auto bias = random_vec(rng, static_cast<size_t>(cols));
     auto ref = a;
-    kernels::add_row_vector(Matrix(ref.data(), rows, cols), bias.data());
+    ops::add_row_vector(Matrix(ref.data(), rows, cols), bias.data());
     auto da = upload(ctx, a);
     auto dbias = upload(ctx, bias);
     gpu::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
@@ -209,7 +209,7 @@ void test_losses(CudaContext& ctx, Rng& rng) {
       for (int64_t k = 0; k < s.chunks; ++k) {
         const int64_t lo = s.lo + k * s.c;
         auto ref = z[static_cast<size_t>(k)];
-        kernels::add_row_vector(Matrix(ref.data(), s.b, s.c), bias[static_cast<size_t>(k)].data());
+        ops::add_row_vector(Matrix(ref.data(), s.b, s.c), bias[static_cast<size_t>(k)].data());
         ref_loss +=
             elementwise_loss_grad(type, Matrix(ref.data(), s.b, s.c), t, lo, s.b, &ref_zeros);
         auto dz = upload(ctx, z[static_cast<size_t>(k)]);
@@ -245,7 +245,7 @@ void test_losses(CudaContext& ctx, Rng& rng) {
       for (int64_t k = 0; k < s.chunks; ++k) {
         ref[static_cast<size_t>(k)] = z[static_cast<size_t>(k)];
         Matrix m(ref[static_cast<size_t>(k)].data(), s.b, s.c);
-        kernels::add_row_vector(m, bias[static_cast<size_t>(k)].data());
+        ops::add_row_vector(m, bias[static_cast<size_t>(k)].data());
         softmax_accumulate(m, stats);
       }
       DeviceBuffer<float> smax(ctx.ledger(), MemTag::workspace, static_cast<size_t>(s.b));

@@ -30,17 +30,17 @@
 #include "core/rng.h"
 #include "eval/topk.h"
 #include "io/load.h"
-#include "kernels/dense_ops_cuda.h"
 #include "layers/anns_sampled.h"
 #include "layers/lsh_sampled.h"
 #include "layers/registry.h"
 #include "layers/sampled_block.h"
 #include "model/optimizer.h"
+#include "ops/dense_ops_cuda.h"
+#include "parity_support.h"
 #include "train/evaluation.h"
 #include "train/inference.h"
 #include "train/model.h"
 #include "train/trainer.h"
-#include "parity_support.h"
 
 namespace {
 

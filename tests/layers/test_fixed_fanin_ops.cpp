@@ -1,16 +1,16 @@
-// The CPU fixed fan-in forward op (kernels/fixed_fanin_ops.h) against a naive double
+// The CPU fixed fan-in forward op (ops/fixed_fanin.h) against a naive double
 // loop at sizes that exercise every edge of its blocking: batches that are not a multiple
 // of the 32-row batch block (and smaller than one), label counts that are not a multiple
 // of the 16-label tile, fan-in 1 and fan-in above the vector width, with and without
 // bias, a row stride of z larger than n, and 1 and 2 threads.
-#include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/fixed_fanin_ops.h"
+#include "ops/fixed_fanin.h"
 
 using namespace xmc;
 
@@ -34,9 +34,8 @@ void check_forward(int64_t batch, int64_t n, int64_t m, int64_t fan_in, bool wit
   const int before = omp_get_max_threads();
   omp_set_num_threads(threads);
   const Context cpu(Device::cpu, threads);
-  kernels::fixed_fanin_forward(cpu, idx.data(), w.data(), with_bias ? bias.data() : nullptr, n,
-                               fan_in, ConstMatrix{ut.data(), m, batch, batch},
-                               Matrix{z.data(), batch, n, ld});
+  ops::fixed_fanin_forward(cpu, idx.data(), w.data(), with_bias ? bias.data() : nullptr, n, fan_in,
+                           ConstMatrix{ut.data(), m, batch, batch}, Matrix{z.data(), batch, n, ld});
   omp_set_num_threads(before);
   int64_t bad = 0;
   for (int64_t b = 0; b < batch; ++b) {

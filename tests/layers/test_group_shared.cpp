@@ -17,9 +17,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "kernels/group_shared_ops.h"
 #include "layers/group_shared.h"
 #include "layers/registry.h"
+#include "ops/group_shared.h"
 #include "support/layer_support.h"
 #include "support/test_support.h"
 
@@ -184,12 +184,11 @@ TEST_CASE("group-shared ops equal dense products under the group mask") {
 
       const int64_t ld = n + 3;
       std::vector<float> z(static_cast<size_t>(batch * ld), -7.0f);
-      kernels::group_shared_forward(cpu, idx.data(), w.data(), bias.data(), n, g, f,
-                                    ConstMatrix(ut.data(), m, batch),
-                                    Matrix(z.data(), batch, n, ld));
+      ops::group_shared_forward(cpu, idx.data(), w.data(), bias.data(), n, g, f,
+                                ConstMatrix(ut.data(), m, batch), Matrix(z.data(), batch, n, ld));
       std::vector<float> z0(static_cast<size_t>(batch * n));
-      kernels::group_shared_forward(cpu, idx.data(), w.data(), nullptr, n, g, f,
-                                    ConstMatrix(ut.data(), m, batch), Matrix(z0.data(), batch, n));
+      ops::group_shared_forward(cpu, idx.data(), w.data(), nullptr, n, g, f,
+                                ConstMatrix(ut.data(), m, batch), Matrix(z0.data(), batch, n));
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t r = 0; r < n; ++r) {
           double s = 0.0;
@@ -202,8 +201,8 @@ TEST_CASE("group-shared ops equal dense products under the group mask") {
 
       std::vector<float> dw(static_cast<size_t>(n * f), 99.0f), db(static_cast<size_t>(n), 99.0f);
       ConstMatrix gm(gv.data(), batch, n);
-      kernels::group_shared_weight_grad(cpu, idx.data(), n, g, f, gm,
-                                        ConstMatrix(ut.data(), m, batch), dw.data(), db.data());
+      ops::group_shared_weight_grad(cpu, idx.data(), n, g, f, gm, ConstMatrix(ut.data(), m, batch),
+                                    dw.data(), db.data());
       for (int64_t r = 0; r < n; ++r) {
         double sb = 0.0;
         for (int64_t b = 0; b < batch; ++b) sb += gv[static_cast<size_t>(b * n + r)];
@@ -216,14 +215,14 @@ TEST_CASE("group-shared ops equal dense products under the group mask") {
         }
       }
       for (int64_t j = 0; j < f; ++j) CHECK(dw[static_cast<size_t>(2 * f + j)] == 0.0f);  // all-zero column
-      kernels::group_shared_weight_grad(cpu, idx.data(), n, g, f, gm,
-                                        ConstMatrix(ut.data(), m, batch), dw.data(),
-                                        nullptr);  // db optional
+      ops::group_shared_weight_grad(cpu, idx.data(), n, g, f, gm, ConstMatrix(ut.data(), m, batch),
+                                    dw.data(),
+                                    nullptr);  // db optional
 
       // du += G·W_dense, on top of what du held.
       std::vector<float> du(static_cast<size_t>(batch * m), 0.5f);
-      kernels::group_shared_input_grad(cpu, idx.data(), w.data(), n, g, f, gm,
-                                       Matrix(du.data(), batch, m));
+      ops::group_shared_input_grad(cpu, idx.data(), w.data(), n, g, f, gm,
+                                   Matrix(du.data(), batch, m));
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t k = 0; k < m; ++k) {
           double s = 0.5;

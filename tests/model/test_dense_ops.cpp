@@ -1,12 +1,11 @@
 // The dense op family on the CPU: the three GEMM forms against a naive product at odd
 // sizes, and the Context overloads (what layers call) equal to the host ops.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "core/context.h"
 #include "core/rng.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 using namespace xmc;
 
@@ -33,9 +32,9 @@ TEST_CASE("dense ops: gemm_nt / nn / tn against a naive product, host and Contex
     const ConstMatrix bm(b.data(), op == 0 ? n : k, op == 0 ? k : n);
     std::vector<float> host = c0, via_ctx = c0;
     Matrix hc(host.data(), m, n), cc(via_ctx.data(), m, n);
-    if (op == 0) kernels::gemm_nt(am, bm, hc, 1.5f, 0.5f), kernels::gemm_nt(ctx, am, bm, cc, 1.5f, 0.5f);
-    if (op == 1) kernels::gemm_nn(am, bm, hc, 1.5f, 0.5f), kernels::gemm_nn(ctx, am, bm, cc, 1.5f, 0.5f);
-    if (op == 2) kernels::gemm_tn(am, bm, hc, 1.5f, 0.5f), kernels::gemm_tn(ctx, am, bm, cc, 1.5f, 0.5f);
+    if (op == 0) ops::gemm_nt(am, bm, hc, 1.5f, 0.5f), ops::gemm_nt(ctx, am, bm, cc, 1.5f, 0.5f);
+    if (op == 1) ops::gemm_nn(am, bm, hc, 1.5f, 0.5f), ops::gemm_nn(ctx, am, bm, cc, 1.5f, 0.5f);
+    if (op == 2) ops::gemm_tn(am, bm, hc, 1.5f, 0.5f), ops::gemm_tn(ctx, am, bm, cc, 1.5f, 0.5f);
     CHECK(host == via_ctx);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -45,15 +44,17 @@ TEST_CASE("dense ops: gemm_nt / nn / tn against a naive product, host and Contex
       }
     // A shape mismatch names the op and the shapes.
     Matrix wrong(host.data(), m, n - 1);
-    CHECK_THROWS_WITH(op == 0   ? kernels::gemm_nt(am, bm, wrong)
-                      : op == 1 ? kernels::gemm_nn(am, bm, wrong)
-                                : kernels::gemm_tn(am, bm, wrong),
-                      Catch::Contains(op == 0 ? "gemm_nt shapes" : op == 1 ? "gemm_nn shapes" : "gemm_tn shapes"));
+    CHECK_THROWS_WITH(op == 0   ? ops::gemm_nt(am, bm, wrong)
+                      : op == 1 ? ops::gemm_nn(am, bm, wrong)
+                                : ops::gemm_tn(am, bm, wrong),
+                      Catch::Contains(op == 0   ? "gemm_nt shapes"
+                                      : op == 1 ? "gemm_nn shapes"
+                                                : "gemm_tn shapes"));
   }
   // column_sums and add_row_vector through the Context.
   std::vector<float> x = {1, 2, 3, 4, 5, 6}, sums(3);
-  kernels::column_sums(ctx, ConstMatrix(x.data(), 2, 3), sums.data());
+  ops::column_sums(ctx, ConstMatrix(x.data(), 2, 3), sums.data());
   CHECK(sums == std::vector<float>{5, 7, 9});
-  kernels::add_row_vector(ctx, Matrix(x.data(), 2, 3), sums.data());
+  ops::add_row_vector(ctx, Matrix(x.data(), 2, 3), sums.data());
   CHECK(x == std::vector<float>{6, 9, 12, 9, 12, 15});
 }

@@ -9,12 +9,12 @@
 
 #include "core/context.h"
 #include "core/error.h"
-#include "kernels/dense_ops.h"
-#include "kernels/encoder_ops.h"
 #include "model/dropout.h"
 #include "model/linear.h"
 #include "model/sparse_linear.h"
 #include "model_test_util.h"
+#include "ops/dense.h"
+#include "ops/encoder.h"
 
 using namespace xmc;
 using namespace xmc::test;
@@ -102,12 +102,12 @@ TEST_CASE("linear layer: dW, db, dx match finite differences (none and relu)") {
 
 TEST_CASE("relu backward matches finite differences away from 0") {
   std::vector<float> h = {-0.5f, 0.3f, 0.0f, 2.0f};
-  kernels::relu_inplace(Matrix{h.data(), 1, 4});
+  ops::relu_inplace(Matrix{h.data(), 1, 4});
   CHECK(h[0] == 0.0f);
   CHECK(h[1] == 0.3f);
   std::vector<float> dh = {1.0f, 2.0f, 3.0f, -4.0f}, dz(4);
-  kernels::activation_grad(Context{}, true, ConstMatrix{h.data(), 1, 4},
-                           ConstMatrix{dh.data(), 1, 4}, Matrix{dz.data(), 1, 4});
+  ops::activation_grad(Context{}, true, ConstMatrix{h.data(), 1, 4}, ConstMatrix{dh.data(), 1, 4},
+                       Matrix{dz.data(), 1, 4});
   const std::vector<double> z = {-0.5, 0.3, -0.1, 2.0};  // pre-activations (h[2] came from ≤ 0)
   for (size_t i = 0; i < z.size(); ++i) {
     const double eps = 1e-6;

@@ -19,14 +19,14 @@
 #include "core/context.h"
 #include "core/rng.h"
 #include "eval/topk.h"
-#include "kernels/dense_ops.h"
-#include "kernels/encoder_ops.h"
-#include "kernels/fixed_fanin_ops.h"
-#include "kernels/group_shared_ops.h"
 #include "layers/device_topk.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "model/sparse_linear.h"
+#include "ops/dense.h"
+#include "ops/encoder.h"
+#include "ops/fixed_fanin.h"
+#include "ops/group_shared.h"
 #include "ops_test_util.h"
 #include "support/op_cases.h"
 
@@ -103,11 +103,11 @@ TEST_CASE("the three GEMMs and the affine forms against a naive product") {
       const auto nn = ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * b[k * kN + j]; });
       const auto nt = ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * bt[j * kK + k]; });
       const auto tn = ref([&](int64_t i, int64_t j, int64_t k) { return double(at[k * kM + i]) * b[k * kN + j]; });
-      kernels::gemm_nn(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(db.data(), kK, kN), c);
+      ops::gemm_nn(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(db.data(), kK, kN), c);
       expect_close("", get(dc, kM * kN), nn, 1e-5, 1e-4);
-      kernels::gemm_nt(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(dbt.data(), kN, kK), c);
+      ops::gemm_nt(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(dbt.data(), kN, kK), c);
       expect_close("", get(dc, kM * kN), nt, 1e-5, 1e-4);
-      kernels::gemm_tn(ctx, ConstMatrix(dat.data(), kK, kM), ConstMatrix(db.data(), kK, kN), c);
+      ops::gemm_tn(ctx, ConstMatrix(dat.data(), kK, kM), ConstMatrix(db.data(), kK, kN), c);
       expect_close("", get(dc, kM * kN), tn, 1e-5, 1e-4);
       // affine: relu(bias + x·w) with w [K×N] (nn) or [N×K] (nt).
       auto relu_bias = [&](std::vector<double> r) {
@@ -115,13 +115,13 @@ TEST_CASE("the three GEMMs and the affine forms against a naive product") {
           for (int64_t j = 0; j < kN; ++j) r[i * kN + j] = std::max(0.0, r[i * kN + j] + bias[j]);
         return r;
       };
-      kernels::affine_nn(ctx, ConstMatrix(da.data(), kM, kK), db.data(), dbias.data(), true, c);
+      ops::affine_nn(ctx, ConstMatrix(da.data(), kM, kK), db.data(), dbias.data(), true, c);
       expect_close("", get(dc, kM * kN), relu_bias(nn), 1e-5, 1e-4);
-      kernels::affine_nt(ctx, ConstMatrix(da.data(), kM, kK), dbt.data(), dbias.data(), true, c);
+      ops::affine_nt(ctx, ConstMatrix(da.data(), kM, kK), dbt.data(), dbias.data(), true, c);
       expect_close("", get(dc, kM * kN), relu_bias(nt), 1e-5, 1e-4);
       // column sums and the row-vector add.
       Buffer<float> dsum(ctx, MemTag::workspace, kK);
-      kernels::column_sums(ctx, ConstMatrix(da.data(), kM, kK), dsum.data());
+      ops::column_sums(ctx, ConstMatrix(da.data(), kM, kK), dsum.data());
       std::vector<double> sums(kK, 0.0);
       for (int64_t i = 0; i < kM; ++i)
         for (int64_t k = 0; k < kK; ++k) sums[k] += a[i * kK + k];
@@ -178,9 +178,9 @@ TEST_CASE("the three GEMMs at several sizes: alpha, beta onto C, padded A, bf16 
           auto dc = put(ctx, c);
           const Matrix gc(dc.data(), s.m, s.n);
           auto gemm = [&](auto ga, auto gb) {
-            if (op == 0) kernels::gemm_nt(ctx, ga, gb, gc, 1.5f, 0.5f);
-            if (op == 1) kernels::gemm_nn(ctx, ga, gb, gc, 1.5f, 0.5f);
-            if (op == 2) kernels::gemm_tn(ctx, ga, gb, gc, 1.5f, 0.5f);
+            if (op == 0) ops::gemm_nt(ctx, ga, gb, gc, 1.5f, 0.5f);
+            if (op == 1) ops::gemm_nn(ctx, ga, gb, gc, 1.5f, 0.5f);
+            if (op == 2) ops::gemm_tn(ctx, ga, gb, gc, 1.5f, 0.5f);
           };
           {
             auto da = put(ctx, a);
@@ -223,12 +223,12 @@ TEST_CASE("column sums, the row-vector add and the bf16 rounding at several shap
           auto da = put(ctx, a);
           auto dbias = put(ctx, bias);
           Buffer<float> dsum(ctx, MemTag::workspace, cols);
-          kernels::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
+          ops::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
           std::vector<double> sums(cols, 0.0);
           for (int64_t i = 0; i < rows; ++i)
             for (int64_t j = 0; j < cols; ++j) sums[j] += a[i * cols + j];
           expect_close("column_sums " + tag, get(dsum, cols), sums, 1e-5 * rows, 1e-5);
-          kernels::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+          ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
           expect_close("add_row_vector " + tag, get(da, a.size()), add_ref(a, bias), 0, 0);
         }
       }
@@ -238,16 +238,16 @@ TEST_CASE("column sums, the row-vector add and the bf16 rounding at several shap
         const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
         auto da = put(ctx, a);
         auto dbias = put(ctx, bias);
-        kernels::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+        ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
         const auto want = add_ref(a, bias);
         expect_close("add_row_vector " + tag, get(da, a.size()), want, 0, 0);
         Buffer<gpu::Bf16> d16(ctx, MemTag::workspace, a.size());
         const gpu::Bf16Matrix m16(d16.data(), rows, cols);
         if (dev == Device::cuda) {
-          kernels::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16);
+          ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16);
           expect_close("to_bf16 " + tag, widen(get(d16, a.size())), rounded(want), 0, 0);
         } else {
-          CHECK_THROWS_AS(kernels::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16), Error);
+          CHECK_THROWS_AS(ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16), Error);
         }
       }
     }
@@ -266,17 +266,17 @@ TEST_CASE("mask multiply (with and without a mask), set_zero, ReLU gradient") {
       auto dg = put(ctx, g);
       Buffer<float> dy(ctx, MemTag::workspace, kM * kN);
       const Matrix y(dy.data(), kM, kN);
-      kernels::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), dmask.data(), y);
+      ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), dmask.data(), y);
       std::vector<double> ref(kM * kN);
       for (size_t i = 0; i < ref.size(); ++i) ref[i] = double(x[i]) * mask[i];
       expect_close("", get(dy, ref.size()), ref, 0, 1e-7);
-      kernels::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), nullptr, y);
+      ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), nullptr, y);
       expect_close("", get(dy, ref.size()), std::vector<double>(x.begin(), x.end()), 0, 0);
-      kernels::activation_grad(ctx, true, ConstMatrix(dx.data(), kM, kN),
-                               ConstMatrix(dg.data(), kM, kN), y);
+      ops::activation_grad(ctx, true, ConstMatrix(dx.data(), kM, kN),
+                           ConstMatrix(dg.data(), kM, kN), y);
       for (size_t i = 0; i < ref.size(); ++i) ref[i] = x[i] > 0 ? g[i] : 0.0;
       expect_close("", get(dy, ref.size()), ref, 0, 0);
-      kernels::set_zero(ctx, y);
+      ops::set_zero(ctx, y);
       expect_close("", get(dy, ref.size()), std::vector<double>(ref.size(), 0.0), 0, 0);
     }
   }
@@ -310,8 +310,8 @@ TEST_CASE("the sparse-input layer's forward and weight gradient") {
       auto ddz = put(ctx, dz);
       auto didx = put(ctx, x.indices);
       Buffer<float> dh(ctx, MemTag::workspace, rows * out);
-      kernels::csr_dense_forward(ctx, {dip.data(), didx.data(), dval.data(), rows, cols},
-                                 dw.data(), dbias.data(), true, Matrix(dh.data(), rows, out));
+      ops::csr_dense_forward(ctx, {dip.data(), didx.data(), dval.data(), rows, cols}, dw.data(),
+                             dbias.data(), true, Matrix(dh.data(), rows, out));
       std::vector<double> h(rows * out);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < out; ++j) {
@@ -328,8 +328,8 @@ TEST_CASE("the sparse-input layer's forward and weight gradient") {
       auto dtv = put(ctx, xt.values);
       const int64_t u = xt.count();
       Buffer<float> dgr(ctx, MemTag::workspace, u * out);
-      kernels::csr_column_grad(ctx, {dcols.data(), dstart.data(), drows.data(), dtv.data(), u},
-                               ConstMatrix(ddz.data(), rows, out), Matrix(dgr.data(), u, out));
+      ops::csr_column_grad(ctx, {dcols.data(), dstart.data(), drows.data(), dtv.data(), u},
+                           ConstMatrix(ddz.data(), rows, out), Matrix(dgr.data(), u, out));
       std::vector<double> gr(u * out, 0.0);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k) {
@@ -453,7 +453,7 @@ TEST_CASE("fixed fan-in and group-shared ops and the transpose against one refer
         auto dg = put(ctx, g);
         auto ddu = put(ctx, du0);
         Buffer<float> dut(ctx, MemTag::workspace, m * b);
-        kernels::transpose(ctx, ConstMatrix(du.data(), b, m), Matrix(dut.data(), m, b));
+        ops::transpose(ctx, ConstMatrix(du.data(), b, m), Matrix(dut.data(), m, b));
         std::vector<double> ut_ref(m * b);
         for (int64_t s = 0; s < b; ++s)
           for (int64_t i = 0; i < m; ++i) ut_ref[i * b + s] = u[s * m + i];
@@ -464,20 +464,20 @@ TEST_CASE("fixed fan-in and group-shared ops and the transpose against one refer
             ddb(ctx, MemTag::workspace, n);
         if (group == 1) {
           Buffer<unsigned long long> zl(ctx, MemTag::workspace, 1);
-          kernels::fixed_fanin_forward(ctx, didx.data(), dw.data(), dbias.data(), n, f, ut,
-                                       Matrix(dz.data(), b, n));
-          kernels::fixed_fanin_weight_grad(ctx, didx.data(), n, f, gm, ut, ddw.data(), ddb.data(),
-                                           zl.data());
-          kernels::fixed_fanin_input_grad(ctx, didx.data(), dw.data(), n, f, gm,
-                                          Matrix(ddu.data(), b, m));
+          ops::fixed_fanin_forward(ctx, didx.data(), dw.data(), dbias.data(), n, f, ut,
+                                   Matrix(dz.data(), b, n));
+          ops::fixed_fanin_weight_grad(ctx, didx.data(), n, f, gm, ut, ddw.data(), ddb.data(),
+                                       zl.data());
+          ops::fixed_fanin_input_grad(ctx, didx.data(), dw.data(), n, f, gm,
+                                      Matrix(ddu.data(), b, m));
           CHECK(get(zl, 1)[0] == static_cast<unsigned long long>(ref.zero_labels));
         } else {
-          kernels::group_shared_forward(ctx, didx.data(), dw.data(), dbias.data(), n, group, f, ut,
-                                        Matrix(dz.data(), b, n));
-          kernels::group_shared_weight_grad(ctx, didx.data(), n, group, f, gm, ut, ddw.data(),
-                                            ddb.data());
-          kernels::group_shared_input_grad(ctx, didx.data(), dw.data(), n, group, f, gm,
-                                           Matrix(ddu.data(), b, m));
+          ops::group_shared_forward(ctx, didx.data(), dw.data(), dbias.data(), n, group, f, ut,
+                                    Matrix(dz.data(), b, n));
+          ops::group_shared_weight_grad(ctx, didx.data(), n, group, f, gm, ut, ddw.data(),
+                                        ddb.data());
+          ops::group_shared_input_grad(ctx, didx.data(), dw.data(), n, group, f, gm,
+                                       Matrix(ddu.data(), b, m));
         }
         expect_close("", get(dz, ref.z.size()), ref.z, 1e-5, 1e-5);
         expect_close("", get(ddw, ref.dw.size()), ref.dw, 1e-5, 1e-5);
@@ -872,7 +872,7 @@ TEST_CASE("top-k streamed over label chunks") {
             part.resize(static_cast<size_t>(z.rows * z.cols));
             for (int64_t r = 0; r < z.rows; ++r)
               std::copy_n(s.begin() + (r0 + r) * c.cols + c0, z.cols, part.begin() + r * z.cols);
-            kernels::copy_from_host(ctx, part.data(), z);
+            ops::copy_from_host(ctx, part.data(), z);
           };
           const TopK got = block_rows == c.rows
                                ? stream_topk(ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,

@@ -6,7 +6,7 @@
 // 256, all-zero gradient columns and tiles), and is compared element-wise with
 // |got - ref| <= abs + |ref|·rel.
 //
-// References: fixed fan-in against the CPU ops (kernels/fixed_fanin_ops.h: the code CPU
+// References: fixed fan-in against the CPU ops (ops/fixed_fanin.h: the code CPU
 // training runs; tests/ops/test_ops.cpp holds them to a naive reference); group-shared and
 // sampled scoring against naive double-precision loops written here.
 // Tolerances: fp32 sums of K terms of size ~1 get abs = 4e-6·K, rel = 1e-4 (fp32 rounding
@@ -28,9 +28,9 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/rng.h"
-#include "kernels/fixed_fanin_ops.h"
-#include "kernels/group_shared_ops.h"
-#include "kernels/sampled_ops.h"
+#include "ops/fixed_fanin.h"
+#include "ops/group_shared.h"
+#include "ops/sampled.h"
 #include "ops_test_util.h"
 
 namespace {
@@ -79,14 +79,14 @@ void body_transpose(Context& ctx, Rng& rng) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {33, 70}, {64, 768}, {257, 31}}) {
     const auto u = random_floats(rng, static_cast<size_t>(rows * cols));
     std::vector<float> ref(u.size());
-    kernels::transpose(ConstMatrix(u.data(), rows, cols), Matrix(ref.data(), cols, rows));
+    ops::transpose(ConstMatrix(u.data(), rows, cols), Matrix(ref.data(), cols, rows));
     auto du = put(ctx, u);
     Buffer<float> dt(ctx, MemTag::workspace, u.size());
     Buffer<Bf16> dt16(ctx, MemTag::workspace, u.size());
-    kernels::transpose(ctx, ConstMatrix(du.data(), rows, cols), Matrix(dt.data(), cols, rows));
+    ops::transpose(ctx, ConstMatrix(du.data(), rows, cols), Matrix(dt.data(), cols, rows));
     if (ctx.on_gpu())  // bf16 exists on the GPU only
-      kernels::transpose(ctx, ConstMatrix(du.data(), rows, cols),
-                         gpu::Bf16Matrix(dt16.data(), cols, rows));
+      ops::transpose(ctx, ConstMatrix(du.data(), rows, cols),
+                     gpu::Bf16Matrix(dt16.data(), cols, rows));
     const std::string tag = size_tag({{"rows", rows}, {"cols", cols}});
     expect_close("transpose fp32 " + tag, get(dt, u.size()), ref, 0.0, 0.0);
     if (!ctx.on_gpu()) continue;
@@ -119,16 +119,16 @@ void body_fixed_fanin(Context& ctx, Rng& rng) {
     // z with a padded leading dimension: the padding must stay untouched.
     const int64_t ldz = s.n + 3;
     std::vector<float> z_ref(static_cast<size_t>(s.batch * ldz), 7.0f);
-    kernels::fixed_fanin_forward(cpu, idx.data(), w.data(), bias.data(), s.n, s.fan_in, hut,
-                                 Matrix(z_ref.data(), s.batch, s.n, ldz));
+    ops::fixed_fanin_forward(cpu, idx.data(), w.data(), bias.data(), s.n, s.fan_in, hut,
+                             Matrix(z_ref.data(), s.batch, s.n, ldz));
     std::vector<float> dw_ref(w.size()), db_ref(bias.size());
     unsigned long long zeros = 0;
-    kernels::fixed_fanin_weight_grad(cpu, idx.data(), s.n, s.fan_in, hg, hut, dw_ref.data(),
-                                     db_ref.data(), &zeros);
+    ops::fixed_fanin_weight_grad(cpu, idx.data(), s.n, s.fan_in, hg, hut, dw_ref.data(),
+                                 db_ref.data(), &zeros);
     const auto zero_ref = static_cast<int64_t>(zeros);
     std::vector<float> du_ref = du0;
-    kernels::fixed_fanin_input_grad(cpu, idx.data(), w.data(), s.n, s.fan_in, hg,
-                                    Matrix(du_ref.data(), s.batch, s.m));
+    ops::fixed_fanin_input_grad(cpu, idx.data(), w.data(), s.n, s.fan_in, hg,
+                                Matrix(du_ref.data(), s.batch, s.m));
 
     auto d_idx = put(ctx, idx);
     auto d_w = put(ctx, w);
@@ -141,11 +141,11 @@ void body_fixed_fanin(Context& ctx, Rng& rng) {
     Buffer<float> d_db(ctx, MemTag::workspace, bias.size());
     auto d_zero = put(ctx, std::vector<unsigned long long>{0});
     const ConstMatrix gut(d_ut.data(), s.m, s.batch), gg(d_g.data(), s.batch, s.n);
-    kernels::fixed_fanin_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.fan_in, gut,
+    ops::fixed_fanin_forward(ctx, d_idx.data(), d_w.data(), d_bias.data(), s.n, s.fan_in, gut,
                              Matrix(d_z.data(), s.batch, s.n, ldz));
-    kernels::fixed_fanin_weight_grad(ctx, d_idx.data(), s.n, s.fan_in, gg, gut, d_dw.data(),
+    ops::fixed_fanin_weight_grad(ctx, d_idx.data(), s.n, s.fan_in, gg, gut, d_dw.data(),
                                  d_db.data(), d_zero.data());
-    kernels::fixed_fanin_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.fan_in, gg,
+    ops::fixed_fanin_input_grad(ctx, d_idx.data(), d_w.data(), s.n, s.fan_in, gg,
                                 Matrix(d_du.data(), s.batch, s.m));
     const double f = static_cast<double>(s.fan_in), b = static_cast<double>(s.batch);
     expect_close("fixed_fanin forward " + tag, get(d_z, z_ref.size()), z_ref,
@@ -250,12 +250,12 @@ void body_group_shared(Context& ctx, Rng& rng) {
       const Matrix gz(d_z.data(), s.batch, s.n, ldz), gdu(d_du.data(), s.batch, s.m);
       // The three ops on the given weights and transposed input (fp32, or bf16 on the GPU).
       auto run = [&](const auto& w_dev, auto ut_view) {
-        kernels::group_shared_forward(ctx, d_idx.data(), w_dev.data(), d_bias.data(), s.n,
-                                      s.group, s.fan_in, ut_view, gz);
-        kernels::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, ut_view,
-                                          d_dw.data(), d_db.data());
-        kernels::group_shared_input_grad(ctx, d_idx.data(), w_dev.data(), s.n, s.group,
-                                         s.fan_in, gg, gdu);
+        ops::group_shared_forward(ctx, d_idx.data(), w_dev.data(), d_bias.data(), s.n, s.group,
+                                  s.fan_in, ut_view, gz);
+        ops::group_shared_weight_grad(ctx, d_idx.data(), s.n, s.group, s.fan_in, gg, ut_view,
+                                      d_dw.data(), d_db.data());
+        ops::group_shared_input_grad(ctx, d_idx.data(), w_dev.data(), s.n, s.group, s.fan_in, gg,
+                                     gdu);
       };
       if (bf) {
         const auto d_w = put(ctx, to_bf16(w));
@@ -324,7 +324,7 @@ void body_sampled(Context& ctx, Rng& rng) {
       indptr.push_back(static_cast<int64_t>(labels.size()));
     }
     const int64_t nnz = static_cast<int64_t>(labels.size());
-    const kernels::CandidateCsr hc{indptr.data(), labels.data(), s.batch, nnz};
+    const ops::CandidateCsr hc{indptr.data(), labels.data(), s.batch, nnz};
     const auto w = random_floats(rng, static_cast<size_t>(s.labels * s.d));
     const auto bias = random_floats(rng, static_cast<size_t>(s.labels));
     const auto h = random_floats(rng, static_cast<size_t>(s.batch * s.d));
@@ -334,8 +334,8 @@ void body_sampled(Context& ctx, Rng& rng) {
     const auto dh0 = random_floats(rng, static_cast<size_t>(s.batch * s.d));
     const ConstMatrix hh(h.data(), s.batch, s.d);
 
-    const kernels::EntryGroupsBuffers eg = kernels::group_entries_by_label(hc, s.labels);
-    const kernels::EntryGroups hv = eg.view();
+    const ops::EntryGroupsBuffers eg = ops::group_entries_by_label(hc, s.labels);
+    const ops::EntryGroups hv = eg.view();
     // Naive double-precision reference: scores (bias + w_l·h_r), dh0 + Σ g·w_l per row,
     // dW / db per distinct label (Σ g·h_r, Σ g), and the gathered rows w_l.
     const auto ds = static_cast<size_t>(s.d);
@@ -394,14 +394,14 @@ void body_sampled(Context& ctx, Rng& rng) {
     Buffer<float> d_scores(ctx, MemTag::workspace, std::max<int64_t>(nnz, 1));
     Buffer<float> d_dw(ctx, MemTag::workspace, std::max<size_t>(dw_ref.size(), 1));
     Buffer<float> d_db(ctx, MemTag::workspace, std::max<size_t>(db_ref.size(), 1));
-    const kernels::CandidateCsr dc{d_indptr.data(), d_labels.data(), s.batch, nnz};
-    const kernels::EntryGroups dv{d_ul.data(),  d_ptr.data(), d_entry.data(),
-                                  d_row.data(), hv.groups,    hv.nnz};
+    const ops::CandidateCsr dc{d_indptr.data(), d_labels.data(), s.batch, nnz};
+    const ops::EntryGroups dv{d_ul.data(),  d_ptr.data(), d_entry.data(),
+                              d_row.data(), hv.groups,    hv.nnz};
     const ConstMatrix gh(d_h.data(), s.batch, s.d);
-    kernels::sampled_scores(ctx, d_w.data(), d_bias.data(), s.d, dc, gh, d_scores.data());
-    kernels::sampled_input_grad(ctx, d_w.data(), s.d, dc, d_g.data(),
+    ops::sampled_scores(ctx, d_w.data(), d_bias.data(), s.d, dc, gh, d_scores.data());
+    ops::sampled_input_grad(ctx, d_w.data(), s.d, dc, d_g.data(),
                             Matrix(d_dh.data(), s.batch, s.d));
-    kernels::sampled_weight_grad(ctx, dv, d_g.data(), gh, Matrix(d_dw.data(), hv.groups, s.d),
+    ops::sampled_weight_grad(ctx, dv, d_g.data(), gh, Matrix(d_dw.data(), hv.groups, s.d),
                              d_db.data());
     const double dd = static_cast<double>(s.d);
     expect_close("sampled scores " + tag, get(d_scores, static_cast<size_t>(nnz)),
@@ -413,7 +413,7 @@ void body_sampled(Context& ctx, Rng& rng) {
     expect_close("sampled weight_grad db " + tag, get(d_db, db_ref.size()), db_ref,
                  4e-6 * static_cast<double>(s.batch), 1e-4);
     Buffer<float> d_rows(ctx, MemTag::workspace, std::max<size_t>(rows_ref.size(), 1));
-    kernels::gather_rows(ctx, d_w.data(), d_ul.data(), hv.groups, s.d, d_rows.data());
+    ops::gather_rows(ctx, d_w.data(), d_ul.data(), hv.groups, s.d, d_rows.data());
     expect_close("gather_rows " + tag, get(d_rows, rows_ref.size()), rows_ref, 0, 0);
   }
 }
@@ -432,14 +432,14 @@ void body_shape_checks(Context& ctx) {
   };
   // fixed_fanin_forward with z rows != B.
   CHECK(throws([&] {
-    kernels::fixed_fanin_forward(ctx, idx.data(), buf.data(), nullptr, 4, 2,
-                                 ConstMatrix(buf.data(), 4, 2), Matrix(buf.data(), 3, 4));
+    ops::fixed_fanin_forward(ctx, idx.data(), buf.data(), nullptr, 4, 2,
+                             ConstMatrix(buf.data(), 4, 2), Matrix(buf.data(), 3, 4));
   }));
   // bf16 group_shared_forward with F = 257 (on the CPU: bf16 at all).
   CHECK(throws([&] {
-    kernels::group_shared_forward(ctx, idx.data(), reinterpret_cast<const Bf16*>(buf.data()),
-                                  nullptr, 2, 1, 257, gpu::ConstBf16Matrix(nullptr, 4, 1),
-                                  Matrix(buf.data(), 1, 2));
+    ops::group_shared_forward(ctx, idx.data(), reinterpret_cast<const Bf16*>(buf.data()), nullptr,
+                              2, 1, 257, gpu::ConstBf16Matrix(nullptr, 4, 1),
+                              Matrix(buf.data(), 1, 2));
   }));
 }
 }  // namespace

@@ -1,16 +1,15 @@
-#include "kernels/sampled_ops.h"
-#include "kernels/candidate_staging.h"
+#include "ops/sampled.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
-#include <cstring>
-
 #include "core/error.h"
-#include "kernels/encoder_ops_cuda.h"
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/candidate_staging.h"
+#include "ops/encoder_ops_cuda.h"
+#include "ops/sparse_ops_cuda.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels) {
   XMC_CHECK(cand.indptr[cand.rows] == cand.nnz, "candidates: indptr ends at {}, nnz {}",
@@ -115,7 +114,8 @@ void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int
     return;
   }
   for (int64_t u = 0; u < count; ++u)
-    std::copy(src + int64_t{rows[u]} * width, src + (int64_t{rows[u]} + 1) * width, dst + u * width);
+    std::copy(src + int64_t{rows[u]} * width, src + (int64_t{rows[u]} + 1) * width,
+              dst + u * width);
 }
 
 namespace {
@@ -173,4 +173,4 @@ CandidateCsr CandidateStaging::stage(const CandidateCsr& cand, const EntryGroups
   return {indptr, labels, cand.rows, cand.nnz};
 }
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

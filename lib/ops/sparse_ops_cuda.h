@@ -1,7 +1,7 @@
 #pragma once
-// The sparse op families on the GPU: fixed fan-in (kernels/fixed_fanin_ops.h), group-shared
-// fixed fan-in (HASTE; the CPU op of the same signature is kernels::group_shared_*) and
-// sampled scoring (kernels/sampled_ops.h). Same semantics and argument order as the CPU
+// The sparse op families on the GPU: fixed fan-in (ops/fixed_fanin.h), group-shared
+// fixed fan-in (HASTE; the CPU op of the same signature is ops::group_shared_*) and
+// sampled scoring (ops/sampled.h). Same semantics and argument order as the CPU
 // ops, with the context first; every pointer and matrix view is a DEVICE pointer. Work is
 // queued on the context's stream, every launch is checked, nothing synchronises. Shapes
 // are checked on the host and a mismatch throws xmc::Error with the value.
@@ -11,8 +11,8 @@
 
 #include "core/cuda_context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"
-#include "kernels/sampled_ops.h"
+#include "ops/dense_ops_cuda.h"
+#include "ops/sampled.h"
 
 XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {
@@ -81,25 +81,25 @@ XMC_GPU_FN void group_shared_input_grad(const CudaContext& ctx, const uint32_t* 
                                         int64_t n, int64_t group, int64_t fan_in, ConstMatrix g,
                                         Matrix du) XMC_GPU_STUB;
 
-// --- sampled scoring (kernels/sampled_ops.h semantics; lsh_sampled, anns_sampled) ------
+// --- sampled scoring (ops/sampled.h semantics; lsh_sampled, anns_sampled) ------
 // cand: per-row candidate lists, CSR over the batch (device arrays); w [L×d]; bias [L]
 // (nullable). scores [nnz]: scores[e] = h_row(e)·w[label e] + bias[label e].
 XMC_GPU_FN void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
-                               const kernels::CandidateCsr& cand, ConstMatrix h,
+                               const ops::CandidateCsr& cand, ConstMatrix h,
                                float* scores) XMC_GPU_STUB;
 
 // dh [B×d] += for each row b: sum over its entries e of g[e]·w[label e] (zero g skipped).
 // One thread per (row, column), entries in order: deterministic, no atomics.
 XMC_GPU_FN void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
-                                   const kernels::CandidateCsr& cand, const float* g,
+                                   const ops::CandidateCsr& cand, const float* g,
                                    Matrix dh) XMC_GPU_STUB;
 
 // Sparse weight gradient by segmented reduction over the entries grouped by label
-// (kernels::group_entries_by_label, built on the host where the candidates come from):
+// (ops::group_entries_by_label, built on the host where the candidates come from):
 // dw [U×d] row u = sum over the entries of touched label u of g[e]·h[row e], db [U] (nullable)
 // their sum. One thread per (label, column), entries in order: deterministic, no atomics,
 // and nothing of size L×d.
-XMC_GPU_FN void sampled_weight_grad(const CudaContext& ctx, const kernels::EntryGroups& groups,
+XMC_GPU_FN void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGroups& groups,
                                     const float* g, ConstMatrix h, Matrix dw,
                                     float* db) XMC_GPU_STUB;
 

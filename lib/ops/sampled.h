@@ -16,7 +16,7 @@
 #include "core/context.h"
 #include "core/matrix.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // Candidate lists: row b's entries are [indptr[b], indptr[b+1]) of labels.
 struct CandidateCsr {
@@ -56,8 +56,8 @@ struct EntryGroupsBuffers {
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
 
-// The ops on the Context's device (CUDA: the gpu:: ops of kernels/sparse_ops_cuda.h, every
-// pointer a DEVICE pointer, e.g. the views of kernels/candidate_staging.h).
+// The ops on the Context's device (CUDA: the gpu:: ops of ops/sparse_ops_cuda.h, every
+// pointer a DEVICE pointer, e.g. the views of ops/candidate_staging.h).
 // scores [nnz]; h [B×d] with B = cand.rows; bias nullable.
 void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
                     const CandidateCsr& cand, ConstMatrix h, float* scores);
@@ -71,4 +71,4 @@ void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const fl
 void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int64_t count,
                  int64_t width, float* dst);
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

@@ -1,6 +1,6 @@
 #pragma once
-// The dense op family on the GPU: the same operations as kernels/dense_ops.h,
-// model/loss.h and model/optimizer.h (their settings: kernels/op_settings.h), on device
+// The dense op family on the GPU: the same operations as ops/dense.h,
+// model/loss.h and model/optimizer.h (their settings: ops/op_settings.h), on device
 // memory and the context's stream. All matrices are row-major views whose data pointers
 // are DEVICE pointers; shapes are checked and a mismatch throws xmc::Error with the
 // values. Nothing synchronises unless it says so. Implementation in cuda/ (dense_gemm.cpp,
@@ -11,7 +11,7 @@
 
 #include "core/cuda_context.h"
 #include "core/matrix.h"
-#include "kernels/op_settings.h"
+#include "ops/op_settings.h"
 
 XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {

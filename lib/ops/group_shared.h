@@ -15,12 +15,12 @@
 
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"  // gpu::Bf16
+#include "ops/dense_ops_cuda.h"  // gpu::Bf16
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // The ops on the Context's device (every pointer and view a DEVICE one on a CUDA Context:
-// gpu::group_shared_* of kernels/sparse_ops_cuda.h). The bf16 forms (bf16 weights and
+// gpu::group_shared_* of ops/sparse_ops_cuda.h). The bf16 forms (bf16 weights and
 // input, fp32 accumulation) exist on the GPU only: a CPU Context throws xmc::Error.
 //
 // idx [K×F] uint32 (K = ceil(n/G)); w [n×F]; bias [n] (may be nullptr); ut [m×B].
@@ -49,7 +49,7 @@ void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n
 // are no races and the result does not depend on the thread count.
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
-void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
-                             int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w, int64_t n,
+                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

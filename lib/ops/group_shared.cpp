@@ -1,15 +1,15 @@
-#include "kernels/group_shared_ops.h"
+#include "ops/group_shared.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/dense_ops.h"        // bf16_device
-#include "kernels/fixed_fanin_ops.h"  // columns_to_rows
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/dense.h"        // bf16_device
+#include "ops/fixed_fanin.h"  // columns_to_rows
+#include "ops/sparse_ops_cuda.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 namespace {
 
@@ -90,7 +90,8 @@ void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* 
             const int64_t qn = std::min(kGsLabels, gn - q0);
             const int64_t rn = std::min(kGsRows, bn - rb);
             for (int64_t q = 0; q < qn; ++q)
-              for (int64_t r = 0; r < rn; ++r) acc[static_cast<size_t>((q0 + q) * kGsBatchBlock + rb + r)] = a[q][r];
+              for (int64_t r = 0; r < rn; ++r)
+                acc[static_cast<size_t>((q0 + q) * kGsBatchBlock + rb + r)] = a[q][r];
           }
         }
         for (int64_t r = 0; r < bn; ++r) {
@@ -212,10 +213,10 @@ void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n
   gpu::group_shared_weight_grad(bf16_device(ctx, "group-shared weight gradient"), idx, n, group,
                                 fan_in, g, ut, dw, db);
 }
-void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
-                             int64_t n, int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w, int64_t n,
+                             int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
   gpu::group_shared_input_grad(bf16_device(ctx, "group-shared input gradient"), idx, w, n, group,
                                fan_in, g, du);
 }
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

@@ -1,14 +1,14 @@
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/dense_ops_cuda.h"
-#include "kernels/encoder_ops_cuda.h"
+#include "ops/dense_ops_cuda.h"
+#include "ops/encoder_ops_cuda.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 namespace {
 int to_int(int64_t v) {
   XMC_CHECK(v >= 0 && v < (int64_t{1} << 31), "dimension {} out of BLAS int range", v);
@@ -150,7 +150,8 @@ namespace {
 // out = act(bias + x·op(w)), op(w) = wᵀ when w_rows_out (w [n×k]) else w (w [k×n]).
 void affine(const Context& ctx, ConstMatrix x, const float* w, bool w_rows_out, const float* bias,
             bool relu, Matrix out) {
-  const ConstMatrix wm = w_rows_out ? ConstMatrix(w, out.cols, x.cols) : ConstMatrix(w, x.cols, out.cols);
+  const ConstMatrix wm =
+      w_rows_out ? ConstMatrix(w, out.cols, x.cols) : ConstMatrix(w, x.cols, out.cols);
   if (ctx.on_gpu()) {
     w_rows_out ? gpu::gemm_nt(ctx.cuda(), x, wm, out) : gpu::gemm_nn(ctx.cuda(), x, wm, out);
     gpu::bias_activation(ctx.cuda(), out, bias, relu);
@@ -172,4 +173,4 @@ void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* b
   affine(ctx, x, w, false, bias, relu, out);
 }
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

@@ -10,9 +10,9 @@
 
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"  // gpu::Bf16Matrix
+#include "ops/dense_ops_cuda.h"  // gpu::Bf16Matrix
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // ut [m×B] = transpose of u [B×m].
 void transpose(ConstMatrix u, Matrix ut);
@@ -30,11 +30,11 @@ inline void columns_to_rows(ConstMatrix g, int64_t c0, int64_t n, float* gt) {
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut);
 
 // The three fixed fan-in ops on the Context's device (DEVICE pointers and views on a CUDA
-// Context: gpu::fixed_fanin_* of kernels/sparse_ops_cuda.h).
+// Context: gpu::fixed_fanin_* of ops/sparse_ops_cuda.h).
 // z [B×n] (ld >= n) = for each b, l: sum_j w[l,j]·ut[idx[l,j], b] + bias[l].
 // ut [m×B]; bias may be nullptr (no bias). CPU: parallel over labels.
-void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w,
-                         const float* bias, int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z);
+void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w, const float* bias,
+                         int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z);
 // dw [n×F] = sum_b g[b,l]·ut[idx[l,j], b]; db [n] = sum_b g[b,l] (db may be nullptr).
 // Labels whose gradient column is all zero get dw = 0 without touching ut; their number
 // is added to *zero_labels (nullable; a pointer on the Context's device). CPU: parallel
@@ -49,4 +49,4 @@ void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float
                             int64_t fan_in, ConstMatrix g, Matrix du);
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut);
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

@@ -1,14 +1,14 @@
-#include "kernels/fixed_fanin_ops.h"
+#include "ops/fixed_fanin.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/dense_ops.h"  // bf16_device
-#include "kernels/sparse_ops_cuda.h"
+#include "ops/dense.h"  // bf16_device
+#include "ops/sparse_ops_cuda.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 namespace {
 // Labels per tile: z and g rows are read / written 16 floats (one cache line) at a time.
@@ -66,7 +66,7 @@ void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(pack.data() + i * kFwdBatchBlock, ut.row(i) + r0,
                     static_cast<size_t>(rb) * sizeof(float));
-      // (implicit barrier: the block is packed before any label reads it)
+        // (implicit barrier: the block is packed before any label reads it)
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t l0 = t * kLabelTile;
@@ -95,8 +95,8 @@ void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n,
     return;
   }
   XMC_CHECK(g.cols == n && g.rows == ut.cols,
-            "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n,
-            ut.rows, ut.cols);
+            "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n, ut.rows,
+            ut.cols);
   const int64_t batch = g.rows;
   const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
   int64_t skipped = 0;
@@ -163,8 +163,9 @@ void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float
     gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du);
     return;
   }
-  XMC_CHECK(g.cols == n && g.rows == du.rows, "fixed fan-in input gradient: g [{}×{}], n={}, du [{}×{}]",
-            g.rows, g.cols, n, du.rows, du.cols);
+  XMC_CHECK(g.cols == n && g.rows == du.rows,
+            "fixed fan-in input gradient: g [{}×{}], n={}, du [{}×{}]", g.rows, g.cols, n, du.rows,
+            du.cols);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t r = 0; r < g.rows; ++r) {
     const float* gr = g.row(r);
@@ -202,4 +203,4 @@ void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {
   gpu::transpose(bf16_device(ctx, "bf16 transpose"), u, ut);
 }
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

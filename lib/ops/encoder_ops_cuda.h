@@ -2,7 +2,7 @@
 // The encoder's ops on the GPU (model/linear.h, model/sparse_linear.h, model/layer_params.h,
 // model/dropout.h semantics), on device memory and the context's stream. Matrix views and
 // raw pointers are DEVICE pointers; nothing synchronises. The GEMMs of the dense layers
-// and the optimizer updates are the dense op family's (kernels/dense_ops_cuda.h).
+// and the optimizer updates are the dense op family's (ops/dense_ops_cuda.h).
 // Implementation: cuda/encoder.cu; stubs that throw in a build without CUDA.
 #include <cstdint>
 

@@ -1,17 +1,17 @@
 #pragma once
 // The encoder's ops (model/linear.h, model/sparse_linear.h; its dense layers use
-// kernels::affine_nn of kernels/dense_ops.h) with the Context first: on a
+// ops::affine_nn of ops/dense.h) with the Context first: on a
 // CPU Context host loops (OpenBLAS for the GEMM), on a CUDA Context the gpu:: ops of
-// kernels/encoder_ops_cuda.h (DEVICE pointers, queued on the stream). The sparse input
+// ops/encoder_ops_cuda.h (DEVICE pointers, queued on the stream). The sparse input
 // and its by-column grouping use the gpu:: structs on both devices (host arrays on the
 // CPU).
 #include <cstdint>
 
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/encoder_ops_cuda.h"
+#include "ops/encoder_ops_cuda.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // h [B×out] = bias + x·W (W [cols×out], one row per input feature), then relu when
 // `relu`. CPU: per row the bias, then the row's non-zeros in order.
@@ -24,4 +24,4 @@ void activation_grad(const Context& ctx, bool relu, ConstMatrix h, ConstMatrix d
 void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, ConstMatrix dz,
                      Matrix g);
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

@@ -1,11 +1,11 @@
-#include "kernels/encoder_ops.h"
+#include "ops/encoder.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/dense_ops.h"
+#include "ops/dense.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const float* w,
                        const float* bias, bool relu, Matrix h) {
@@ -73,4 +73,4 @@ void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, Const
   }
 }
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

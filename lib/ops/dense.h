@@ -4,12 +4,12 @@
 // dimensions; shapes are checked and a mismatch throws xmc::Error with the values.
 // The overloads taking a Context dispatch on its device: on a CUDA Context every view is a
 // DEVICE view and the op is queued on the context's stream (gpu:: in
-// kernels/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
+// ops/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
 #include "core/context.h"
 #include "core/matrix.h"
-#include "kernels/dense_ops_cuda.h"  // gpu::Bf16Matrix
+#include "ops/dense_ops_cuda.h"  // gpu::Bf16Matrix
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // C [m×n] = alpha · A [m×k] · B [n×k]ᵀ + beta · C
 void gemm_nt(ConstMatrix a, ConstMatrix b, Matrix c, float alpha = 1.0f, float beta = 0.0f);
@@ -46,7 +46,7 @@ void gemm_tn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b,
 void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 
 // Element-wise ops of the layers, with the Context first (CPU: host loops; CUDA: the
-// gpu:: ops of kernels/dense_ops_cuda.h and kernels/encoder_ops_cuda.h).
+// gpu:: ops of ops/dense_ops_cuda.h and ops/encoder_ops_cuda.h).
 // m = 0.
 void set_zero(const Context& ctx, Matrix m);
 // dst = src, src a HOST array [dst.rows×dst.cols] (ld = cols); complete on return.
@@ -62,4 +62,4 @@ void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* b
 void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
                Matrix out);
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops

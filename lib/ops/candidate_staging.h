@@ -1,14 +1,14 @@
 #pragma once
-// CandidateStaging: where the sampled ops (kernels/sampled_ops.h) read a step's candidate
-// lists. Host code only (implementation in kernels/sampled_ops.cpp).
+// CandidateStaging: where the sampled ops (ops/sampled.h) read a step's candidate
+// lists. Host code only (implementation in ops/sampled.cpp).
 #include <cstdint>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/context.h"
-#include "kernels/sampled_ops.h"
+#include "ops/sampled.h"
 
-namespace xmc::kernels {
+namespace xmc::ops {
 
 // A step's candidates (and their grouping by label) where the sampled ops read them: on a
 // CPU Context the host arrays themselves; on a CUDA Context one packed device copy (one
@@ -30,4 +30,4 @@ class CandidateStaging {
   Buffer<int64_t> pack_;       // CUDA
 };
 
-}  // namespace xmc::kernels
+}  // namespace xmc::ops
