@@ -1,4 +1,4 @@
-// Loss-gradient kernels of the dense op family (model/loss.h semantics) and the small
+// Loss-gradient kernels of the dense op family (ops/loss.h semantics) and the small
 // elementwise helpers around the GEMMs. Each loss kernel reads a logit chunk written by
 // the GEMM without bias, adds the bias, and overwrites the entry with dL/dz / B — one
 // read and one write of the chunk. Loss and zero counts are reduced per warp and added

@@ -1,4 +1,4 @@
-// Fused optimizer updates (model/optimizer.h semantics, same fp32 formulas as the CPU):
+// Fused optimizer updates (ops/optimizer.h semantics, same fp32 formulas as the CPU):
 // one pass reads the parameter, gradient and state and writes parameter and state.
 // bf16 parameters are updated in fp32 and rounded back, to nearest even or
 // stochastically (random bits from a counter-based hash of (seed, step, index)).

@@ -13,8 +13,8 @@
 #include "core/launch_shape.h"
 #include "data/synthetic.h"
 #include "model/encoder.h"
-#include "model/optimizer.h"
 #include "model/schedule.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

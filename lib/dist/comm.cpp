@@ -1,13 +1,13 @@
 #include "dist/comm.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
 
-#include <spdlog/spdlog.h>
-
 #include "core/error.h"
 #include "core/resources.h"
-#include "model/loss.h"
+#include "ops/loss.h"
 
 #if defined(XMC_WITH_MPI)
 #include <mpi.h>

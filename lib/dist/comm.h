@@ -18,7 +18,7 @@ namespace xmc {
 
 class Context;
 class GpuLink;
-struct RowReductions;  // model/loss.h
+struct RowReductions;  // ops/loss.h
 
 class Comm {
  public:
@@ -96,7 +96,7 @@ class GpuAttachment {
   Comm* comm_;
 };
 
-// comm's allreduce_max / allreduce_sum (doubles) as the reductions model/loss.h takes
+// comm's allreduce_max / allreduce_sum (doubles) as the reductions ops/loss.h takes
 // (label-sharded softmax normalisers); comm must outlive them.
 RowReductions row_reductions(Comm& comm);
 

@@ -163,7 +163,7 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                               static_cast<int64_t>(c.labels.size())};
   double loss = 0.0;
   int64_t zeros = 0;
-  // The scores become the weighted loss gradients in place (model/loss.h).
+  // The scores become the weighted loss gradients in place (ops/loss.h).
   auto loss_grad = [&](std::span<float> zg) {
     loss = candidate_loss_grad(loss_, c.ptr.data(), rows, c.positive.data(), c.weight.data(),
                                rows, zg.data(), &zeros);

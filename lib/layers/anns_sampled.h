@@ -44,7 +44,7 @@
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_block.h"
-#include "model/loss.h"
+#include "ops/loss.h"
 #include "sampling/hnsw_index.h"
 
 namespace xmc {

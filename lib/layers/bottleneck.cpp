@@ -7,8 +7,8 @@
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "layers/device_topk.h"
-#include "model/optimizer_state.h"
 #include "ops/dense.h"
+#include "ops/optimizer_state.h"
 
 namespace xmc {
 

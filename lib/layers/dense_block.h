@@ -4,8 +4,8 @@
 // bias + loss gradient in place, dh += G·W_c, dW_c = Gᵀ·h, db_c = column sums of G,
 // update W_c and b_c. Shared by the dense and bottleneck backends and group_shared's head.
 //
-// One path on the Context's device (ops of ops/dense.h, model/loss.h,
-// model/optimizer.h): a CPU Context keeps host arrays and every matrix is a host view; a
+// One path on the Context's device (ops of ops/dense.h, ops/loss.h,
+// ops/optimizer.h): a CPU Context keeps host arrays and every matrix is a host view; a
 // CUDA Context keeps device arrays and h, dh and the scores' out are DEVICE views. Weights
 // fp32, or on the GPU bf16 (stored only in bf16: half the memory; GEMMs in bf16 with fp32
 // accumulation, h and G rounded to bf16 for them; optimizer state and bias fp32; updates
@@ -20,10 +20,10 @@
 #include "core/context.h"
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
-#include "layers/output_layer.h"
 #include "layers/label_params.h"
-#include "model/loss.h"
-#include "model/optimizer.h"
+#include "layers/output_layer.h"
+#include "ops/loss.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

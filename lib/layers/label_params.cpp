@@ -1,6 +1,6 @@
 #include "layers/label_params.h"
 
-#include "model/optimizer_state.h"
+#include "ops/optimizer_state.h"
 
 namespace xmc {
 

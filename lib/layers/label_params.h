@@ -11,7 +11,7 @@
 #include "core/context.h"
 #include "core/tensor_ref.h"
 #include "layers/weight_array.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

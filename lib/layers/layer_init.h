@@ -7,7 +7,7 @@
 
 #include "core/context.h"
 #include "core/error.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

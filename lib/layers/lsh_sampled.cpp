@@ -31,7 +31,7 @@ CsrMatrix per_point(CsrMatrix cand, int64_t nb, bool shared) {
   return out;
 }
 
-// dL/dz / B of every entry in place of its score (model/loss.h candidate_loss_grad, the
+// dL/dz / B of every entry in place of its score (ops/loss.h candidate_loss_grad, the
 // entries flagged positive from each point's labels, in the candidates' ids); returns the
 // loss summed over the points (not divided by B) and counts the zero gradients; shards:
 // the label-sharded softmax's reductions (nullptr in one process).

@@ -38,8 +38,8 @@
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/sampled_block.h"
-#include "model/loss.h"
-#include "model/optimizer.h"
+#include "ops/loss.h"
+#include "ops/optimizer.h"
 #include "sampling/lsh.h"
 #include "sampling/lsh_candidates.h"
 

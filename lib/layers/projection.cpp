@@ -3,9 +3,9 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "layers/weight_init.h"
-#include "model/optimizer_state.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
+#include "ops/optimizer_state.h"
 
 namespace xmc {
 

@@ -14,7 +14,7 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "layers/output_layer.h"  // LrState
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

@@ -17,7 +17,7 @@
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "model/dropout.h"
-#include "model/loss.h"
+#include "ops/loss.h"
 
 namespace xmc {
 

@@ -39,8 +39,8 @@
 #include "eval/topk.h"
 #include "layers/label_params.h"
 #include "layers/output_layer.h"
-#include "model/optimizer.h"
 #include "ops/candidate_staging.h"
+#include "ops/optimizer.h"
 #include "ops/sampled.h"
 
 namespace xmc {

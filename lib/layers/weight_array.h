@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "model/optimizer.h"
 #include "ops/dense_ops_cuda.h"  // gpu::Bf16
+#include "ops/optimizer.h"
 
 namespace xmc {
 

@@ -23,7 +23,7 @@
 #include "core/rng.h"
 #include "core/tensor_ref.h"
 #include "data/batch.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

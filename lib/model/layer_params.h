@@ -17,8 +17,8 @@
 #include "core/matrix.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
-#include "model/optimizer.h"
-#include "model/optimizer_state.h"
+#include "ops/optimizer.h"
+#include "ops/optimizer_state.h"
 
 namespace xmc {
 

@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "model/dropout.h"
-#include "model/optimizer_state.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
+#include "ops/optimizer_state.h"
 
 namespace xmc {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The dense op family on the GPU: the same operations as ops/dense.h,
-// model/loss.h and model/optimizer.h (their settings: ops/op_settings.h), on device
+// ops/loss.h and ops/optimizer.h (their settings: ops/op_settings.h), on device
 // memory and the context's stream. All matrices are row-major views whose data pointers
 // are DEVICE pointers; shapes are checked and a mismatch throws xmc::Error with the
 // values. Nothing synchronises unless it says so. Implementation in cuda/ (dense_gemm.cpp,
@@ -78,7 +78,7 @@ struct LossAccum {
   unsigned long long zero_labels = 0;  // labels whose whole gradient column was zero
 };
 
-// bce / squared_hinge (model/loss.h semantics): logits [B×c] (without bias) in, on return
+// bce / squared_hinge (ops/loss.h semantics): logits [B×c] (without bias) in, on return
 // G = dLoss/d(logit + bias) / batch_size; adds the chunk's loss and zero count to *acc
 // (device). bias: c entries (device), or nullptr when the logits include it already.
 // g_bf16 (optional, [B×c]): a bf16 copy of G for the bf16 GEMMs.
@@ -105,7 +105,7 @@ XMC_GPU_FN void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const f
                                   int64_t batch_size, LossAccum* acc,
                                   Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
 
-// --- optimizer updates (model/optimizer.h semantics) ---
+// --- optimizer updates (ops/optimizer.h semantics) ---
 // params[i] -= ... for i in [0, n); grad, state1, state2 as in optimizer_update
 // (state arrays nullptr when the optimizer needs none). All device pointers.
 XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,

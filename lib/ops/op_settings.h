@@ -1,7 +1,7 @@
 #pragma once
 // The plain settings the op families take on both devices (ops/, cuda/): which loss,
 // which optimizer with its hyper-parameters. Parsing and printing them is model/'s
-// (model/loss.h, model/optimizer.h), which include this file.
+// (ops/loss.h, ops/optimizer.h), which include this file.
 namespace xmc {
 
 enum class LossType { bce, squared_hinge, softmax };

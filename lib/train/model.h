@@ -12,7 +12,7 @@
 #include "eval/topk.h"
 #include "layers/output_layer.h"
 #include "model/encoder.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 #include "train/checkpoint.h"
 
 namespace xmc {

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include "core/enum_names.h"
-#include "model/loss.h"
 #include "model/schedule.h"
+#include "ops/loss.h"
 
 using namespace xmc;
 

@@ -11,18 +11,17 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "../support/op_cases.h"
 #include "core/cuda_context.h"
 #include "core/gpu.h"
 #include "core/memory_ledger.h"
 #include "core/rng.h"
-#include "model/optimizer.h"
-#include "../support/op_cases.h"
+#include "ops/optimizer.h"
 
 namespace xmc::parity {
 

@@ -1,9 +1,8 @@
 // exp_approx / log1p_unit_approx against double precision over their whole input ranges.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
-#include "model/fast_math.h"
+#include "ops/fast_math.h"
 
 using namespace xmc;
 

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "model/loss.h"
 #include "model_test_util.h"
+#include "ops/loss.h"
 
 using namespace xmc;
 using namespace xmc::test;
@@ -194,7 +194,7 @@ TEST_CASE("softmax is stable for huge logits") {
   softmax_accumulate(ConstMatrix{z.data() + 2, 1, 1, 3}, stats);
   const double loss = softmax_loss_grad(Matrix{z.data(), 1, 3}, stats, t, 0, 1);
   // -log(e^999 / (e^1000 + e^999)) = log(1 + e)
-  // exp is evaluated in float (model/fast_math.h, relative error < 3e-7).
+  // exp is evaluated in float (ops/fast_math.h, relative error < 3e-7).
   CHECK(loss == Approx(std::log1p(std::exp(1.0))).epsilon(1e-6));
   CHECK(z[0] == Approx(1.0 / (1.0 + std::exp(-1.0))));
   CHECK(std::isfinite(z[2]));

@@ -5,7 +5,7 @@
 
 #include "core/context.h"
 #include "core/error.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 using namespace xmc;
 
@@ -97,7 +97,7 @@ TEST_CASE("optimizer_update through a CPU Context is the host update") {
 }
 
 TEST_CASE("every optimizer's blocked, vectorised update equals its formula at odd sizes") {
-  // The update runs in OpenMP blocks of SIMD loops (model/optimizer.cpp); sizes below,
+  // The update runs in OpenMP blocks of SIMD loops (ops/optimizer.cpp); sizes below,
   // at and above the parallel threshold with ragged tails. Reference: the per-element
   // formula in double, two steps (bias correction moves between them).
   std::vector<OptimizerConfig> cfgs = {

@@ -20,13 +20,13 @@
 #include "core/rng.h"
 #include "eval/topk.h"
 #include "layers/device_topk.h"
-#include "model/loss.h"
-#include "model/optimizer.h"
 #include "model/sparse_linear.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
 #include "ops/fixed_fanin.h"
 #include "ops/group_shared.h"
+#include "ops/loss.h"
+#include "ops/optimizer.h"
 #include "ops_test_util.h"
 #include "support/op_cases.h"
 
@@ -742,7 +742,7 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
 
 // The parity binary's optimizer sizes (test_optimizers): the four update rules (plain sgd
 // without state among them), n from 1 to past a grid, three steps from zero state with a
-// fresh gradient each, against the host update (model/optimizer.h) in fp32: parameters and
+// fresh gradient each, against the host update (ops/optimizer.h) in fp32: parameters and
 // both states. On CUDA also bf16 weights, each step against the fp32 update of the current
 // bf16 values: rounded to nearest (within half a bf16 ulp, 2^-9 relative, plus slack) and
 // stochastically (one of the two bf16 neighbours of the fp32 update).

@@ -7,7 +7,7 @@
 
 #include "core/matrix.h"
 #include "core/rng.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc::testcases {
 

@@ -1,4 +1,4 @@
-#include "model/loss.h"
+#include "ops/loss.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "model/fast_math.h"
 #include "ops/dense.h"
+#include "ops/fast_math.h"
 
 namespace xmc {
 

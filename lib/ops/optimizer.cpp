@@ -1,4 +1,4 @@
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -107,18 +107,18 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 }
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
-                      gpu::Bf16* params, const float* grad, float* state1, float* state2,
-                      int64_t n, uint64_t stochastic_seed) {
+                      gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed) {
   gpu::optimizer_update(ops::bf16_device(ctx, "bf16 optimizer update"), cfg, lr, step, params, grad,
                         state1, state2, n, stochastic_seed);
 }
 
-void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr,
-                           int64_t step, float* params, const float* grad, float* state1,
-                           float* state2, const uint32_t* rows, int64_t count, int64_t width) {
+void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                           float* params, const float* grad, float* state1, float* state2,
+                           const uint32_t* rows, int64_t count, int64_t width) {
   if (ctx.on_gpu()) {
-    gpu::optimizer_update_rows(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, rows,
-                               count, width);
+    gpu::optimizer_update_rows(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, rows, count,
+                               width);
     return;
   }
   const OptimizerStep st(cfg, lr, step);

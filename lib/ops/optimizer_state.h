@@ -6,7 +6,7 @@
 
 #include "core/buffer.h"
 #include "core/memory_ledger.h"
-#include "model/optimizer.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

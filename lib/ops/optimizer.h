@@ -17,7 +17,6 @@ class Context;
 OptimizerType parse_optimizer(std::string_view name);
 std::string_view to_string(OptimizerType t);
 
-
 // One update of params[i] -= ... for i in [0, n), with gradient grad[i].
 // state1/state2: the state arrays for the same slots (nullptr when not needed).
 // step: 1-based count of updates of these parameters (Adam's bias correction).
@@ -32,16 +31,16 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 // bf16 weights (GPU only; a CPU Context throws xmc::Error): rounded to nearest even, or
 // stochastically when stochastic_seed != 0 (gpu::optimizer_update's bf16 form).
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
-                      gpu::Bf16* params, const float* grad, float* state1, float* state2,
-                      int64_t n, uint64_t stochastic_seed = 0);
+                      gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed = 0);
 // The lazy update of a sparse layer's touched rows on the Context's device: for u in
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
 // gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
 // other rows and their state are untouched; rows distinct. CPU: rows in parallel (OpenMP),
 // each on one thread; CUDA: gpu::optimizer_update_rows (DEVICE pointers, rows included).
-void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr,
-                           int64_t step, float* params, const float* grad, float* state1,
-                           float* state2, const uint32_t* rows, int64_t count, int64_t width);
+void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                           float* params, const float* grad, float* state1, float* state2,
+                           const uint32_t* rows, int64_t count, int64_t width);
 
 // One step's update prepared once (Adam's two bias-correction powers, the folded
 // constants) and applied to many small slices — the touched rows of a sparse layer —
@@ -56,8 +55,8 @@ class OptimizerStep {
  private:
   OptimizerType type_;
   bool momentum_;
-  float lr_, wd_, mu_;                          // sgd
-  float step_size_, inv_sqrt_bc2_, b1_, b2_;    // adam, adamw
+  float lr_, wd_, mu_;                        // sgd
+  float step_size_, inv_sqrt_bc2_, b1_, b2_;  // adam, adamw
   float one_minus_b1_, one_minus_b2_, eps_, l2_, decay_;
 };
 

@@ -26,8 +26,8 @@ std::string_view to_string(LossType t);
 // squared_hinge: y in {-1,+1}, loss = max(0, 1 - y·z)^2; gradient exactly 0 when the
 // margin is met. bce: log(1+exp(-y·z)), computed stably.
 // zero_grads (optional): incremented by the number of exactly-zero gradient entries.
-double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets,
-                             int64_t lo, int64_t batch_size, int64_t* zero_grads = nullptr);
+double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets, int64_t lo,
+                             int64_t batch_size, int64_t* zero_grads = nullptr);
 
 // Softmax with multi-label targets t = 1/|y| on the positives (rows with no positives
 // contribute nothing). Two passes over the chunks:
@@ -71,9 +71,9 @@ double softmax_loss_grad(Matrix logits, const SoftmaxStats& stats, const CsrMatr
 // point's flagged positives over all processes) (pass-1 statistics and positive counts
 // merged through shards->reduce_*); the loss returned is this process's positives' share
 // (the processes' sum is the loss).
-double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows,
-                           const uint8_t* positive, const float* weight, int64_t batch_size,
-                           float* zg, int64_t* zeros, const RowReductions* shards = nullptr);
+double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows, const uint8_t* positive,
+                           const float* weight, int64_t batch_size, float* zg, int64_t* zeros,
+                           const RowReductions* shards = nullptr);
 
 // --- the same on the Context's device ------------------------------------------------
 
@@ -103,7 +103,9 @@ class LossTargets {
   gpu::DeviceCsr device() const;
   // The long-lived device bytes (indptr [max_batch+1]; the grown indices excluded); 0 on
   // the CPU, where the CSR is the host one.
-  int64_t analytic_bytes() const { return indptr_.empty() ? 0 : static_cast<int64_t>(indptr_.bytes()); }
+  int64_t analytic_bytes() const {
+    return indptr_.empty() ? 0 : static_cast<int64_t>(indptr_.bytes());
+  }
 
  private:
   Context* ctx_ = nullptr;
@@ -176,13 +178,13 @@ class SoftmaxState {
   Context* ctx_ = nullptr;
   SoftmaxStats host_;
   Buffer<float> max_, sum_;  // CUDA
-  int64_t rows_ = 0;          // CUDA: rows of the current batch
+  int64_t rows_ = 0;         // CUDA: rows of the current batch
 };
 // The two passes on the Context's device, logits [B×c] without bias (bias [c] added
 // first; CPU: add_row_vector into logits, then the host functions above).
 void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, SoftmaxState& st);
-void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias,
-                       const SoftmaxState& st, const LossTargets& targets, int64_t lo,
-                       int64_t batch_size, LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
+void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias, const SoftmaxState& st,
+                       const LossTargets& targets, int64_t lo, int64_t batch_size,
+                       LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
 
 }  // namespace xmc
