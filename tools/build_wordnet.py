@@ -27,25 +27,18 @@ leaves no partial dataset):
 Deterministic: the same inputs and options give byte-identical files (BLAS runs on one
 thread so that the SVD does not depend on the thread count). Needs python3-numpy,
 python3-scipy, python3-sklearn and wordnet-base (tools/setup.sh installs them).
-Exit status 2 for bad input (a malformed data.noun line names file:line).
+Exit status 2 for bad input (a malformed data.noun line names file:line). The split,
+tf-idf, LSA, writers and the all-or-nothing output folder are tools/xcbuild.py's, shared
+with tools/build_gcide.py.
 """
 
+import argparse
 import os
+import sys
+import time
 
-# One BLAS thread: the SVD's floating-point sums then do not depend on the thread count.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
-
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-
-class InputError(Exception):
-    pass
+import xcbuild  # first: it pins BLAS to one thread before numpy is imported
+from xcbuild import InputError
 
 
 def parse_data_noun(path):
@@ -113,36 +106,6 @@ def ancestors_of(synsets):
     return anc
 
 
-def fmt(v):
-    return format(float(v), ".6g")
-
-
-def write_xc_combined(path, X, Y, n_labels):
-    X = X.tocsr()
-    X.sort_indices()
-    with open(path, "w", encoding="ascii", newline="\n") as f:
-        f.write(f"{X.shape[0]} {X.shape[1]} {n_labels}\n")
-        for r in range(X.shape[0]):
-            lo, hi = X.indptr[r], X.indptr[r + 1]
-            feats = " ".join(f"{j}:{fmt(v)}" for j, v in zip(X.indices[lo:hi], X.data[lo:hi]))
-            f.write(",".join(map(str, Y[r])) + " " + feats + "\n")
-
-
-def write_xc_labels(path, Y, n_labels):
-    with open(path, "w", encoding="ascii", newline="\n") as f:
-        f.write(f"{len(Y)} {n_labels}\n")
-        for row in Y:
-            f.write(" ".join(f"{l}:1" for l in row) + "\n")
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build(args):
     import numpy as np
     from sklearn.decomposition import TruncatedSVD
@@ -166,73 +129,40 @@ def build(args):
     points = [o for o in order if any(a in label_id for a in anc[o])]
     labels = {o: sorted(label_id[a] for a in anc[o] if a in label_id) for o in points}
 
-    rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(len(points))
-    n_train = int(round(args.train_share * len(points)))
-    if n_train == 0 or n_train == len(points):
-        raise InputError(f"{len(points)} labelled points cannot be split {args.train_share}")
-    trn = [points[i] for i in sorted(perm[:n_train])]
-    tst = [points[i] for i in sorted(perm[n_train:])]
+    itr, ite = xcbuild.split(len(points), args.train_share, args.seed)
+    trn = [points[i] for i in itr]
+    tst = [points[i] for i in ite]
 
     def text(o):
         words, gloss, _ = synsets[o]
         return " ".join(w.replace("_", " ") for w in words) + " " + gloss
 
-    vec = TfidfVectorizer(min_df=args.min_df, dtype=np.float64, sublinear_tf=False, norm="l2")
-    Xtr = vec.fit_transform([text(o) for o in trn])
-    Xte = vec.transform([text(o) for o in tst])
-    n_comp = min(args.lsa_dim, Xtr.shape[1] - 1)
-    svd = TruncatedSVD(n_components=n_comp, algorithm="randomized", n_iter=7,
-                       random_state=args.seed)
-    Ztr = normalize(svd.fit_transform(Xtr)).astype("<f4")
-    Zte = normalize(svd.transform(Xte)).astype("<f4")
+    feats = xcbuild.tfidf_lsa([text(o) for o in trn], [text(o) for o in tst],
+                              args.min_df, args.lsa_dim, args.seed)
     Ytr = [labels[o] for o in trn]
     Yte = [labels[o] for o in tst]
     L = len(kept)
 
-    out = os.path.abspath(args.out)
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    tmp = f"{out}.tmp.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
-        write_xc_combined(os.path.join(tmp, "train.txt"), Xtr, Ytr, L)
-        write_xc_combined(os.path.join(tmp, "test.txt"), Xte, Yte, L)
-        np.save(os.path.join(tmp, "trn_X.npy"), Ztr)
-        np.save(os.path.join(tmp, "tst_X.npy"), Zte)
-        write_xc_labels(os.path.join(tmp, "trn_X_Y.txt"), Ytr, L)
-        write_xc_labels(os.path.join(tmp, "tst_X_Y.txt"), Yte, L)
+    with xcbuild.Output(args.out) as out:
+        out.write_xc(feats, Ytr, Yte, L)
         for name, ids in (("trn_ids.txt", trn), ("tst_ids.txt", tst), ("labels.txt", kept)):
-            with open(os.path.join(tmp, name), "w", encoding="utf-8", newline="\n") as f:
-                f.writelines(f"{o} {synsets[o][0][0]}\n" for o in ids)
-        files = sorted(os.listdir(tmp))
-        train_counts = np.bincount([l for row in Ytr for l in row], minlength=L)
+            out.write_lines(name, (f"{o} {synsets[o][0][0]}" for o in ids))
         meta = {
             "source": os.path.abspath(args.data_noun),
-            "source_sha256": sha256(args.data_noun),
+            "source_sha256": xcbuild.sha256(args.data_noun),
             "options": {"seed": args.seed, "train_share": args.train_share,
                         "max_label_share": args.max_label_share, "min_df": args.min_df,
-                        "lsa_dim": n_comp},
+                        "lsa_dim": feats.lsa_dim},
             "synsets": len(order),
             "points": {"train": len(trn), "test": len(tst),
                        "without_label_dropped": len(order) - len(points)},
-            "features": int(Xtr.shape[1]),
+            "features": feats.n_features,
             "labels": L,
-            "labels_per_point": round(sum(map(len, Ytr + Yte)) / len(points), 4),
-            "labels_with_at_most_5_train_points": round(float(np.mean(train_counts <= 5)), 4),
-            "labels_without_train_point": int(np.sum(train_counts == 0)),
+            **xcbuild.label_stats(Ytr, Yte, L),
             "removed_general_ancestors": [[synsets[a][0][0], count[a]] for a in removed],
-            "lsa_explained_variance": round(float(svd.explained_variance_ratio_.sum()), 4),
-            "sha256": {name: sha256(os.path.join(tmp, name)) for name in files},
+            "lsa_explained_variance": round(float(feats.svd.explained_variance_ratio_.sum()), 4),
         }
-        with open(os.path.join(tmp, "wordnet.json"), "w", encoding="utf-8", newline="\n") as f:
-            json.dump(meta, f, indent=1)
-            f.write("\n")
-        os.makedirs(out, exist_ok=True)
-        for name in files + ["wordnet.json"]:
-            os.replace(os.path.join(tmp, name), os.path.join(out, name))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        out.finish("wordnet.json", meta)
     meta["seconds"] = round(time.time() - t0, 1)
     return meta
 
