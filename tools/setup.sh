@@ -9,6 +9,7 @@ packages=(
   libhdf5-dev zlib1g-dev libhnswlib-dev catch2 libopenblas-openmp-dev libomp-dev
   python3 python3-numpy python3-h5py python3-matplotlib
   wordnet-base python3-scipy python3-sklearn python3-venv
+  dict-gcide  # tools/build_gcide.py's source (it pulls in dictd, which the builder does not use)
   clang libclang-rt-14-dev   # libFuzzer for tools/fuzz.sh (tests/fuzz)
   openmpi-bin libopenmpi-dev  # the multi-process path (mpirun; CMake XMC_MPI)
 )
