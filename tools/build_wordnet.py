@@ -107,11 +107,6 @@ def ancestors_of(synsets):
 
 
 def build(args):
-    import numpy as np
-    from sklearn.decomposition import TruncatedSVD
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.preprocessing import normalize
-
     t0 = time.time()
     synsets = parse_data_noun(args.data_noun)
     if not synsets:
