@@ -169,8 +169,9 @@ def synonyms(lines):
 
 
 def parse(entries):
-    """Returns (points, no_headword): points = {key: [offset, headword, [entry texts],
-    set of link keys, counts by link kind]} in file order."""
+    """Returns (points, no_headword): points = {key: [offset of the first entry, headword,
+    [entry texts without markup], keys of the braced terms, keys of the Syn: items]} in
+    file order (the keys not yet checked against the headwords)."""
     points, no_headword = {}, 0
     for offset, text in entries:
         m = HEADWORD.match(text)
