@@ -16,7 +16,6 @@
 
 #include "core/error.h"
 #include "io/hdf5_library.h"
-#include "train/shards.h"
 
 namespace xmc {
 namespace {
@@ -278,7 +277,7 @@ std::vector<double> CheckpointReader::read_f64(const std::string& name) const {
   return read_checked<double>(name, nullptr, nullptr, false);
 }
 
-// ---- label-sharded checkpoints (train/shards.h) ----
+// ---- label-sharded checkpoints ----
 
 ShardIndex read_shard_index(const CheckpointReader& r, int64_t num_labels) {
   ShardIndex idx;

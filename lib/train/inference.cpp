@@ -12,7 +12,6 @@
 #include "layers/shard_set.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
-#include "train/shards.h"
 
 namespace xmc {
 

@@ -19,7 +19,7 @@ namespace {
 std::string system_error() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
 
 // Removes "<name>.tmp.<pid>" files that a killed run left behind, and with `shards` the
-// other ranks' checkpoint shards of an earlier label-sharded run (train/shards.h).
+// other ranks' checkpoint shards of an earlier label-sharded run (train/checkpoint.h).
 void remove_stale_temporaries(const fs::path& dir, bool shards) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {

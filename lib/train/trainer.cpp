@@ -31,7 +31,6 @@
 #include "train/evaluation.h"
 #include "train/model.h"
 #include "train/run_files.h"
-#include "train/shards.h"
 
 namespace xmc {
 namespace fs = std::filesystem;

@@ -11,7 +11,6 @@
 #include "dist/nccl.h"
 #include "support/test_support.h"
 #include "train/checkpoint.h"
-#include "train/shards.h"
 
 using namespace xmc;
 

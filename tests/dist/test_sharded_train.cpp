@@ -7,7 +7,6 @@
 
 #include "support/test_support.h"
 #include "train/checkpoint.h"
-#include "train/shards.h"
 
 using namespace xmc::test;
 using nlohmann::json;
