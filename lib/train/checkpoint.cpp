@@ -16,8 +16,11 @@
 
 #include "core/error.h"
 #include "io/hdf5_library.h"
+#include "model/schedule.h"
+#include "train/model.h"
 
 namespace xmc {
+namespace fs = std::filesystem;
 namespace {
 
 using io::Hid;
@@ -316,6 +319,68 @@ void write_shard_index(CheckpointWriter& w, const ShardIndex& index) {
 std::filesystem::path shard_file(const std::filesystem::path& index, int64_t step, int rank) {
   if (rank == 0) return index;
   return index.parent_path() / fmt::format("checkpoint.s{}.r{}.h5", step, rank);
+}
+
+// ---- the run's checkpoint: its position and schedule in meta/* (train/trainer.cpp) ----
+
+void save_checkpoint(const fs::path& file, Model& model, const std::string& config_yaml,
+                     const ResumePoint& p, const LrSchedule& schedule, Comm* comm,
+                     int64_t* shard_step) {
+  auto write = [&](const fs::path& f, bool with_index) {
+    CheckpointWriter w(f.string());
+    w.write_string("meta/config_yaml", config_yaml);
+    model.save_state(w, comm == nullptr || comm->is_root());  // the encoder in rank 0's only
+    w.write_i64("meta/epoch", {p.epoch});
+    w.write_i64("meta/step", {p.step});
+    w.write_i64("meta/epoch_step", {p.epoch_step, p.zero_grads, p.grads});
+    w.write_f64("meta/epoch_partial", {p.loss_sum, p.seconds});
+    w.write_u64("meta/rng_state", {p.rng.begin(), p.rng.end()});
+    w.write_f64("meta/schedule", {schedule.plateau_factor(), schedule.best_metric(),
+                                  static_cast<double>(schedule.bad_evals())});
+    if (with_index) {  // the ranges shard_labels gives every rank
+      ShardIndex idx{comm->size(), p.step, {}};
+      for (int r = 0; r < comm->size(); ++r)
+        idx.ranges.push_back(shard_labels(model.meta().num_labels, r, comm->size()));
+      write_shard_index(w, idx);
+    }
+    w.commit();
+  };
+  if (comm == nullptr) {
+    write(file, false);
+    return;
+  }
+  const int rank = comm->rank();
+  if (rank > 0) write(shard_file(file, p.step, rank), false);
+  comm->barrier();                   // every other shard of this step is on disk
+  if (rank == 0) write(file, true);  // the set's commit point
+  comm->barrier();
+  if (rank > 0 && *shard_step >= 0 && *shard_step != p.step) {
+    std::error_code ec;
+    fs::remove(shard_file(file, *shard_step, rank), ec);
+  }
+  *shard_step = p.step;
+}
+
+ResumePoint read_resume_point(const CheckpointReader& r) {
+  ResumePoint p;
+  p.config_yaml = r.read_string("meta/config_yaml");
+  p.epoch = r.read_i64("meta/epoch").at(0);
+  p.step = r.read_i64("meta/step").at(0);
+  if (r.has("meta/epoch_step")) {
+    auto es = r.read_i64("meta/epoch_step");
+    auto ep = r.read_f64("meta/epoch_partial");
+    if (es.size() != 3 || ep.size() != 2)
+      throw_input("{}: meta/epoch_step must have 3 entries and meta/epoch_partial 2", r.path());
+    p.epoch_step = es[0];
+    p.zero_grads = es[1];
+    p.grads = es[2];
+    p.loss_sum = ep[0];
+    p.seconds = ep[1];
+  }
+  auto st = r.read_u64("meta/rng_state");
+  if (st.size() != 4) throw_input("{}: meta/rng_state must have 4 entries", r.path());
+  p.rng = {st[0], st[1], st[2], st[3]};
+  return p;
 }
 
 }  // namespace xmc

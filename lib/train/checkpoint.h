@@ -7,6 +7,7 @@
 // finite. Written atomically: the writer works on "<path>.tmp.<pid>" and renames on
 // commit(); a writer destroyed without commit() removes its temporary file, so a failed
 // run (a full disk included) leaves no half-written checkpoint and keeps the previous one.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -87,5 +88,34 @@ ShardIndex read_shard_index(const CheckpointReader& r, int64_t num_labels);
 void write_shard_index(CheckpointWriter& w, const ShardIndex& index);
 // The file of rank `rank`'s shard at `step` beside the index file `index` (rank 0: index).
 std::filesystem::path shard_file(const std::filesystem::path& index, int64_t step, int rank);
+
+class LrSchedule;
+class Model;
+
+// Where a checkpoint stands: after `epoch` whole epochs and `epoch_step` steps of the next
+// one (> 0 only for a checkpoint taken on SIGINT / SIGTERM), with the running sums of that
+// epoch and the dropout stream positioned before its next batch.
+struct ResumePoint {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int64_t epoch_step = 0;
+  std::array<uint64_t, 4> rng{};
+  double loss_sum = 0.0;
+  int64_t zero_grads = 0, grads = 0;
+  double seconds = 0.0;  // training time of the partial epoch
+  std::string config_yaml{};
+};
+
+// The checkpoint at `file`: meta/config_yaml, the model, the position `p` and the schedule
+// (meta/*). Label-sharded (comm): every rank writes its shard, rank 0's file with the index
+// last (above); *shard_step is the step of the shards on disk (-1: none yet), whose files
+// are removed once the new set is committed.
+void save_checkpoint(const std::filesystem::path& file, Model& model,
+                     const std::string& config_yaml, const ResumePoint& p,
+                     const LrSchedule& schedule, Comm* comm = nullptr,
+                     int64_t* shard_step = nullptr);
+// The position and config of a checkpoint (checkpoints of older versions have no
+// epoch_step: they were all taken at the end of an epoch).
+ResumePoint read_resume_point(const CheckpointReader& r);
 
 }  // namespace xmc
