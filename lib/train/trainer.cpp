@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +29,7 @@
 #include "train/evaluation.h"
 #include "train/model.h"
 #include "train/run_files.h"
+#include "train/signals.h"
 
 namespace xmc {
 namespace fs = std::filesystem;
@@ -47,34 +46,6 @@ io::DataSource to_source(const DataSourceConfig& c, bool cache) {
 }
 
 bool is_set(const DataSourceConfig& c) { return !c.path.empty() || !c.features.empty(); }
-
-// SIGINT / SIGTERM while installed: the first one is recorded (the trainer stops after the
-// current step); the handler then resets, so a second one ends the process at once.
-std::atomic<int> g_stop_signal{0};
-
-void record_stop_signal(int sig) { g_stop_signal.store(sig); }
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal.store(0);
-    struct sigaction sa {};
-    sa.sa_handler = record_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~StopSignals() {
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  int signal() const { return g_stop_signal.load(); }
-
- private:
-  static constexpr std::array<int, 2> kSignals = {SIGINT, SIGTERM};
-  std::array<struct sigaction, 2> old_{};
-};
 
 // Progress of an epoch: a redrawn bar on a terminal (stderr), periodic log lines
 // otherwise (samples/s, ETA, loss).
