@@ -1,12 +1,17 @@
 #pragma once
 // Files of the run directory, written as a unit: a new run never mixes with an old one,
 // a run that fails before training leaves nothing behind, results.json appears only when
-// the run is complete. Atomic text writes and metrics.jsonl maintenance.
+// the run is complete. --resume's checks of the directory, atomic text writes and
+// metrics.jsonl maintenance.
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "config/config_loader.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace xmc {
 
@@ -72,6 +77,21 @@ class RunDirectory {
   int lock_fd_ = -1;
   bool lock_created_ = false;  // the lock file did not exist before
 };
+
+// What --resume found in the run directory: the checkpoint's position and the config
+// changes against it that are not resume-free.
+struct Resume {
+  ResumePoint from;
+  std::vector<ConfigChange> changes;
+};
+
+// --resume: reads the checkpoint's position and config and checks them before the data
+// is loaded. True when the run is already complete (summary then holds its results).
+bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt,
+                  const std::filesystem::path& dir, Resume& r, TrainSummary& summary);
+
+// The changes as "key before -> after, ..." (--resume's messages and log lines).
+std::string describe_changes(const std::vector<ConfigChange>& changes);
 
 // Writes the error a run stopped on to failed.txt of its (begun) run directory, for
 // `xmctrain report`; a failure to write it is logged, never thrown over the error itself.

@@ -6,13 +6,10 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
-#include <ranges>
 #include <sstream>
 
-#include "config/config_loader.h"
 #include "core/buffer.h"
 #include "core/cuda_context.h"
 #include "core/debug_hooks.h"
@@ -45,18 +42,6 @@ io::DataSource to_source(const DataSourceConfig& c, bool cache) {
 }
 
 bool is_set(const DataSourceConfig& c) { return !c.path.empty() || !c.features.empty(); }
-
-// Keys that may differ on --resume without --allow-config-change: where and how fast the
-// run is computed, not what it computes.
-constexpr std::array<std::string_view, 4> kResumeFreeKeys = {"out", "device", "threads",
-                                                             "train.log_every_s"};
-
-std::string describe_changes(const std::vector<ConfigChange>& changes) {
-  const auto describe = [](const ConfigChange& c) {
-    return fmt::format("{} {} -> {}", c.key, c.before, c.after);
-  };
-  return fmt::format("{}", fmt::join(changes | std::views::transform(describe), ", "));
-}
 
 }  // namespace
 
@@ -110,53 +95,6 @@ std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt) 
 }
 
 namespace {
-
-// What --resume found in the run directory: the checkpoint's position and the config
-// changes against it that are not resume-free.
-struct Resume {
-  ResumePoint from;
-  std::vector<ConfigChange> changes;
-};
-
-// --resume: reads the checkpoint's position and config and checks them before the data
-// is loaded. True when the run is already complete (summary then holds its results).
-bool check_resume(const ExperimentConfig& cfg, const TrainOptions& opt, const fs::path& dir,
-                  Resume& r, TrainSummary& summary) {
-  const fs::path ckpt_file = dir / run_file::checkpoint;
-  const fs::path results_file = dir / run_file::results;
-  r.from = read_resume_point(CheckpointReader(ckpt_file.string()));
-  const ResumePoint& from = r.from;
-  // The keys whose values differ between the checkpoint's config and this one; the
-  // resume-free ones are moved to `free` (listed separately).
-  std::vector<ConfigChange> free;
-  for (ConfigChange& c : config_changes(from.config_yaml, opt.config_yaml))
-    (std::ranges::find(kResumeFreeKeys, c.key) == kResumeFreeKeys.end() ? r.changes : free)
-        .push_back(std::move(c));
-  if (!r.changes.empty() && !opt.allow_config_change)
-    throw_input(
-        "--resume: the config differs from the one the run was trained with in {} ({}). "
-        "Resume with the run's config ({}), pass --allow-config-change to continue with the "
-        "new values (the change is recorded in metrics.jsonl), or start a new run in another "
-        "--out",
-        fmt::join(r.changes | std::views::transform(&ConfigChange::key), ", "),
-        describe_changes(r.changes), (dir / run_file::config).string());
-  if (!free.empty()) spdlog::info("resume: {}", describe_changes(free));
-  if (from.epoch > cfg.train.epochs)
-    throw_input("--resume: the checkpoint is at epoch {}, beyond train.epochs = {}", from.epoch,
-                cfg.train.epochs);
-  if (from.epoch == cfg.train.epochs && from.epoch_step == 0 && r.changes.empty() &&
-      fs::exists(results_file)) {
-    std::ifstream in(results_file);
-    summary.results = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!summary.results.is_discarded()) {
-      summary.complete = true;
-      spdlog::info("{}: the run is complete ({} epochs); results.json is kept", dir.string(),
-                   from.epoch);
-      return true;
-    }
-  }
-  return false;
-}
 
 // The data of a run, loaded (and the synthetic set generated) on construction, and what
 // follows from it: the model's meta and the evaluation settings. Built in place (es points
