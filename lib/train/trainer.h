@@ -43,7 +43,4 @@ TrainSummary run_training(const ExperimentConfig& cfg, const TrainOptions& opt);
 // The run directory a config trains into: cfg.out, or runs/<name>.
 std::string run_directory(const ExperimentConfig& cfg, const TrainOptions& opt);
 
-// Generates the synthetic dataset a config names when it is enabled and missing.
-void ensure_synthetic_data(const ExperimentConfig& cfg);
-
 }  // namespace xmc

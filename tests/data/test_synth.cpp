@@ -12,7 +12,7 @@
 #include "io/expect_input_error.h"
 #include "layers/registry.h"
 #include "support/test_support.h"
-#include "train/trainer.h"
+#include "train/run_data.h"
 
 using namespace xmc;
 using Catch::Matchers::Contains;
