@@ -29,11 +29,12 @@ LoadedModel load_model(const std::string& checkpoint, const std::string& device,
   const ShardIndex idx = read_shard_index(r, meta.num_labels);
   const int processes = comm != nullptr ? comm->size() : 1;
   if (processes > idx.processes)
-    throw_input("{}: {} holds {} shard{}: evaluate it with at most {} process{} (mpirun -np {}), "
-                "not {}",
-                checkpoint, idx.processes == 1 ? "a one-process checkpoint" : "the checkpoint set",
-                idx.processes, idx.processes == 1 ? "" : "s", idx.processes,
-                idx.processes == 1 ? "" : "es", idx.processes, processes);
+    throw_input(
+        "{}: {} holds {} shard{}: evaluate it with at most {} process{} (mpirun -np {}), "
+        "not {}",
+        checkpoint, idx.processes == 1 ? "a one-process checkpoint" : "the checkpoint set",
+        idx.processes, idx.processes == 1 ? "" : "s", idx.processes, idx.processes == 1 ? "" : "es",
+        idx.processes, processes);
   if (idx.processes == 1) {
     m.model = std::make_unique<Model>(*m.ctx, m.config, std::move(meta), 0);
     m.model->load_state(r);

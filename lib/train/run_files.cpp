@@ -1,7 +1,7 @@
 #include "train/run_files.h"
 
-#include <fmt/ranges.h>
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 

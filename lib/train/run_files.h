@@ -21,7 +21,7 @@ inline constexpr const char* config = "config.resolved.yaml";  // written when t
 inline constexpr const char* metrics = "metrics.jsonl";        // one line per finished epoch
 inline constexpr const char* checkpoint = "checkpoint.h5";     // last checkpointed epoch
 inline constexpr const char* results = "results.json";         // written last: the run finished
-inline constexpr const char* failure = "failed.txt";  // the error a begun run stopped on
+inline constexpr const char* failure = "failed.txt";           // the error a begun run stopped on
 // Held (an open-file-description write lock) by the train command using the directory, from
 // the check of the directory to the process's end; the kernel drops it when the process dies.
 inline constexpr const char* lock = ".xmctrain.lock";
@@ -67,8 +67,8 @@ class RunDirectory {
   std::filesystem::path file(const std::string& name) const { return dir_ / name; }
 
  private:
-  void check();              // the constructor's checks
-  void release() noexcept;   // the lock; before begin(), what the checks created
+  void check();             // the constructor's checks
+  void release() noexcept;  // the lock; before begin(), what the checks created
 
   std::filesystem::path dir_;
   RunMode mode_;

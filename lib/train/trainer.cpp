@@ -218,7 +218,7 @@ DenseMatrix TrainLoop::embed_train() {
 }
 
 TrainerView TrainLoop::view(int64_t epoch) const {
-  return {step_,         total_steps_, static_cast<int>(epoch), static_cast<int>(cfg_.train.epochs),
+  return {step_,        total_steps_, static_cast<int>(epoch), static_cast<int>(cfg_.train.epochs),
           &data_.train, embed_};
 }
 
@@ -324,8 +324,7 @@ bool TrainLoop::train_steps(int64_t epoch, Rng& dropout_rng, ResumePoint& at,
   return true;
 }
 
-nlohmann::json TrainLoop::epoch_line(int64_t epoch, const ResumePoint& at,
-                                     double lr_factor) const {
+nlohmann::json TrainLoop::epoch_line(int64_t epoch, const ResumePoint& at, double lr_factor) const {
   const int64_t steps = std::max<int64_t>(at.epoch_step, 1);
   nlohmann::json line;
   line["epoch"] = epoch + 1;
@@ -367,8 +366,9 @@ void TrainLoop::evaluate_epoch(int64_t epoch, bool last, nlohmann::json& line) {
 // The checkpoint at the end of an epoch: after the last one, every
 // train.checkpoint_every, and when a signal arrived during the epoch's last step.
 void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rng) {
-  const bool due = last || stop_signal() != 0 ||
-                   (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
+  const bool due =
+      last || stop_signal() != 0 ||
+      (cfg_.train.checkpoint_every > 0 && (epoch + 1) % cfg_.train.checkpoint_every == 0);
   if (!due) return;
   const ResumePoint end{.epoch = epoch + 1, .step = step_, .rng = dropout_rng.state()};
   save_checkpoint(ckpt_file_, model_, opt_.config_yaml, end, schedule_, comm_, &shard_step_);
@@ -378,8 +378,8 @@ void TrainLoop::checkpoint_epoch(int64_t epoch, bool last, const Rng& dropout_rn
 bool TrainLoop::stop_after_epoch(int64_t epoch, bool last) {
   if (stop_signal() != 0) {
     summary_.stop_signal = stop_signal();
-    spdlog::warn("stopped by signal {} at the end of epoch {}; checkpoint written",
-                 stop_signal(), epoch + 1);
+    spdlog::warn("stopped by signal {} at the end of epoch {}; checkpoint written", stop_signal(),
+                 epoch + 1);
     return true;
   }
   if (opt_.halt_after_epoch > 0 && epoch + 1 == opt_.halt_after_epoch && !last) {
@@ -406,12 +406,12 @@ void TrainLoop::write_results(const Stopwatch& total_time) {
   if (comm_ != nullptr) {
     constexpr int kFields = 5;
     std::vector<double> all(static_cast<size_t>(kFields * comm_->size()), 0.0);
-    const double mine[kFields] = {
-        static_cast<double>(peak_rss_bytes()),
-        static_cast<double>(ctx_.ledger().total_peak(MemSpace::host) +
-                            ctx_.ledger().total_peak(MemSpace::device)),
-        static_cast<double>(model_.output_ledger_bytes()), comm_->comm_seconds(),
-        static_cast<double>(model_.output().shard_labels())};
+    const double mine[kFields] = {static_cast<double>(peak_rss_bytes()),
+                                  static_cast<double>(ctx_.ledger().total_peak(MemSpace::host) +
+                                                      ctx_.ledger().total_peak(MemSpace::device)),
+                                  static_cast<double>(model_.output_ledger_bytes()),
+                                  comm_->comm_seconds(),
+                                  static_cast<double>(model_.output().shard_labels())};
     std::copy(mine, mine + kFields, all.begin() + kFields * comm_->rank());
     comm_->allreduce_sum(std::span<double>(all));
     for (int r = 0; r < comm_->size(); ++r) {
