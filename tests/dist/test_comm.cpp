@@ -1,8 +1,8 @@
 // The single-process communicator, label shards and the top-k merge across shards (the
 // multi-process collectives: mpi_comm_check.cpp under mpirun).
-#include <catch2/catch.hpp>
 #include <dlfcn.h>
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -54,13 +54,15 @@ TEST_CASE("label shards are contiguous, cover every label once and are balanced"
 TEST_CASE("the top-k merged over shards equals the top-k over all labels") {
   // 3 rows, 10 labels, scores with ties; shards [0,4) [4,10) each keep their own top-3.
   const int k = 3;
-  const std::vector<float> s = {0.5f, 0.9f, 0.9f, 0.1f, 0.9f, 0.2f, 0.3f, 0.4f, 0.0f, 0.6f,
-                                -1.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, -8.0f, -9.0f, 0.0f,
-                                1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<float> s = {0.5f,  0.9f,  0.9f,  0.1f,  0.9f,  0.2f,  0.3f,  0.4f,
+                                0.0f,  0.6f,  -1.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f,
+                                -7.0f, -8.0f, -9.0f, 0.0f,  1.0f,  1.0f,  1.0f,  1.0f,
+                                1.0f,  1.0f,  1.0f,  1.0f,  1.0f,  1.0f};
   auto topk_of = [&](int64_t lo, int64_t hi) {
     TopKAccumulator acc(3, k);
     for (int64_t r = 0; r < 3; ++r)
-      for (int64_t l = lo; l < hi; ++l) acc.add(r, static_cast<uint32_t>(l), s[static_cast<size_t>(r * 10 + l)]);
+      for (int64_t l = lo; l < hi; ++l)
+        acc.add(r, static_cast<uint32_t>(l), s[static_cast<size_t>(r * 10 + l)]);
     return acc.result();
   };
   const TopK all = topk_of(0, 10);
@@ -74,7 +76,8 @@ TEST_CASE("the top-k merged over shards equals the top-k over all labels") {
   CHECK(mine.scores == all.scores);
 }
 
-TEST_CASE("a checkpoint's shard index: read back, and refused when its ranges do not tile the labels") {
+TEST_CASE(
+    "a checkpoint's shard index: read back, and refused when its ranges do not tile the labels") {
   xmc::test::TempDir tmp;
   auto write = [&](const std::string& name, const ShardIndex* idx) {
     const std::string path = (tmp / name).string();
@@ -111,7 +114,8 @@ TEST_CASE("a checkpoint's shard index: read back, and refused when its ranges do
       read_shard_index(CheckpointReader(path), 10);
       FAIL("no error");
     } catch (const InputError& e) {
-      CHECK(std::string(e.what()).find(path + ": malformed shard index: shard ") != std::string::npos);
+      CHECK(std::string(e.what()).find(path + ": malformed shard index: shard ") !=
+            std::string::npos);
     }
   }
 }

@@ -1,9 +1,8 @@
 // Label-sharded training under mpirun -np 2 against the same run in one process (built
 // only with MPI; CTest runs it as its own test binary).
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
 #include "train/checkpoint.h"
@@ -47,10 +46,13 @@ struct ShardedAgainstOne {
   }
   CliResult train(const std::string& out, bool sharded, const std::vector<std::string>& extra = {},
                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
-    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(),
-                                  "--set", "threads=1", "--set", "model.output=" + output,
+    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(),
+                                  "--out", (tmp / out).string(),
+                                  "--set", "threads=1",
+                                  "--set", "model.output=" + output,
                                   "--set", "optim.schedule={type: cosine}",
-                                  "--set", "data.synth.train=6000", "--set", "data.synth.test=3000"};
+                                  "--set", "data.synth.train=6000",
+                                  "--set", "data.synth.test=3000"};
     a.insert(a.end(), extra.begin(), extra.end());
     std::vector<std::pair<std::string, std::string>> e = env;
     e.insert(e.end(), kRootOk.begin(), kRootOk.end());
@@ -59,12 +61,13 @@ struct ShardedAgainstOne {
   double p1(const json& r) const { return r["metrics"]["P@1"].get<double>(); }
   double rank_bytes(int r) const { return two["ranks"][r]["output_layer_bytes"].get<double>(); }
   void check_eval_and_resume() {
-    const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
-                                  "--json"});
+    const CliResult ev =
+        run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(), "--json"});
     INFO(ev.err);
     REQUIRE(ev.exit_code == 0);
     CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == p1(two));
-    CHECK(train("killed", true, {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
+    CHECK(train("killed", true, {},
+                {{"XMC_DEBUG_KILL_AT", "after_checkpoint:3"}, {"XMC_DEBUG_RANK", "1"}})
               .exit_code != 0);
     REQUIRE(train("killed", true, {"--resume"}).exit_code == 0);
     CHECK(p1(json::parse(read_file(tmp / "killed" / "results.json"))) == p1(two));
@@ -80,21 +83,24 @@ TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one p
   // process, its gradient summed over them.
   // fixed_fanin: the intermediate layer on every process, its gradient summed over them
   // (no rewiring here: a shard prunes its own slots, so rewiring runs differ — below).
-  const std::string output = GENERATE(as<std::string>{}, "{type: dense, loss: bce, chunk_size: 128}",
-                                      "{type: dense, loss: softmax, chunk_size: 128}",
-                                      "{type: bottleneck, dim: 16, loss: bce, chunk_size: 128}",
-                                      "{type: bottleneck, dim: 16, loss: softmax, chunk_size: 128}",
-                                      "{type: fixed_fanin, fan_in: 16, intermediate: 128, "
-                                      "dropout: 0.1, chunk_size: 128}");
+  const std::string output =
+      GENERATE(as<std::string>{}, "{type: dense, loss: bce, chunk_size: 128}",
+               "{type: dense, loss: softmax, chunk_size: 128}",
+               "{type: bottleneck, dim: 16, loss: bce, chunk_size: 128}",
+               "{type: bottleneck, dim: 16, loss: softmax, chunk_size: 128}",
+               "{type: fixed_fanin, fan_in: 16, intermediate: 128, "
+               "dropout: 0.1, chunk_size: 128}");
   INFO("model.output " << output);
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
-  const CliResult one = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "one").string(),
-                                 "--set", "threads=1", "--set", "model.output=" + output});
+  const CliResult one =
+      run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "one").string(), "--set",
+               "threads=1", "--set", "model.output=" + output});
   REQUIRE(one.exit_code == 0);
-  const CliResult two = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "two").string(),
-                                 "--set", "threads=1", "--set", "model.output=" + output},
-                                kRootOk, kTwo);
+  const CliResult two =
+      run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "two").string(), "--set",
+               "threads=1", "--set", "model.output=" + output},
+              kRootOk, kTwo);
   INFO(two.err);
   REQUIRE(two.exit_code == 0);
   // Rank 0 alone prints the summary and writes the run directory.
@@ -125,8 +131,8 @@ TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one p
   CHECK(r2["output_layer_bytes"].get<double>() < r1["output_layer_bytes"].get<double>());
   // One process reads the shards (label rows concatenated, the projection from the first)
   // and reproduces the sharded run's metrics.
-  const CliResult ev = run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(),
-                                "--json"});
+  const CliResult ev =
+      run_cli({"eval", "--checkpoint", (tmp / "two" / "checkpoint.h5").string(), "--json"});
   INFO(ev.err);
   REQUIRE(ev.exit_code == 0);
   CHECK(json::parse(ev.out)["metrics"]["P@1"].get<double>() == r2["metrics"]["P@1"].get<double>());
@@ -142,8 +148,8 @@ TEST_CASE("dense / bottleneck / fixed_fanin over two label shards train as one p
     CHECK(file1.has("meta/step"));
   }
   // A one-process checkpoint is not split over processes: refused, naming why.
-  const CliResult ev2 = run_cli({"eval", "--checkpoint", (tmp / "one" / "checkpoint.h5").string(),
-                                 "--json"}, kRootOk, kTwo);
+  const CliResult ev2 = run_cli(
+      {"eval", "--checkpoint", (tmp / "one" / "checkpoint.h5").string(), "--json"}, kRootOk, kTwo);
   CHECK(ev2.exit_code == 2);
   CHECK(ev2.err.find("a one-process checkpoint holds 1 shard: evaluate it with at most 1 "
                      "process") != std::string::npos);
@@ -161,7 +167,8 @@ TEST_CASE("fixed_fanin with rewiring over two label shards stays near the one-pr
   auto train = [&](const std::string& out, bool sharded,
                    std::vector<std::pair<std::string, std::string>> env = {},
                    const std::string& extra = "") {
-    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out", (tmp / out).string()};
+    std::vector<std::string> a = {"train", (tmp / "c.yaml").string(), "--out",
+                                  (tmp / out).string()};
     a.insert(a.end(), args.begin(), args.end());
     if (!extra.empty()) a.push_back(extra);
     env.insert(env.end(), kRootOk.begin(), kRootOk.end());
@@ -184,8 +191,9 @@ TEST_CASE("fixed_fanin with rewiring over two label shards stays near the one-pr
   // Rank 1 killed after epoch 2's checkpoint; the resumed sharded run (indices, weights,
   // moments per shard, the intermediate layer from each rank's own file) ends where the
   // uninterrupted one did.
-  CHECK(train("killed", true, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:2"}, {"XMC_DEBUG_RANK", "1"}})
-            .exit_code != 0);
+  CHECK(
+      train("killed", true, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:2"}, {"XMC_DEBUG_RANK", "1"}})
+          .exit_code != 0);
   REQUIRE(train("killed", true, {}, "--resume").exit_code == 0);
   const json rk = json::parse(read_file(tmp / "killed" / "results.json"));
   CHECK(rk["metrics"]["P@1"].get<double>() == r2["metrics"]["P@1"].get<double>());
@@ -241,10 +249,12 @@ TEST_CASE("each rank's output layer holds about half the one-process bytes (1600
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
   auto train = [&](const std::string& out, bool sharded) {
-    const std::vector<std::string> a = {
-        "train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(), "--set", "threads=1",
-        "--set", "model.output=" + output, "--set", "data.synth.labels=16000",
-        "--set", "data.synth.test=500"};
+    const std::vector<std::string> a = {"train", (tmp / "c.yaml").string(),
+                                        "--out", (tmp / out).string(),
+                                        "--set", "threads=1",
+                                        "--set", "model.output=" + output,
+                                        "--set", "data.synth.labels=16000",
+                                        "--set", "data.synth.test=500"};
     return sharded ? run_cli(a, kRootOk, kTwo) : run_cli(a);
   };
   REQUIRE(train("one", false).exit_code == 0);
@@ -269,8 +279,8 @@ TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank,
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
   auto train = [&](const std::string& out, std::vector<std::string> extra,
                    std::vector<std::pair<std::string, std::string>> env) {
-    std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
-                                     (tmp / out).string(), "--set", "threads=1"};
+    std::vector<std::string> args = {
+        "train", (tmp / "c.yaml").string(), "--out", (tmp / out).string(), "--set", "threads=1"};
     args.insert(args.end(), extra.begin(), extra.end());
     env.insert(env.end(), kRootOk.begin(), kRootOk.end());
     return run_cli(args, env, kTwo);
@@ -320,8 +330,8 @@ TEST_CASE("a sharded checkpoint set: eval from one process, resume, a dead rank,
       train("killed", {}, {{"XMC_DEBUG_KILL_AT", "after_checkpoint:2"}, {"XMC_DEBUG_RANK", "1"}});
   CHECK(killed.exit_code != 0);
   CHECK_FALSE(fs::exists(tmp / "killed" / "results.json"));
-  const CliResult one = run_cli({"train", (tmp / "c.yaml").string(), "--out",
-                                 (tmp / "killed").string(), "--resume"});
+  const CliResult one =
+      run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "killed").string(), "--resume"});
   CHECK(one.exit_code == 2);
   CHECK(one.err.find("resume it with mpirun -np 2") != std::string::npos);
   REQUIRE(train("killed", {"--resume"}, {}).exit_code == 0);
@@ -392,11 +402,11 @@ TEST_CASE("a group_shared head too small to give every process a part is refused
   // processes — the head projection would be on one of them only.
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
-  const CliResult b = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "b").string(),
-                               "--set",
-                               "model.output={type: group_shared, group_size: 4, fan_in: 8, "
-                               "head_fraction: 0.01, head_dim: 16}"},
-                              kRootOk, kTwo);
+  const CliResult b =
+      run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "b").string(), "--set",
+               "model.output={type: group_shared, group_size: 4, fan_in: 8, "
+               "head_fraction: 0.01, head_dim: 16}"},
+              kRootOk, kTwo);
   CHECK(b.exit_code == 2);
   CHECK(b.err.find("the head of 4 labels (1 groups of G = 4) and the tail of 74 groups cannot "
                    "give every process a part of each") != std::string::npos);
