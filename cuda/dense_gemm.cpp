@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "cuda_check.h"
+#include "runtime.h"
 #include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {

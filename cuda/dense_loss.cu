@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "core/launch_shape.h"
-#include "cuda_check.h"
+#include "runtime.h"
 #include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/launch_shape.h"
-#include "cuda_check.h"
+#include "runtime.h"
 #include "ops/encoder_ops_cuda.h"
 
 namespace xmc::gpu {

@@ -20,7 +20,7 @@
 #include <algorithm>
 
 #include "core/launch_shape.h"
-#include "cuda_check.h"
+#include "runtime.h"
 #include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {

@@ -12,7 +12,7 @@
 #include "core/gpu.h"
 #include "core/launch_shape.h"
 #include "core/topk_order.h"
-#include "cuda_check.h"
+#include "runtime.h"
 
 namespace xmc::gpu {
 namespace {

@@ -2,7 +2,7 @@
 // CUDA context and device memory, host side. Nothing here needs the CUDA headers: the
 // stream and library handles are forward-declared opaque pointers (the same types
 // cuda_runtime.h and cublas_v2.h declare), so host code compiled without CUDA
-// includes this file too. Implementation: cuda/cuda_context.cpp; in a build without CUDA
+// includes this file too. Implementation: cuda/runtime.cpp; in a build without CUDA
 // every function throws "xmctrain was built without CUDA support" (XMC_GPU_STUB in
 // core/gpu.h; the classes' members: core/gpu_stubs.cpp).
 #include <cstddef>

@@ -2,7 +2,7 @@
 // Owning CUDA streams and events, host side (no CUDA headers needed, like
 // core/cuda_context.h). Used for the side stream that copies batches host→device while
 // the context's stream computes, and for timing with events. Implementation:
-// cuda/cuda_stream.cpp; in a build without CUDA every constructor throws "xmctrain was
+// cuda/runtime.cpp; in a build without CUDA every constructor throws "xmctrain was
 // built without CUDA support" (core/gpu_stubs.cpp).
 #include "core/cuda_context.h"
 

@@ -1,14 +1,53 @@
-// CudaContext and device memory. Host code only (cudart, cuBLAS), compiled by
-// g++ so it may use fmt for its messages.
-#include "core/cuda_context.h"
+// The CUDA runtime, host side (cudart, cuBLAS): the checks' errors (runtime.h), the
+// devices, CudaContext and device memory (core/cuda_context.h), streams and events
+// (core/cuda_stream.h). Compiled by g++, so it may use fmt for its messages.
+#include "runtime.h"
 
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
 
+#include "core/cuda_stream.h"
 #include "core/error.h"
-#include "cuda_check.h"
+
+namespace xmc::cuda_detail {
+
+void throw_cuda_error(const char* file, int line, const char* call, cudaError_t err) {
+  throw Error(fmt::format("{}:{}: CUDA error {} ({}) in {}", file, line, cudaGetErrorName(err),
+                          cudaGetErrorString(err), call));
+}
+
+void throw_check(const char* file, int line, const char* what, int64_t value) {
+  throw Error(fmt::format("{}:{}: check '{}' failed (value {})", file, line, what, value));
+}
+
+void throw_cublas_error(const char* file, int line, const char* call, int status) {
+  throw Error(fmt::format("{}:{}: cuBLAS error {} ({}) in {}", file, line, status,
+                          cublasGetStatusString(static_cast<cublasStatus_t>(status)), call));
+}
+
+}  // namespace xmc::cuda_detail
 
 namespace xmc::gpu {
+
+bool built_with_cuda() { return true; }
+
+std::vector<DeviceInfo> query_devices() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  // No driver or no device: the machine has no usable GPU, which is not an error here.
+  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  XMC_CUDA_CHECK(err);
+  std::vector<DeviceInfo> out;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp p{};
+    XMC_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
+    out.push_back({i, p.name, p.major, p.minor, static_cast<int64_t>(p.totalGlobalMem),
+                   p.multiProcessorCount});
+  }
+  return out;
+}
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
@@ -105,6 +144,37 @@ void CudaContext::release() noexcept {
   cublas_ = nullptr;
   cublas_workspace_ = nullptr;
   stream_ = nullptr;
+}
+
+CudaStream::CudaStream() { XMC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+CudaStream::~CudaStream() {
+  if (stream_) {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+}
+
+CudaEvent::CudaEvent(bool timing) {
+  XMC_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_) (void)cudaEventDestroy(event_);
+}
+
+void CudaEvent::record(Stream stream) { XMC_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+void CudaEvent::make_wait(Stream stream) const {
+  XMC_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+}
+
+void CudaEvent::synchronize() const { XMC_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+float CudaEvent::elapsed_ms_since(const CudaEvent& start) const {
+  float ms = 0.0f;
+  XMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return ms;
 }
 
 }  // namespace xmc::gpu

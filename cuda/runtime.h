@@ -1,6 +1,7 @@
 #pragma once
-// Every CUDA runtime and cuBLAS call is checked; failures throw xmc::Error with the file
-// and line of the call. Kept free of fmt so that .cu files compile under nvcc's front end.
+// The CUDA runtime's checks, private to cuda/: every CUDA runtime and cuBLAS call is
+// checked; failures throw xmc::Error with the file and line of the call (runtime.cpp).
+// Kept free of fmt so that .cu files compile under nvcc's front end.
 #include <cuda_runtime.h>
 
 #include <cstdint>
