@@ -1,12 +1,12 @@
-// Encoder kernels (ops/encoder_ops_cuda.h): the sparse-input layer's CSR × dense
-// forward and its weight gradient over the touched rows (grouped by column on the host,
-// so no atomics and the CPU's summation order), bias + relu, relu's gradient, dropout
-// masks, and the row gather (the touched rows are updated in place by optimizer_update_rows).
+// The layer ops on the GPU (ops/encoder.h; shapes checked there): the sparse-input layer's
+// CSR × dense forward and its weight gradient over the touched rows (grouped by column on
+// the host, so no atomics and the CPU's summation order), bias + relu, relu's gradient,
+// dropout masks.
 #include <cstdint>
 
 #include "core/launch_shape.h"
+#include "ops/encoder.h"
 #include "runtime.h"
-#include "ops/encoder_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -83,21 +83,10 @@ __global__ void enc_column_grad_kernel(const int64_t* __restrict__ start,
   }
 }
 
-__global__ void enc_gather_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
-                                  int64_t width, float* __restrict__ dst) {
-  const int64_t u = blockIdx.x;
-  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < width;
-       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-    dst[u * width + j] = src[static_cast<int64_t>(rows[u]) * width + j];
-  }
-}
-
-
 }  // namespace
 
 void csr_dense_forward(const CudaContext& ctx, const DeviceCsrValues& x, const float* w,
                        const float* bias, bool relu, Matrix h) {
-  XMC_CUDA_REQUIRE(h.rows == x.rows, h.rows);
   if (h.empty()) return;
   XMC_CUDA_LAUNCH(enc_csr_forward_kernel, enc_grid(h.rows, h.cols), kEncThreads, 0, ctx.stream(),
                   x.indptr, x.indices, x.values, w, bias, h.cols, relu, h.data, h.ld);
@@ -110,16 +99,12 @@ void bias_activation(const CudaContext& ctx, Matrix h, const float* bias, bool r
 }
 
 void activation_grad(const CudaContext& ctx, bool relu, ConstMatrix h, ConstMatrix dh, Matrix dz) {
-  XMC_CUDA_REQUIRE(h.rows == dh.rows && dz.rows == dh.rows, dz.rows);
-  XMC_CUDA_REQUIRE(h.cols == dh.cols && dz.cols == dh.cols, dz.cols);
   if (dz.empty()) return;
   XMC_CUDA_LAUNCH(enc_act_grad_kernel, enc_grid(dz.rows, dz.cols), kEncThreads, 0, ctx.stream(),
                   relu, h.data, h.ld, dh.data, dh.ld, dz.data, dz.ld, dz.cols);
 }
 
 void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, Matrix dst) {
-  XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
-  XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
   if (dst.empty()) return;
   XMC_CUDA_LAUNCH(enc_mask_kernel, enc_grid(dst.rows, dst.cols), kEncThreads, 0, ctx.stream(),
                   src.data, src.ld, mask, dst.data, dst.ld, dst.cols);
@@ -127,18 +112,9 @@ void multiply_mask(const CudaContext& ctx, ConstMatrix src, const float* mask, M
 
 void csr_column_grad(const CudaContext& ctx, const DeviceCsrByColumn& xt, ConstMatrix dz,
                      Matrix g) {
-  XMC_CUDA_REQUIRE(g.rows == xt.count, g.rows);
-  XMC_CUDA_REQUIRE(g.cols == dz.cols, g.cols);
   if (g.empty()) return;
   XMC_CUDA_LAUNCH(enc_column_grad_kernel, enc_grid(g.rows, g.cols), kEncThreads, 0, ctx.stream(),
                   xt.start, xt.rows, xt.values, dz.data, dz.ld, g.data, g.ld, g.cols);
-}
-
-void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
-                 int64_t width, float* dst) {
-  if (count == 0 || width == 0) return;
-  XMC_CUDA_LAUNCH(enc_gather_kernel, enc_grid(count, width), kEncThreads, 0, ctx.stream(), src,
-                  rows, width, dst);
 }
 
 }  // namespace xmc::gpu

@@ -1,6 +1,7 @@
-// Group-shared fixed fan-in (HASTE) on the GPU. Labels r of group k = r / G share the
-// index set idx[k, 0..F); a block per (group, batch tile of 64) gathers the group's F input
-// rows of ut [m×B] once into shared memory and runs dense products over them:
+// Group-shared fixed fan-in (HASTE) on the GPU (ops/group_shared.h; shapes checked there).
+// Labels r of group k = r / G share the index set idx[k, 0..F); a block per (group, batch
+// tile of 64) gathers the group's F input rows of ut [m×B] once into shared memory and
+// runs dense products over them:
 //   forward        Z_k [Bt×G]  = X_k [Bt×F] · W_kᵀ [F×G]       (+ bias)
 //   weight grad    ∇W_k [G×F]  = ∇Z_kᵀ [G×B] · X_k [B×F]       (block owns its rows: no atomics)
 //   input grad     ∇X_k [Bt×F] = ∇Z_k [Bt×G] · W_k [G×F], scattered into du by atomics
@@ -20,8 +21,8 @@
 #include <cstdint>
 
 #include "core/launch_shape.h"
+#include "ops/group_shared.h"
 #include "runtime.h"
-#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -512,12 +513,10 @@ __global__ void __launch_bounds__(kGsThreads)
 
 int64_t gs_groups(int64_t n, int64_t group) { return (n + group - 1) / group; }
 
-void gs_check(const uint32_t* idx, int64_t n, int64_t group, int64_t fan_in, bool bf16) {
-  XMC_CUDA_REQUIRE(n >= 0, n);
-  XMC_CUDA_REQUIRE(group >= 1, group);
-  XMC_CUDA_REQUIRE(fan_in >= 1 && fan_in <= (int64_t{1} << 20), fan_in);
+// The device's limits (the shapes are checked in ops/group_shared.cpp): the groups on
+// grid.x, bf16's F in shared memory.
+void gs_check(int64_t n, int64_t group, int64_t fan_in, bool bf16) {
   if (bf16) XMC_CUDA_REQUIRE(fan_in <= kGsMaxFanIn, fan_in);
-  XMC_CUDA_REQUIRE(idx != nullptr || n == 0, n);
   XMC_CUDA_REQUIRE(gs_groups(n, group) <= 2147483647, gs_groups(n, group));
 }
 
@@ -555,9 +554,7 @@ bool gs_vec_rows(const Bf16* p, int64_t ld) {
 void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const float* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           ConstMatrix ut, Matrix z) {
-  gs_check(idx, n, group, fan_in, false);
-  XMC_CUDA_REQUIRE(z.cols == n, z.cols);
-  XMC_CUDA_REQUIRE(z.rows == ut.cols, z.rows);
+  gs_check(n, group, fan_in, false);
   if (n == 0 || z.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(z.rows));
   XMC_CUDA_LAUNCH(gs_forward_f32_kernel, grid, kGsThreads, 0, ctx.stream(), idx, w, bias, n, group,
@@ -567,9 +564,7 @@ void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const flo
 void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           ConstBf16Matrix ut, Matrix z) {
-  gs_check(idx, n, group, fan_in, true);
-  XMC_CUDA_REQUIRE(z.cols == n, z.cols);
-  XMC_CUDA_REQUIRE(z.rows == ut.cols, z.rows);
+  gs_check(n, group, fan_in, true);
   if (n == 0 || z.rows == 0) return;
   const size_t bytes = gs_layout(group, static_cast<int>(fan_in), true, true, false, true).total;
   gs_smem_opt_in(ctx, gs_forward_bf16_kernel, bytes);
@@ -581,9 +576,7 @@ void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf1
 
 void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
-  gs_check(idx, n, group, fan_in, false);
-  XMC_CUDA_REQUIRE(g.cols == n, g.cols);
-  XMC_CUDA_REQUIRE(g.rows == ut.cols, g.rows);
+  gs_check(n, group, fan_in, false);
   if (n == 0) return;
   XMC_CUDA_LAUNCH(gs_weight_grad_f32_kernel, static_cast<unsigned>(gs_groups(n, group)), kGsThreads,
                   0, ctx.stream(), idx, n, group, static_cast<int>(fan_in), g.data, g.ld, ut.data,
@@ -593,9 +586,7 @@ void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64
 void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, ConstBf16Matrix ut, float* dw,
                               float* db) {
-  gs_check(idx, n, group, fan_in, true);
-  XMC_CUDA_REQUIRE(g.cols == n, g.cols);
-  XMC_CUDA_REQUIRE(g.rows == ut.cols, g.rows);
+  gs_check(n, group, fan_in, true);
   if (n == 0) return;
   const size_t bytes = gs_layout(group, static_cast<int>(fan_in), true, false, true, false).total;
   gs_smem_opt_in(ctx, gs_weight_grad_bf16_kernel, bytes);
@@ -606,9 +597,7 @@ void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64
 
 void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const float* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
-  gs_check(idx, n, group, fan_in, false);
-  XMC_CUDA_REQUIRE(g.cols == n, g.cols);
-  XMC_CUDA_REQUIRE(g.rows == du.rows, g.rows);
+  gs_check(n, group, fan_in, false);
   if (n == 0 || g.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(gs_groups(n, group)), gs_batch_tiles(g.rows));
   XMC_CUDA_LAUNCH(gs_input_grad_f32_kernel, grid, kGsThreads, 0, ctx.stream(), idx, w, n, group,
@@ -617,9 +606,7 @@ void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const 
 
 void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const Bf16* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
-  gs_check(idx, n, group, fan_in, true);
-  XMC_CUDA_REQUIRE(g.cols == n, g.cols);
-  XMC_CUDA_REQUIRE(g.rows == du.rows, g.rows);
+  gs_check(n, group, fan_in, true);
   if (n == 0 || g.rows == 0) return;
   const size_t bytes = gs_layout(group, static_cast<int>(fan_in), false, true, true, false).total;
   gs_smem_opt_in(ctx, gs_input_grad_bf16_kernel, bytes);

@@ -1,13 +1,14 @@
-// Fused optimizer updates (ops/optimizer.h semantics, same fp32 formulas as the CPU):
-// one pass reads the parameter, gradient and state and writes parameter and state.
+// Fused optimizer updates (ops/optimizer.h, which checks the step and the state arrays;
+// the same fp32 formulas as the CPU): one pass reads the parameter, gradient and state and
+// writes parameter and state.
 // bf16 parameters are updated in fp32 and rounded back, to nearest even or
 // stochastically (random bits from a counter-based hash of (seed, step, index)).
 #include <cuda_bf16.h>
 
 #include <cmath>
 
+#include "ops/optimizer.h"
 #include "runtime.h"
-#include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -38,7 +39,6 @@ UpdateParams make_params(const OptimizerConfig& cfg, double lr, int64_t step) {
     p.mu = static_cast<float>(cfg.momentum);
     return p;
   }
-  XMC_CUDA_REQUIRE(step >= 1, step);
   p.kind = 2;
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
@@ -135,18 +135,11 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < (1 << 20) ? b : (1 << 20));
 }
 
-void check_state(const OptimizerConfig& cfg, const float* s1, const float* s2) {
-  const int need = optimizer_state_arrays(cfg);
-  XMC_CUDA_REQUIRE(need < 1 || s1 != nullptr, need);
-  XMC_CUDA_REQUIRE(need < 2 || s2 != nullptr, need);
-}
-
 }  // namespace
 
 void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
-  check_state(cfg, state1, state2);
   const UpdateParams p = make_params(cfg, lr, step);
   XMC_CUDA_LAUNCH(update_f32_kernel, blocks_for(n), kThreads, 0, ctx.stream(), p, params, grad,
                   state1, state2, n);
@@ -156,7 +149,6 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
                       Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed) {
   if (n <= 0) return;
-  check_state(cfg, state1, state2);
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
@@ -167,9 +159,7 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                            int64_t step, float* params, const float* grad, float* state1,
                            float* state2, const uint32_t* rows, int64_t count, int64_t width) {
-  XMC_CUDA_REQUIRE(count >= 0 && width >= 0, count);
   if (count == 0 || width == 0) return;
-  check_state(cfg, state1, state2);
   const UpdateParams p = make_params(cfg, lr, step);
   XMC_CUDA_LAUNCH(update_rows_kernel, blocks_for(count * width), kThreads, 0, ctx.stream(), p,
                   params, grad, state1, state2, rows, count, width);

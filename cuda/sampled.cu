@@ -1,6 +1,7 @@
-// Sampled scoring on the GPU (ops/sampled.h semantics): the gathered dot products
-// of lsh_sampled / anns_sampled. Candidates come from the host (CSR over the batch, and
-// for the weight gradient the entries grouped by label), so no sorting happens here.
+// Sampled scoring on the GPU (ops/sampled.h; shapes checked there): the gathered dot
+// products of lsh_sampled / anns_sampled, and the row gather. Candidates come from the
+// host (CSR over the batch, and for the weight gradient the entries grouped by label), so
+// no sorting happens here.
 // - scores: a warp per entry, lanes over d (coalesced reads of the weight row), one
 //   warp reduction; the row of an entry by binary search in indptr.
 // - input gradient: a block per (batch row, 128 columns), each thread one column, the
@@ -12,8 +13,8 @@
 #include <algorithm>
 
 #include "core/launch_shape.h"
+#include "ops/sampled.h"
 #include "runtime.h"
-#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -109,6 +110,15 @@ __global__ void __launch_bounds__(kSmpCols)
   }
 }
 
+__global__ void smp_gather_kernel(const float* __restrict__ src, const uint32_t* __restrict__ rows,
+                                  int64_t width, float* __restrict__ dst) {
+  const int64_t u = blockIdx.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < width;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    dst[u * width + j] = src[static_cast<int64_t>(rows[u]) * width + j];
+  }
+}
+
 // Column blocks on grid.y, capped at 65535 (core/launch_shape.h): the kernels stride.
 unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, kSmpCols)); }
 
@@ -116,9 +126,6 @@ unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, 
 
 void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
                     const ops::CandidateCsr& cand, ConstMatrix h, float* scores) {
-  XMC_CUDA_REQUIRE(h.rows == cand.rows, h.rows);
-  XMC_CUDA_REQUIRE(h.cols == d, h.cols);
-  XMC_CUDA_REQUIRE(cand.nnz >= 0, cand.nnz);
   if (cand.nnz == 0) return;
   const int64_t warps_needed = cand.nnz;
   const int64_t blocks = std::min<int64_t>((warps_needed + 7) / 8, int64_t{1} << 20);
@@ -128,8 +135,6 @@ void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, i
 
 void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
                         const ops::CandidateCsr& cand, const float* g, Matrix dh) {
-  XMC_CUDA_REQUIRE(dh.rows == cand.rows, dh.rows);
-  XMC_CUDA_REQUIRE(dh.cols == d, dh.cols);
   XMC_CUDA_REQUIRE(cand.rows <= 2147483647, cand.rows);
   if (cand.rows == 0 || d == 0) return;
   const dim3 grid(static_cast<unsigned>(cand.rows), smp_col_blocks(d));
@@ -139,13 +144,19 @@ void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
 
 void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGroups& groups, const float* g,
                          ConstMatrix h, Matrix dw, float* db) {
-  XMC_CUDA_REQUIRE(dw.rows == groups.groups, dw.rows);
-  XMC_CUDA_REQUIRE(dw.cols == h.cols, dw.cols);
   XMC_CUDA_REQUIRE(groups.groups <= 2147483647, groups.groups);
   if (groups.groups == 0 || h.cols == 0) return;
   const dim3 grid(static_cast<unsigned>(groups.groups), smp_col_blocks(h.cols));
   XMC_CUDA_LAUNCH(smp_weight_grad_kernel, grid, kSmpCols, 0, ctx.stream(), groups.ptr, groups.entry,
                   groups.row, g, h.data, h.ld, h.cols, dw.data, dw.ld, db);
+}
+
+void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows, int64_t count,
+                 int64_t width, float* dst) {
+  if (count == 0 || width == 0) return;
+  XMC_CUDA_REQUIRE(count <= launch::kMaxGridX, count);
+  const dim3 grid(static_cast<unsigned>(count), launch::grid_yz(launch::ceil_div(width, 256)));
+  XMC_CUDA_LAUNCH(smp_gather_kernel, grid, 256, 0, ctx.stream(), src, rows, width, dst);
 }
 
 }  // namespace xmc::gpu

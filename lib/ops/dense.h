@@ -1,13 +1,41 @@
 #pragma once
-// Dense matrix products on the CPU (OpenBLAS sgemm, row-major) — the reference and the CPU
-// fast path of the dense op family. All matrices are row-major views with leading
-// dimensions; shapes are checked and a mismatch throws xmc::Error with the values.
-// The overloads taking a Context dispatch on its device: on a CUDA Context every view is a
-// DEVICE view and the op is queued on the context's stream (gpu:: in
-// ops/dense_ops_cuda.h; in a build without CUDA a CUDA Context cannot exist).
+// The dense op family: matrix products and the element-wise ops of the layers. All
+// matrices are row-major views with leading dimensions; shapes are checked (before the
+// device branch) and a mismatch throws xmc::Error with the values. The plain forms run on
+// the CPU (OpenBLAS sgemm, row-major); the overloads taking a Context dispatch on its
+// device: on a CUDA Context every view is a DEVICE view and the op is queued on the
+// context's stream (the gpu:: half below; in a build without CUDA a CUDA Context cannot
+// exist).
+#include <cstdint>
+#include <cstring>
+
 #include "core/context.h"
+#include "core/cuda_context.h"
 #include "core/matrix.h"
-#include "ops/dense_ops_cuda.h"  // gpu::Bf16Matrix
+
+namespace xmc::gpu {
+// bfloat16 storage (the bits of __nv_bfloat16); arithmetic happens in fp32 on the device.
+struct Bf16 {
+  uint16_t bits;
+};
+// Host conversions: round to nearest even, as the device's __float2bfloat16_rn (NaN stays a
+// quiet NaN), and the exact widening back.
+inline Bf16 bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+inline float bf16_widen(Bf16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+using Bf16Matrix = MatrixView<Bf16>;
+using ConstBf16Matrix = MatrixView<const Bf16>;
+}  // namespace xmc::gpu
 
 namespace xmc::ops {
 
@@ -45,21 +73,34 @@ void gemm_tn(const Context& ctx, gpu::ConstBf16Matrix a, gpu::ConstBf16Matrix b,
              float alpha = 1.0f, float beta = 0.0f);
 void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst);
 
-// Element-wise ops of the layers, with the Context first (CPU: host loops; CUDA: the
-// gpu:: ops of ops/dense_ops_cuda.h and ops/encoder_ops_cuda.h).
-// m = 0.
+// m = 0, on the Context's device.
 void set_zero(const Context& ctx, Matrix m);
 // dst = src, src a HOST array [dst.rows×dst.cols] (ld = cols); complete on return.
 void copy_from_host(const Context& ctx, const float* src, Matrix dst);
-// dst = src ⊙ mask (mask [rows×cols], ld = cols; nullptr: a plain copy); dst may be src.
-void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst);
-// out [B×n] = act(x [B×k] · w [n×k]ᵀ + bias [n]), act = relu or identity. CPU: the bias
-// rows are copied into out and sgemm adds x·wᵀ (beta 1); CUDA: the GEMM, then the bias
-// and the activation in one kernel — the last bits of the two may differ.
-void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
-               Matrix out);
-// The same with w [k×n] (a row per input): out [B×n] = act(x [B×k] · w + bias).
-void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
-               Matrix out);
 
 }  // namespace xmc::ops
+
+// The CUDA half (cuda/dense.cu), called by lib/ops/dense.cpp after its shape checks: the
+// same operations on device memory and the context's stream, nothing synchronises; stubs
+// that throw in a build without CUDA (XMC_GPU_STUB, core/gpu.h).
+XMC_GPU_STUBS_BEGIN
+namespace xmc::gpu {
+// cuBLAS; fp32: sgemm without TF32, bf16: GemmEx with fp32 accumulation.
+XMC_GPU_FN void gemm_nt(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+XMC_GPU_FN void gemm_nt(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+XMC_GPU_FN void gemm_nn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+XMC_GPU_FN void gemm_nn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+XMC_GPU_FN void gemm_tn(const CudaContext& ctx, ConstMatrix a, ConstMatrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+XMC_GPU_FN void gemm_tn(const CudaContext& ctx, ConstBf16Matrix a, ConstBf16Matrix b, Matrix c,
+                        float alpha = 1.0f, float beta = 0.0f) XMC_GPU_STUB;
+// out (device, a.cols entries); bias (device, m.cols entries).
+XMC_GPU_FN void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) XMC_GPU_STUB;
+XMC_GPU_FN void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias) XMC_GPU_STUB;
+XMC_GPU_FN void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) XMC_GPU_STUB;
+}  // namespace xmc::gpu
+XMC_GPU_STUBS_END

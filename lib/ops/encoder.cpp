@@ -73,4 +73,50 @@ void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, Const
   }
 }
 
+void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst) {
+  XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "multiply_mask: [{}×{}] into [{}×{}]",
+            src.rows, src.cols, dst.rows, dst.cols);
+  if (ctx.on_gpu()) {
+    gpu::multiply_mask(ctx.cuda(), src, mask, dst);
+    return;
+  }
+  for (int64_t r = 0; r < src.rows; ++r) {
+    const float* s = src.row(r);
+    float* d = dst.row(r);
+    if (mask == nullptr) {
+      if (d != s) std::copy(s, s + src.cols, d);
+      continue;
+    }
+    const float* mk = mask + r * src.cols;
+    for (int64_t j = 0; j < src.cols; ++j) d[j] = s[j] * mk[j];
+  }
+}
+
+namespace {
+// out = act(bias + x·op(w)), op(w) = wᵀ when w_rows_out (w [n×k]) else w (w [k×n]).
+void affine(const Context& ctx, ConstMatrix x, const float* w, bool w_rows_out, const float* bias,
+            bool relu, Matrix out) {
+  const ConstMatrix wm =
+      w_rows_out ? ConstMatrix(w, out.cols, x.cols) : ConstMatrix(w, x.cols, out.cols);
+  if (ctx.on_gpu()) {
+    w_rows_out ? gemm_nt(ctx, x, wm, out) : gemm_nn(ctx, x, wm, out);
+    gpu::bias_activation(ctx.cuda(), out, bias, relu);
+    return;
+  }
+  for (int64_t r = 0; r < out.rows; ++r) std::copy(bias, bias + out.cols, out.row(r));
+  w_rows_out ? gemm_nt(x, wm, out, 1.0f, 1.0f) : gemm_nn(x, wm, out, 1.0f, 1.0f);
+  if (relu) relu_inplace(out);
+}
+}  // namespace
+
+void affine_nt(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  affine(ctx, x, w, true, bias, relu, out);
+}
+
+void affine_nn(const Context& ctx, ConstMatrix x, const float* w, const float* bias, bool relu,
+               Matrix out) {
+  affine(ctx, x, w, false, bias, relu, out);
+}
+
 }  // namespace xmc::ops

@@ -5,8 +5,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/dense.h"  // bf16_device
-#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::ops {
 
@@ -38,16 +36,53 @@ inline void ff_forward_label(const uint32_t* il, const float* wl, int64_t fan_in
   }
   std::memcpy(a, s, sizeof s);
 }
+
+// The transpose's shapes, on either device.
+template <class T>
+void check_transpose(ConstMatrix u, MatrixView<T> ut) {
+  XMC_CHECK(ut.rows == u.cols && ut.cols == u.rows, "transpose: u [{}×{}] into [{}×{}]", u.rows,
+            u.cols, ut.rows, ut.cols);
+}
 }  // namespace
+
+void check_fanin_shapes(const char* op, const uint32_t* idx, int64_t n, int64_t group,
+                        int64_t fan_in, int64_t rows, int64_t cols, int64_t batch) {
+  // F <= 2^20: the CUDA kernels take it as an int.
+  XMC_CHECK(n >= 0 && group >= 1 && fan_in >= 1 && fan_in <= (int64_t{1} << 20) &&
+                (idx != nullptr || n == 0) && cols == n && rows == batch,
+            "{}: n={} G={} F={}, matrix [{}×{}], expected [{}×{}]", op, n, group, fan_in, rows,
+            cols, batch, n);
+}
+
+bool gradient_tile(ConstMatrix g, int64_t c0, int64_t n, float* gt, float* db, char* live) {
+  const int64_t batch = g.rows;
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* gr = g.row(r) + c0;
+    for (int64_t q = 0; q < n; ++q) gt[static_cast<size_t>(q * batch + r)] = gr[q];
+  }
+  bool any = false;
+  for (int64_t q = 0; q < n; ++q) {
+    const float* gq = gt + q * batch;
+    float sum = 0.0f;
+    bool nz = false;
+    for (int64_t b = 0; b < batch; ++b) {
+      sum += gq[b];
+      nz = nz || gq[b] != 0.0f;
+    }
+    if (db) db[c0 + q] = sum;
+    live[q] = nz;
+    any = any || nz;
+  }
+  return any;
+}
 
 void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w, const float* bias,
                          int64_t n, int64_t fan_in, ConstMatrix ut, Matrix z) {
+  check_fanin_shapes("fixed fan-in forward", idx, n, 1, fan_in, z.rows, z.cols, ut.cols);
   if (ctx.on_gpu()) {
     gpu::fixed_fanin_forward(ctx.cuda(), idx, w, bias, n, fan_in, ut, z);
     return;
   }
-  XMC_CHECK(z.cols == n && z.rows == ut.cols, "fixed fan-in forward: z [{}×{}], n={}, ut [{}×{}]",
-            z.rows, z.cols, n, ut.rows, ut.cols);
   const int64_t batch = ut.cols;
   const int64_t m = ut.rows;
   const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
@@ -90,48 +125,41 @@ void fixed_fanin_forward(const Context& ctx, const uint32_t* idx, const float* w
 void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t fan_in,
                              ConstMatrix g, ConstMatrix ut, float* dw, float* db,
                              unsigned long long* zero_labels) {
+  check_fanin_shapes("fixed fan-in weight gradient", idx, n, 1, fan_in, g.rows, g.cols, ut.cols);
   if (ctx.on_gpu()) {
     gpu::fixed_fanin_weight_grad(ctx.cuda(), idx, n, fan_in, g, ut, dw, db, zero_labels);
     return;
   }
-  XMC_CHECK(g.cols == n && g.rows == ut.cols,
-            "fixed fan-in weight gradient: g [{}×{}], n={}, ut [{}×{}]", g.rows, g.cols, n, ut.rows,
-            ut.cols);
   const int64_t batch = g.rows;
   const int64_t tiles = (n + kLabelTile - 1) / kLabelTile;
   int64_t skipped = 0;
 #pragma omp parallel reduction(+ : skipped)
   {
-    // gt [tile×B]: the tile's gradient columns, read from g row by row (whole cache
-    // lines); then per label the nonzero rows and values.
+    // gt [tile×B]: the tile's gradient columns (gradient_tile); then per label the nonzero
+    // rows and values.
     std::vector<float> gt(static_cast<size_t>(kLabelTile * batch));
+    std::vector<char> live(static_cast<size_t>(kLabelTile));
     std::vector<int64_t> rows(static_cast<size_t>(batch));
     std::vector<float> vals(static_cast<size_t>(batch));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t l0 = t * kLabelTile;
       const int64_t lt = std::min(kLabelTile, n - l0);
-      columns_to_rows(g, l0, lt, gt.data());
+      gradient_tile(g, l0, lt, gt.data(), db, live.data());
       for (int64_t q = 0; q < lt; ++q) {
         const int64_t l = l0 + q;
-        const float* gl = gt.data() + q * batch;
-        int64_t nz = 0;
-        float sum = 0.0f;
-        for (int64_t r = 0; r < batch; ++r) {
-          const float v = gl[r];
-          if (v != 0.0f) {
-            rows[static_cast<size_t>(nz)] = r;
-            vals[static_cast<size_t>(nz)] = v;
-            ++nz;
-            sum += v;
-          }
-        }
-        if (db) db[l] = sum;
         float* dwl = dw + l * fan_in;
-        if (nz == 0) {
+        if (!live[static_cast<size_t>(q)]) {
           std::memset(dwl, 0, static_cast<size_t>(fan_in) * sizeof(float));
           ++skipped;
           continue;
+        }
+        const float* gl = gt.data() + q * batch;
+        int64_t nz = 0;
+        for (int64_t r = 0; r < batch; ++r) {
+          if (gl[r] == 0.0f) continue;
+          rows[static_cast<size_t>(nz)] = r;
+          vals[static_cast<size_t>(nz++)] = gl[r];
         }
         const uint32_t* il = idx + l * fan_in;
         if (nz == batch) {  // no zeros: a contiguous dot product per slot
@@ -159,13 +187,11 @@ void fixed_fanin_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n,
 
 void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                             int64_t fan_in, ConstMatrix g, Matrix du) {
+  check_fanin_shapes("fixed fan-in input gradient", idx, n, 1, fan_in, g.rows, g.cols, du.rows);
   if (ctx.on_gpu()) {
     gpu::fixed_fanin_input_grad(ctx.cuda(), idx, w, n, fan_in, g, du);
     return;
   }
-  XMC_CHECK(g.cols == n && g.rows == du.rows,
-            "fixed fan-in input gradient: g [{}×{}], n={}, du [{}×{}]", g.rows, g.cols, n, du.rows,
-            du.cols);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t r = 0; r < g.rows; ++r) {
     const float* gr = g.row(r);
@@ -181,8 +207,7 @@ void fixed_fanin_input_grad(const Context& ctx, const uint32_t* idx, const float
 }
 
 void transpose(ConstMatrix u, Matrix ut) {
-  XMC_CHECK(ut.rows == u.cols && ut.cols == u.rows, "transpose: u [{}×{}] into [{}×{}]", u.rows,
-            u.cols, ut.rows, ut.cols);
+  check_transpose(u, ut);
   constexpr int64_t kTile = 32;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < u.cols; c0 += kTile) {
@@ -196,10 +221,13 @@ void transpose(ConstMatrix u, Matrix ut) {
 }
 
 void transpose(const Context& ctx, ConstMatrix u, Matrix ut) {
-  ctx.on_gpu() ? gpu::transpose(ctx.cuda(), u, ut) : transpose(u, ut);
+  if (!ctx.on_gpu()) return transpose(u, ut);
+  check_transpose(u, ut);
+  gpu::transpose(ctx.cuda(), u, ut);
 }
 
 void transpose(const Context& ctx, ConstMatrix u, gpu::Bf16Matrix ut) {
+  check_transpose(u, ut);
   gpu::transpose(bf16_device(ctx, "bf16 transpose"), u, ut);
 }
 

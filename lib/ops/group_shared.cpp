@@ -5,9 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/dense.h"        // bf16_device
-#include "ops/fixed_fanin.h"  // columns_to_rows
-#include "ops/sparse_ops_cuda.h"
+#include "ops/fixed_fanin.h"  // check_fanin_shapes, gradient_tile
 
 namespace xmc::ops {
 
@@ -20,14 +18,6 @@ constexpr int64_t kGsLabels = 4;
 constexpr int64_t kGsRows = 8;
 // Batch rows per task of the input gradient (a group's weights are reused across them).
 constexpr int64_t kGsRowBlock = 4;
-
-void gs_check_shapes(const char* op, int64_t n, int64_t group, int64_t fan_in, int64_t rows,
-                     int64_t cols, int64_t batch) {
-  XMC_CHECK(n >= 0 && group >= 1 && fan_in >= 1, "group-shared {}: n={} G={} F={}", op, n, group,
-            fan_in);
-  XMC_CHECK(cols == n && rows == batch, "group-shared {}: matrix [{}×{}], expected [{}×{}]", op,
-            rows, cols, batch, n);
-}
 
 // tile [F×kGsBatchBlock] = ut[idx[j], b0..b0+bn) for each j; columns bn.. up to the next
 // multiple of kGsRows are zero (the register blocks read them).
@@ -46,11 +36,11 @@ void gs_gather(const uint32_t* ik, int64_t fan_in, ConstMatrix ut, int64_t b0, i
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           ConstMatrix ut, Matrix z) {
+  check_fanin_shapes("group-shared forward", idx, n, group, fan_in, z.rows, z.cols, ut.cols);
   if (ctx.on_gpu()) {
     gpu::group_shared_forward(ctx.cuda(), idx, w, bias, n, group, fan_in, ut, z);
     return;
   }
-  gs_check_shapes("forward", n, group, fan_in, z.rows, z.cols, ut.cols);
   const int64_t batch = ut.cols;
   const int64_t groups = (n + group - 1) / group;
 #pragma omp parallel
@@ -105,11 +95,12 @@ void group_shared_forward(const Context& ctx, const uint32_t* idx, const float* 
 
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, ConstMatrix ut, float* dw, float* db) {
+  check_fanin_shapes("group-shared weight gradient", idx, n, group, fan_in, g.rows, g.cols,
+                     ut.cols);
   if (ctx.on_gpu()) {
     gpu::group_shared_weight_grad(ctx.cuda(), idx, n, group, fan_in, g, ut, dw, db);
     return;
   }
-  gs_check_shapes("weight gradient", n, group, fan_in, g.rows, g.cols, ut.cols);
   const int64_t batch = g.rows;
   const int64_t groups = (n + group - 1) / group;
 #pragma omp parallel
@@ -122,20 +113,7 @@ void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n
     for (int64_t k = 0; k < groups; ++k) {
       const int64_t r0 = k * group;
       const int64_t gn = std::min(group, n - r0);
-      columns_to_rows(g, r0, gn, gt.data());
-      bool any = false;
-      for (int64_t q = 0; q < gn; ++q) {
-        const float* gq = gt.data() + q * batch;
-        float sum = 0.0f;
-        bool nz = false;
-        for (int64_t b = 0; b < batch; ++b) {
-          sum += gq[b];
-          nz = nz || gq[b] != 0.0f;
-        }
-        if (db) db[r0 + q] = sum;
-        live[static_cast<size_t>(q)] = nz;
-        any = any || nz;
-      }
+      const bool any = gradient_tile(g, r0, gn, gt.data(), db, live.data());
       std::memset(dw + r0 * fan_in, 0, static_cast<size_t>(gn * fan_in) * sizeof(float));
       if (!any) continue;
       for (int64_t b0 = 0; b0 < batch; b0 += kGsBatchBlock) {
@@ -160,11 +138,11 @@ void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n
 
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const float* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+  check_fanin_shapes("group-shared input gradient", idx, n, group, fan_in, g.rows, g.cols, du.rows);
   if (ctx.on_gpu()) {
     gpu::group_shared_input_grad(ctx.cuda(), idx, w, n, group, fan_in, g, du);
     return;
   }
-  gs_check_shapes("input gradient", n, group, fan_in, g.rows, g.cols, du.rows);
   const int64_t groups = (n + group - 1) / group;
   const int64_t blocks = (g.rows + kGsRowBlock - 1) / kGsRowBlock;
 #pragma omp parallel
@@ -204,17 +182,21 @@ void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const floa
 void group_shared_forward(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w,
                           const float* bias, int64_t n, int64_t group, int64_t fan_in,
                           gpu::ConstBf16Matrix ut, Matrix z) {
+  check_fanin_shapes("group-shared forward", idx, n, group, fan_in, z.rows, z.cols, ut.cols);
   gpu::group_shared_forward(bf16_device(ctx, "group-shared forward"), idx, w, bias, n, group,
                             fan_in, ut, z);
 }
 void group_shared_weight_grad(const Context& ctx, const uint32_t* idx, int64_t n, int64_t group,
                               int64_t fan_in, ConstMatrix g, gpu::ConstBf16Matrix ut, float* dw,
                               float* db) {
+  check_fanin_shapes("group-shared weight gradient", idx, n, group, fan_in, g.rows, g.cols,
+                     ut.cols);
   gpu::group_shared_weight_grad(bf16_device(ctx, "group-shared weight gradient"), idx, n, group,
                                 fan_in, g, ut, dw, db);
 }
 void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu::Bf16* w, int64_t n,
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du) {
+  check_fanin_shapes("group-shared input gradient", idx, n, group, fan_in, g.rows, g.cols, du.rows);
   gpu::group_shared_input_grad(bf16_device(ctx, "group-shared input gradient"), idx, w, n, group,
                                fan_in, g, du);
 }

@@ -1,6 +1,6 @@
 #pragma once
-// Group-shared fixed fan-in ops (HASTE) on the Context's device: on the CPU the reference
-// and the CPU fast path (OpenMP); the cuda/ versions are in namespace xmc::gpu.
+// Group-shared fixed fan-in ops (HASTE) on the Context's device: the shapes checked, then
+// the CPU op (ops/group_shared.cpp, OpenMP) or the gpu:: half below.
 //
 // Tail labels in internal (grouped) order r = 0..n-1; group k = r / G holds labels
 // [kG, min(n, (k+1)G)) (the last group may be partial) and all of them read the same F
@@ -15,13 +15,13 @@
 
 #include "core/context.h"
 #include "core/matrix.h"
-#include "ops/dense_ops_cuda.h"  // gpu::Bf16
+#include "ops/dense.h"  // gpu::Bf16
 
 namespace xmc::ops {
 
-// The ops on the Context's device (every pointer and view a DEVICE one on a CUDA Context:
-// gpu::group_shared_* of ops/sparse_ops_cuda.h). The bf16 forms (bf16 weights and
-// input, fp32 accumulation) exist on the GPU only: a CPU Context throws xmc::Error.
+// The ops on the Context's device (every pointer and view a DEVICE one on a CUDA
+// Context). The bf16 forms (bf16 weights and input, fp32 accumulation) exist on the GPU
+// only: a CPU Context throws xmc::Error.
 //
 // idx [K×F] uint32 (K = ceil(n/G)); w [n×F]; bias [n] (may be nullptr); ut [m×B].
 // z [B×n] (z.ld >= n) = sum_j w[r,j]·ut[idx[r/G, j], b] + bias[r]. CPU: parallel over
@@ -53,3 +53,35 @@ void group_shared_input_grad(const Context& ctx, const uint32_t* idx, const gpu:
                              int64_t group, int64_t fan_in, ConstMatrix g, Matrix du);
 
 }  // namespace xmc::ops
+
+// The CUDA half (cuda/group_shared.cu), called by lib/ops/group_shared.cpp after its shape
+// checks. One block per (group, batch tile of 64); F <= 256 in bf16. fp32: tiled SIMT FMA
+// in fp32 (never tensor cores: no silent TF32/bf16). bf16: ut and w in bf16,
+// nvcuda::wmma bf16 16×16×16 MMA with fp32 accumulation; the gradient g stays fp32 in
+// memory and is rounded to bf16 when staged (db from fp32 g); needs compute capability
+// >= 8.0 (throws otherwise). The weight gradient's blocks own their group's rows of dw (no
+// atomics); the input gradient scatters ∇X_k = ∇Z_k·W_k into du by atomics (nonzero values
+// only; blocks whose gradient tile is all zero do nothing). Stubs that throw in a build
+// without CUDA (core/gpu.h).
+XMC_GPU_STUBS_BEGIN
+namespace xmc::gpu {
+XMC_GPU_FN void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const float* w,
+                                     const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                                     ConstMatrix ut, Matrix z) XMC_GPU_STUB;
+XMC_GPU_FN void group_shared_forward(const CudaContext& ctx, const uint32_t* idx, const Bf16* w,
+                                     const float* bias, int64_t n, int64_t group, int64_t fan_in,
+                                     ConstBf16Matrix ut, Matrix z) XMC_GPU_STUB;
+XMC_GPU_FN void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n,
+                                         int64_t group, int64_t fan_in, ConstMatrix g,
+                                         ConstMatrix ut, float* dw, float* db) XMC_GPU_STUB;
+XMC_GPU_FN void group_shared_weight_grad(const CudaContext& ctx, const uint32_t* idx, int64_t n,
+                                         int64_t group, int64_t fan_in, ConstMatrix g,
+                                         ConstBf16Matrix ut, float* dw, float* db) XMC_GPU_STUB;
+XMC_GPU_FN void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const float* w,
+                                        int64_t n, int64_t group, int64_t fan_in, ConstMatrix g,
+                                        Matrix du) XMC_GPU_STUB;
+XMC_GPU_FN void group_shared_input_grad(const CudaContext& ctx, const uint32_t* idx, const Bf16* w,
+                                        int64_t n, int64_t group, int64_t fan_in, ConstMatrix g,
+                                        Matrix du) XMC_GPU_STUB;
+}  // namespace xmc::gpu
+XMC_GPU_STUBS_END

@@ -38,13 +38,30 @@ ChunkTargets chunk_targets(const CsrMatrix& t, int64_t r, int64_t lo, int64_t hi
   return {first, last};
 }
 
-void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64_t batch_size) {
+// The chunk's shapes; `type` (that of an elementwise loss) must not be softmax.
+void check_chunk(ConstMatrix logits, const CsrMatrix& targets, int64_t lo, int64_t batch_size,
+                 LossType type = LossType::bce) {
   XMC_CHECK(logits.rows == targets.rows, "logits have {} rows, targets {}", logits.rows,
             targets.rows);
   XMC_CHECK(batch_size > 0, "batch_size = {}", batch_size);
   XMC_CHECK(lo >= 0 && lo + logits.cols <= targets.cols,
             "label chunk [{}, {}) outside the targets' {} labels", lo, lo + logits.cols,
             targets.cols);
+  if (type == LossType::softmax)
+    throw_error(
+        "elementwise_loss_grad: softmax is not elementwise; use "
+        "softmax_accumulate + softmax_loss_grad");
+}
+
+// The same for the forms on the Context's device, before the branch; a bf16 copy of the
+// gradient (the shape of the logits) exists only on a CUDA Context.
+void check_chunk(const Context& ctx, ConstMatrix logits, const CsrMatrix& targets, int64_t lo,
+                 int64_t batch_size, gpu::Bf16Matrix g_bf16, LossType type = LossType::bce) {
+  check_chunk(logits, targets, lo, batch_size, type);
+  XMC_CHECK(
+      !g_bf16.data || (ctx.on_gpu() && g_bf16.rows == logits.rows && g_bf16.cols == logits.cols),
+      "a bf16 gradient copy [{}×{}] of logits [{}×{}] on device {}", g_bf16.rows, g_bf16.cols,
+      logits.rows, logits.cols, to_string(ctx.device()));
 }
 
 // bce's pass over the row z [c] with every entry treated as a negative, one exp per entry:
@@ -119,12 +136,8 @@ double row_loss_grad(LossType type, float* z, int64_t c, int64_t lo, ChunkTarget
 
 double elementwise_loss_grad(LossType type, Matrix logits, const CsrMatrix& targets, int64_t lo,
                              int64_t batch_size, int64_t* zero_grads) {
-  check_chunk(logits, targets, lo, batch_size);
+  check_chunk(logits, targets, lo, batch_size, type);
   const double inv_b = 1.0 / static_cast<double>(batch_size);
-  if (type == LossType::softmax)
-    throw_error(
-        "elementwise_loss_grad: softmax is not elementwise; use "
-        "softmax_accumulate + softmax_loss_grad");
   double total = 0.0;
   int64_t zeros = 0;
   const int64_t rows = logits.rows;
@@ -335,12 +348,12 @@ gpu::DeviceCsr LossTargets::device() const {
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
                            LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
+  check_chunk(ctx, logits, targets.host(), lo, batch_size, g_bf16, type);
   if (ctx.on_gpu()) {
     gpu::elementwise_loss_grad(ctx.cuda(), type, logits, bias, targets.device(), lo, batch_size,
                                acc.data(), g_bf16);
     return;
   }
-  XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
   if (bias) ops::add_row_vector(logits, bias);
   int64_t zeros = 0;
   const double loss = elementwise_loss_grad(type, logits, targets.host(), lo, batch_size, &zeros);
@@ -404,12 +417,12 @@ void softmax_accumulate(const Context& ctx, Matrix logits, const float* bias, So
 void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias, const SoftmaxState& st,
                        const LossTargets& targets, int64_t lo, int64_t batch_size,
                        LossAccumulator& acc, gpu::Bf16Matrix g_bf16) {
+  check_chunk(ctx, logits, targets.host(), lo, batch_size, g_bf16);
   if (ctx.on_gpu()) {
     gpu::softmax_loss_grad(ctx.cuda(), logits, bias, st.device(), targets.device(), lo, batch_size,
                            acc.data(), g_bf16);
     return;
   }
-  XMC_CHECK(g_bf16.data == nullptr, "a bf16 gradient copy on a CPU Context");
   if (bias) ops::add_row_vector(logits, bias);
   acc.data()->loss += softmax_loss_grad(logits, st.host_, targets.host(), lo, batch_size);
 }

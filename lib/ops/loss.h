@@ -1,7 +1,9 @@
 #pragma once
 // Losses over label chunks. Reduction: sum over labels, mean over the batch. Targets are
 // the batch's positive labels (CSR, global ids, sorted within a row). Backends call these
-// per label chunk [lo, lo+c) so a B×L logit matrix never exists.
+// per label chunk [lo, lo+c) so a B×L logit matrix never exists. The host functions first,
+// then the gpu:: half and the forms on the Context's device (shapes checked before the
+// device branch).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -9,14 +11,13 @@
 #include <string_view>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/context.h"
 #include "core/matrix.h"
-#include "ops/dense_ops_cuda.h"  // gpu::DeviceCsr, gpu::LossAccum
-#include "ops/op_settings.h"     // LossType
+#include "ops/dense.h"  // gpu::Bf16Matrix
 
 namespace xmc {
 
+enum class LossType { bce, squared_hinge, softmax };
 LossType parse_loss(std::string_view name);  // throws InputError naming the known ones
 std::string_view to_string(LossType t);
 
@@ -75,7 +76,61 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows, cons
                            const float* weight, int64_t batch_size, float* zg, int64_t* zeros,
                            const RowReductions* shards = nullptr);
 
-// --- the same on the Context's device ------------------------------------------------
+}  // namespace xmc
+
+// The CUDA half (cuda/loss.cu), called by lib/ops/loss.cpp after its shape checks: device
+// memory and the context's stream, nothing synchronises; stubs that throw in a build
+// without CUDA (core/gpu.h).
+XMC_GPU_STUBS_BEGIN
+namespace xmc::gpu {
+// Batch targets on the device: CSR [B×L], global label ids, sorted within a row.
+struct DeviceCsr {
+  const int64_t* indptr = nullptr;    // [rows+1]
+  const uint32_t* indices = nullptr;  // [nnz]
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+// Per-step accumulators on the device, so a step reads back one small struct, once.
+struct LossAccum {
+  double loss = 0.0;                   // summed over entries, not yet divided by B
+  unsigned long long zero_grads = 0;   // exactly-zero gradient entries
+  unsigned long long zero_labels = 0;  // labels whose whole gradient column was zero
+};
+// Softmax running statistics per row (online logsumexp), device arrays [B].
+struct DeviceSoftmaxStats {
+  float* max = nullptr;     // init -inf
+  float* sumexp = nullptr;  // relative to max, init 0
+};
+
+// bce / squared_hinge: logits [B×c] (without bias) in, on return G = dLoss/d(logit + bias)
+// / batch_size; adds the chunk's loss and zero count to *acc (device). bias: c entries
+// (device), or nullptr when the logits include it already. g_bf16 (optional, [B×c]): a
+// bf16 copy of G for the bf16 GEMMs.
+XMC_GPU_FN void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
+                                      const float* bias, const DeviceCsr& targets, int64_t lo,
+                                      int64_t batch_size, LossAccum* acc,
+                                      Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
+// Resets the stats of `rows` rows (max = -inf, sumexp = 0).
+XMC_GPU_FN void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats,
+                              int64_t rows) XMC_GPU_STUB;
+// Pass 1 on one chunk: logits [B×c] (+ bias) merged into the running max / sumexp.
+XMC_GPU_FN void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float* bias,
+                                   DeviceSoftmaxStats stats) XMC_GPU_STUB;
+// Pass 2 on one chunk: logits (+ bias) -> (softmax - t) / B with t = 1/|y| on the
+// positives (rows without positives: 0); adds -Σ t·log p of the chunk to acc->loss.
+XMC_GPU_FN void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
+                                  DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
+                                  int64_t batch_size, LossAccum* acc,
+                                  Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
+}  // namespace xmc::gpu
+XMC_GPU_STUBS_END
+
+// The loss on the Context's device. Its classes hold Buffers (core/buffer.h, which brings
+// fmt): host code only, not for nvcc, which compiles cuda/loss.cu against the part above.
+#ifndef __CUDACC__
+#include "core/buffer.h"
+
+namespace xmc {
 
 // A batch's positives for the losses on the Context's device: the host CSR (global ids,
 // sorted within a row), filled by the caller, and on a CUDA Context its device copy,
@@ -188,3 +243,4 @@ void softmax_loss_grad(const Context& ctx, Matrix logits, const float* bias, con
                        LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
 
 }  // namespace xmc
+#endif  // __CUDACC__

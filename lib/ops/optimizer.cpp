@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/context.h"
+#include "core/buffer.h"
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "ops/dense.h"  // bf16_device
 
 namespace xmc {
 
@@ -18,7 +17,24 @@ constexpr std::array<EnumName<OptimizerType>, 3> kOptimizerNames{
 constexpr int64_t kParallelMin = 1 << 15;
 // Slots per thread task above that size (a multiple of the SIMD width).
 constexpr int64_t kOptimizerBlock = 1 << 14;
+
+// An update of n > 0 slots: Adam's step is 1-based, the state arrays the optimizer keeps
+// are there. On either device.
+void check_update(const OptimizerConfig& cfg, int64_t step, const float* s1, const float* s2,
+                  int64_t n) {
+  if (n <= 0) return;
+  XMC_CHECK(cfg.type == OptimizerType::sgd || step >= 1, "optimizer step is 1-based, got {}", step);
+  const int need = optimizer_state_arrays(cfg);
+  XMC_CHECK((need < 1 || s1) && (need < 2 || s2), "{} (momentum {}) needs {} state arrays",
+            to_string(cfg.type), cfg.momentum, need);
+}
 }  // namespace
+
+Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
+                                     size_t n) {
+  if (optimizer_state_arrays(optim) < which) return {};
+  return Buffer<float>(ctx, MemTag::optimizer, n);
+}
 
 OptimizerType parse_optimizer(std::string_view name) {
   return parse_enum(kOptimizerNames, name, "optimizer");
@@ -42,7 +58,6 @@ OptimizerStep::OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step
       l2_(0.0f),
       decay_(1.0f) {
   if (type_ == OptimizerType::sgd) return;
-  XMC_CHECK(step >= 1, "optimizer step is 1-based, got {}", step);
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
   const bool decoupled = type_ == OptimizerType::adamw;
@@ -56,7 +71,6 @@ OptimizerStep::OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step
 void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t n) const {
   if (type_ == OptimizerType::sgd) {
     if (momentum_) {
-      XMC_CHECK(m != nullptr, "sgd with momentum {} needs a state array", mu_);
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
         const float gi = g[i] + wd_ * p[i];
@@ -69,7 +83,6 @@ void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t 
     }
     return;
   }
-  XMC_CHECK(m != nullptr && v != nullptr, "{} needs two state arrays", to_string(type_));
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + l2_ * p[i];
@@ -83,6 +96,7 @@ void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t 
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
+  check_update(cfg, step, state1, state2, n);
   const OptimizerStep s(cfg, lr, step);
   if (n < kParallelMin) {
     s.apply(params, grad, state1, state2, n);
@@ -100,15 +114,15 @@ void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n) {
-  if (ctx.on_gpu())
-    gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n);
-  else
-    optimizer_update(cfg, lr, step, params, grad, state1, state2, n);
+  if (!ctx.on_gpu()) return optimizer_update(cfg, lr, step, params, grad, state1, state2, n);
+  check_update(cfg, step, state1, state2, n);
+  gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n);
 }
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed) {
+  check_update(cfg, step, state1, state2, n);
   gpu::optimizer_update(ops::bf16_device(ctx, "bf16 optimizer update"), cfg, lr, step, params, grad,
                         state1, state2, n, stochastic_seed);
 }
@@ -116,6 +130,8 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                            float* params, const float* grad, float* state1, float* state2,
                            const uint32_t* rows, int64_t count, int64_t width) {
+  XMC_CHECK(count >= 0 && width >= 0, "optimizer_update_rows: {} rows of width {}", count, width);
+  check_update(cfg, step, state1, state2, count * width);
   if (ctx.on_gpu()) {
     gpu::optimizer_update_rows(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, rows, count,
                                width);

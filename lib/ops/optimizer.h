@@ -1,18 +1,51 @@
 #pragma once
 // Optimizers over flat parameter arrays. The state layout follows the parameters (one or
 // two float arrays of the same length), so a backend owns it and can update any subset:
-// a label chunk, the touched rows of a sparse layer, the structural non-zeros.
+// a label chunk, the touched rows of a sparse layer, the structural non-zeros. The forms
+// taking a Context check the step and the state arrays, then run on the CPU or the gpu::
+// half below.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
-#include "ops/dense_ops_cuda.h"  // gpu::Bf16
-#include "ops/op_settings.h"     // OptimizerType, OptimizerConfig
+#include "ops/dense.h"  // gpu::Bf16
 
 namespace xmc {
 
-class Context;
+template <class T>
+class Buffer;
+
+enum class OptimizerType { sgd, adam, adamw };
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adam;
+  double lr = 1e-3;
+  double momentum = 0.0;      // sgd
+  double weight_decay = 0.0;  // sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;         // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// How many state arrays (each as long as the parameters) the optimizer needs:
+// sgd 0 (momentum 0) or 1; adam/adamw 2.
+inline int optimizer_state_arrays(const OptimizerConfig& cfg) {
+  if (cfg.type == OptimizerType::sgd) return cfg.momentum != 0.0 ? 1 : 0;
+  return 2;
+}
+// State array `which` (1 or 2) of an optimizer over n parameters on the Context's device,
+// zero, recorded under MemTag::optimizer; empty when the optimizer needs fewer arrays.
+Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
+                                     size_t n);
+// An optional array (a Buffer or std::vector) at offset o, or null where it is empty (e.g.
+// optimizer state the optimizer does not keep).
+template <class Buf>
+auto* data_or_null(Buf& b, int64_t o = 0) {
+  return b.size() ? b.data() + o : nullptr;
+}
 
 OptimizerType parse_optimizer(std::string_view name);
 std::string_view to_string(OptimizerType t);
@@ -25,11 +58,13 @@ std::string_view to_string(OptimizerType t);
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n);
 // The same on the Context's device: on a CUDA Context every pointer is a DEVICE pointer
-// and the update is queued on its stream (gpu::optimizer_update, ops/dense_ops_cuda.h).
+// and the update is queued on its stream.
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n);
-// bf16 weights (GPU only; a CPU Context throws xmc::Error): rounded to nearest even, or
-// stochastically when stochastic_seed != 0 (gpu::optimizer_update's bf16 form).
+// bf16 weights (GPU only; a CPU Context throws xmc::Error): updated in fp32 from the bf16
+// value and rounded back to nearest even, or stochastically (unbiased) when
+// stochastic_seed != 0: the random bits depend on (seed, step, i) only, so a run is
+// reproducible.
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed = 0);
@@ -37,7 +72,8 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
 // gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
 // other rows and their state are untouched; rows distinct. CPU: rows in parallel (OpenMP),
-// each on one thread; CUDA: gpu::optimizer_update_rows (DEVICE pointers, rows included).
+// each on one thread; CUDA: a thread per (row, column) in place (DEVICE pointers, rows
+// included).
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                            float* params, const float* grad, float* state1, float* state2,
                            const uint32_t* rows, int64_t count, int64_t width);
@@ -46,7 +82,8 @@ void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, doubl
 // constants) and applied to many small slices — the touched rows of a sparse layer —
 // on the calling thread: apply() never opens an OpenMP region, so it is cheap inside
 // one. optimizer_update(cfg, lr, step, ...) is OptimizerStep(cfg, lr, step).apply(...)
-// split over threads; both give bit-identical results.
+// split over threads; both give bit-identical results. It checks neither the step nor the
+// state arrays: the functions above do.
 class OptimizerStep {
  public:
   OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step);
@@ -61,3 +98,22 @@ class OptimizerStep {
 };
 
 }  // namespace xmc
+
+// The CUDA half (cuda/optimizer.cu), called by lib/ops/optimizer.cpp after its checks: the
+// same fp32 formulas as the CPU in one fused pass, queued on the context's stream; stubs
+// that throw in a build without CUDA (core/gpu.h).
+XMC_GPU_STUBS_BEGIN
+namespace xmc::gpu {
+XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                                 int64_t step, float* params, const float* grad, float* state1,
+                                 float* state2, int64_t n) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                                 int64_t step, Bf16* params, const float* grad, float* state1,
+                                 float* state2, int64_t n,
+                                 uint64_t stochastic_seed = 0) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                                      int64_t step, float* params, const float* grad, float* state1,
+                                      float* state2, const uint32_t* rows, int64_t count,
+                                      int64_t width) XMC_GPU_STUB;
+}  // namespace xmc::gpu
+XMC_GPU_STUBS_END

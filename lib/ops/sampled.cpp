@@ -5,9 +5,6 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "ops/candidate_staging.h"
-#include "ops/encoder_ops_cuda.h"
-#include "ops/sparse_ops_cuda.h"
 
 namespace xmc::ops {
 
@@ -42,12 +39,13 @@ EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_
 
 void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
                     const CandidateCsr& cand, ConstMatrix h, float* scores) {
+  XMC_CHECK(h.rows == cand.rows && h.cols == d && cand.nnz >= 0,
+            "sampled scores: h [{}×{}], {} rows, d={}, nnz {}", h.rows, h.cols, cand.rows, d,
+            cand.nnz);
   if (ctx.on_gpu()) {
     gpu::sampled_scores(ctx.cuda(), w, bias, d, cand, h, scores);
     return;
   }
-  XMC_CHECK(h.rows == cand.rows && h.cols == d, "sampled scores: h [{}×{}], {} rows, d={}", h.rows,
-            h.cols, cand.rows, d);
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t b = 0; b < cand.rows; ++b) {
     const float* hb = h.row(b);
@@ -63,12 +61,12 @@ void sampled_scores(const Context& ctx, const float* w, const float* bias, int64
 
 void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const CandidateCsr& cand,
                         const float* g, Matrix dh) {
+  XMC_CHECK(dh.rows == cand.rows && dh.cols == d,
+            "sampled input gradient: dh [{}×{}], {} rows, d={}", dh.rows, dh.cols, cand.rows, d);
   if (ctx.on_gpu()) {
     gpu::sampled_input_grad(ctx.cuda(), w, d, cand, g, dh);
     return;
   }
-  XMC_CHECK(dh.rows == cand.rows && dh.cols == d,
-            "sampled input gradient: dh [{}×{}], {} rows, d={}", dh.rows, dh.cols, cand.rows, d);
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t b = 0; b < cand.rows; ++b) {
     float* db = dh.row(b);
@@ -83,13 +81,13 @@ void sampled_input_grad(const Context& ctx, const float* w, int64_t d, const Can
 
 void sampled_weight_grad(const Context& ctx, const EntryGroups& groups, const float* g,
                          ConstMatrix h, Matrix dw, float* db) {
+  XMC_CHECK(dw.rows == groups.groups && dw.cols == h.cols,
+            "sampled weight gradient: dw [{}×{}], {} touched labels, h [{}×{}]", dw.rows, dw.cols,
+            groups.groups, h.rows, h.cols);
   if (ctx.on_gpu()) {
     gpu::sampled_weight_grad(ctx.cuda(), groups, g, h, dw, db);
     return;
   }
-  XMC_CHECK(dw.rows == groups.groups && dw.cols == h.cols,
-            "sampled weight gradient: dw [{}×{}], {} touched labels, h [{}×{}]", dw.rows, dw.cols,
-            groups.groups, h.rows, h.cols);
   const int64_t d = h.cols;
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t u = 0; u < groups.groups; ++u) {

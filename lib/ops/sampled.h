@@ -1,7 +1,7 @@
 #pragma once
-// Sampled scoring ops (CPU here, CUDA in cuda/sampled.cu; each takes the Context and
-// dispatches): the gathered dot products lsh_sampled and anns_sampled train with on both
-// devices. Each batch row b has a list of candidate
+// Sampled scoring ops (CPU in ops/sampled.cpp, CUDA in cuda/sampled.cu; each takes the
+// Context, checks the shapes and dispatches): the gathered dot products lsh_sampled and
+// anns_sampled train with on both devices. Each batch row b has a list of candidate
 // labels (global ids, CSR over the batch); w [L×d] holds one weight row per label.
 //   scores  z[e] = h_b·w[label e] + bias[label e]        for the entries e of row b
 //   input   dh_b += sum_e g[e]·w[label e]                 (zero g skipped)
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/cuda_context.h"
 #include "core/matrix.h"
 
 namespace xmc::ops {
@@ -56,8 +57,8 @@ struct EntryGroupsBuffers {
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
 
-// The ops on the Context's device (CUDA: the gpu:: ops of ops/sparse_ops_cuda.h, every
-// pointer a DEVICE pointer, e.g. the views of ops/candidate_staging.h).
+// The ops on the Context's device (CUDA: the gpu:: half below, every pointer a DEVICE
+// pointer, e.g. the views of CandidateStaging).
 // scores [nnz]; h [B×d] with B = cand.rows; bias nullable.
 void sampled_scores(const Context& ctx, const float* w, const float* bias, int64_t d,
                     const CandidateCsr& cand, ConstMatrix h, float* scores);
@@ -72,3 +73,52 @@ void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int
                  int64_t width, float* dst);
 
 }  // namespace xmc::ops
+
+// The CUDA half (cuda/sampled.cu), called by lib/ops/sampled.cpp after its shape checks;
+// one thread per (row or touched label, column), entries in order: deterministic, no
+// atomics. Stubs that throw in a build without CUDA (core/gpu.h).
+XMC_GPU_STUBS_BEGIN
+namespace xmc::gpu {
+XMC_GPU_FN void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
+                               const ops::CandidateCsr& cand, ConstMatrix h,
+                               float* scores) XMC_GPU_STUB;
+XMC_GPU_FN void sampled_input_grad(const CudaContext& ctx, const float* w, int64_t d,
+                                   const ops::CandidateCsr& cand, const float* g,
+                                   Matrix dh) XMC_GPU_STUB;
+XMC_GPU_FN void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGroups& groups,
+                                    const float* g, ConstMatrix h, Matrix dw,
+                                    float* db) XMC_GPU_STUB;
+XMC_GPU_FN void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows,
+                            int64_t count, int64_t width, float* dst) XMC_GPU_STUB;
+}  // namespace xmc::gpu
+XMC_GPU_STUBS_END
+
+// CandidateStaging holds a Buffer (core/buffer.h, which brings fmt): host code only, not
+// for nvcc, which compiles cuda/sampled.cu against the part above.
+#ifndef __CUDACC__
+#include "core/buffer.h"
+
+namespace xmc::ops {
+
+// A step's candidates (and their grouping by label) where the sampled ops read them: on a
+// CPU Context the host arrays themselves; on a CUDA Context one packed device copy (one
+// transfer per step; the buffer grows geometrically, in the ledger as workspace).
+class CandidateStaging {
+ public:
+  CandidateStaging() = default;
+  // Reserves room for rows / nnz entries / groups touched labels (CUDA; nothing on the CPU).
+  CandidateStaging(Context& ctx, int64_t rows, int64_t nnz, int64_t groups);
+  // Views of cand (and of *groups into *out_groups when groups is not null) on the
+  // Context's device, valid until the next stage() (host arrays: while they live).
+  CandidateCsr stage(const CandidateCsr& cand, const EntryGroupsBuffers* groups,
+                     EntryGroups* out_groups);
+  int64_t bytes() const { return static_cast<int64_t>(pack_.bytes()); }
+
+ private:
+  Context* ctx_ = nullptr;
+  std::vector<int64_t> host_;  // CUDA: the packed arrays before their upload
+  Buffer<int64_t> pack_;       // CUDA
+};
+
+}  // namespace xmc::ops
+#endif  // __CUDACC__

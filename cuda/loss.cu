@@ -1,11 +1,10 @@
-// Loss-gradient kernels of the dense op family (ops/loss.h semantics) and the small
-// elementwise helpers around the GEMMs. Each loss kernel reads a logit chunk written by
+// The loss family on the GPU (ops/loss.h; shapes checked there): the loss-gradient kernels
+// of the full losses over label chunks. Each loss kernel reads a logit chunk written by
 // the GEMM without bias, adds the bias, and overwrites the entry with dL/dz / B — one
 // read and one write of the chunk. Loss and zero counts are reduced per warp and added
 // to a device accumulator, so a training step reads back one small struct at its end.
-// Rows sit on grid.y, capped (at kLossRowBlocks for the loss kernels, 65535 for the others:
-// core/launch_shape.h) with the kernels striding over the rest, so no batch or chunk size
-// is too large for a launch.
+// Rows sit on grid.y, capped at kLossRowBlocks, with the kernels striding over the rest,
+// so no batch or chunk size is too large for a launch.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -14,8 +13,8 @@
 #include <cstdint>
 
 #include "core/launch_shape.h"
+#include "ops/loss.h"
 #include "runtime.h"
-#include "ops/dense_ops_cuda.h"
 
 namespace xmc::gpu {
 namespace {
@@ -288,66 +287,10 @@ __global__ void softmax_reset_kernel(float* run_max, float* run_sum, int64_t row
   }
 }
 
-// Block (32 columns × 8 row groups): each thread sums every 8th row of its column, the
-// 8 partials are added in a fixed order, so the result does not depend on the launch.
-// 2-D so that a B×16k chunk still fills the GPU (one thread per column would not).
-constexpr int kSumCols = 32;
-constexpr int kSumRowGroups = 8;
-__global__ void column_sums_kernel(const float* __restrict__ a, int64_t rows, int64_t cols,
-                                   int64_t ld, float* __restrict__ out) {
-  __shared__ float part[kSumRowGroups][kSumCols + 1];
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
-  float s = 0.0f;
-  if (j < cols)
-    for (int64_t i = threadIdx.y; i < rows; i += kSumRowGroups) s += a[i * ld + j];
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < cols) {
-    float total = 0.0f;
-    for (int g = 0; g < kSumRowGroups; ++g) total += part[g][threadIdx.x];
-    out[j] = total;
-  }
-}
-
-// grid (column blocks, launch::grid_yz(rows)), both strided.
-__global__ void add_row_vector_kernel(float* __restrict__ m, int64_t rows, int64_t cols, int64_t ld,
-                                      const float* __restrict__ bias) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float* row = m + r * ld;
-    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      row[j] += bias[j];
-  }
-}
-
-__global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int64_t cols,
-                               int64_t lds, __nv_bfloat16* __restrict__ dst, int64_t ldd) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
-}
-
-// Column blocks of a grid-stride loop over cols (capped: the loop covers the rest).
-unsigned col_blocks(int64_t cols, int64_t per_block) {
-  return launch::grid_yz(launch::ceil_div(cols, per_block));
-}
-
 // (column tiles of kColsPerBlock, row blocks) of the loss kernels.
 dim3 loss_grid(ConstMatrix logits) {
   return dim3(launch::grid_x(launch::ceil_div(logits.cols, kColsPerBlock)),
               launch::grid_yz(std::min(logits.rows, kLossRowBlocks)));
-}
-
-void check_loss_args(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t batch_size,
-                     Bf16Matrix g16) {
-  XMC_CUDA_REQUIRE(logits.rows == t.rows, t.rows);
-  XMC_CUDA_REQUIRE(batch_size > 0, batch_size);
-  XMC_CUDA_REQUIRE(lo >= 0 && lo + logits.cols <= t.cols, lo + logits.cols);
-  if (g16.data) {
-    XMC_CUDA_REQUIRE(g16.rows == logits.rows, g16.rows);
-    XMC_CUDA_REQUIRE(g16.cols == logits.cols, g16.cols);
-  }
 }
 
 }  // namespace
@@ -355,13 +298,11 @@ void check_loss_args(ConstMatrix logits, const DeviceCsr& t, int64_t lo, int64_t
 void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits, const float* bias,
                            const DeviceCsr& targets, int64_t lo, int64_t batch_size, LossAccum* acc,
                            Bf16Matrix g_bf16) {
-  check_loss_args(logits, targets, lo, batch_size, g_bf16);
-  XMC_CUDA_REQUIRE(type != LossType::softmax, static_cast<int64_t>(type));
   if (logits.empty()) return;
   const dim3 grid = loss_grid(logits);
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   const auto kernel = type == LossType::bce ? elementwise_kernel<LossType::bce>
-                                             : elementwise_kernel<LossType::squared_hinge>;
+                                            : elementwise_kernel<LossType::squared_hinge>;
   XMC_CUDA_LAUNCH(kernel, grid, kThreads, 0, ctx.stream(), logits.data, logits.rows, logits.cols,
                   logits.ld, bias, targets.indptr, targets.indices, lo, inv_b, acc,
                   as_bf16(g_bf16.data), g_bf16.ld);
@@ -384,35 +325,11 @@ void softmax_accumulate(const CudaContext& ctx, ConstMatrix logits, const float*
 void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
                        DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
                        int64_t batch_size, LossAccum* acc, Bf16Matrix g_bf16) {
-  check_loss_args(logits, targets, lo, batch_size, g_bf16);
   if (logits.empty()) return;
   const float inv_b = static_cast<float>(1.0 / static_cast<double>(batch_size));
   XMC_CUDA_LAUNCH(softmax_grad_kernel, loss_grid(logits), kThreads, 0, ctx.stream(), logits.data,
                   logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
                   targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld, logits.rows);
-}
-
-void column_sums(const CudaContext& ctx, ConstMatrix a, float* out) {
-  if (a.cols == 0) return;
-  const dim3 block(kSumCols, kSumRowGroups);
-  XMC_CUDA_LAUNCH(column_sums_kernel, launch::grid_x(launch::ceil_div(a.cols, kSumCols)), block, 0,
-                  ctx.stream(), a.data, a.rows, a.cols, a.ld, out);
-}
-
-void add_row_vector(const CudaContext& ctx, Matrix m, const float* bias) {
-  if (m.empty()) return;
-  const dim3 grid(col_blocks(m.cols, kThreads), launch::grid_yz(m.rows));
-  XMC_CUDA_LAUNCH(add_row_vector_kernel, grid, kThreads, 0, ctx.stream(), m.data, m.rows, m.cols,
-                  m.ld, bias);
-}
-
-void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
-  XMC_CUDA_REQUIRE(src.rows == dst.rows, dst.rows);
-  XMC_CUDA_REQUIRE(src.cols == dst.cols, dst.cols);
-  if (src.empty()) return;
-  const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
-  XMC_CUDA_LAUNCH(to_bf16_kernel, grid, kThreads, 0, ctx.stream(), src.data, src.rows, src.cols,
-                  src.ld, as_bf16(dst.data), dst.ld);
 }
 
 }  // namespace xmc::gpu
