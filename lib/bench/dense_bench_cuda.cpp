@@ -18,7 +18,7 @@
 #include "core/gpu.h"
 #include "core/rng.h"
 #include "layers/dense_block.h"
-#include "ops/dense_ops_cuda.h"
+#include "ops/dense.h"
 
 namespace xmc::bench {
 namespace {

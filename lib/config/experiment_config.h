@@ -107,7 +107,7 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
-// One optimizer: the keys of ops/op_settings.h's struct (ops/ includes no config/).
+// One optimizer: the keys of ops/optimizer.h's struct (ops/ includes no config/).
 struct OptimSpec : OptimizerConfig {
   template <class V>
   void visit(V& v) {

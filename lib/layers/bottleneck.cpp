@@ -8,7 +8,7 @@
 #include "dist/comm.h"
 #include "layers/device_topk.h"
 #include "ops/dense.h"
-#include "ops/optimizer_state.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

@@ -16,6 +16,7 @@
 #include "layers/device_topk.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
+#include "ops/encoder.h"
 #include "ops/fixed_fanin.h"  // transpose
 #include "ops/group_shared.h"
 

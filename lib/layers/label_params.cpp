@@ -1,6 +1,6 @@
 #include "layers/label_params.h"
 
-#include "ops/optimizer_state.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

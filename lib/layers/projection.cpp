@@ -5,7 +5,7 @@
 #include "layers/weight_init.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
-#include "ops/optimizer_state.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/resources.h"
-#include "ops/dense.h"
+#include "ops/encoder.h"
 
 namespace xmc {
 

@@ -39,7 +39,6 @@
 #include "eval/topk.h"
 #include "layers/label_params.h"
 #include "layers/output_layer.h"
-#include "ops/candidate_staging.h"
 #include "ops/optimizer.h"
 #include "ops/sampled.h"
 

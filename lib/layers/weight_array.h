@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "ops/dense_ops_cuda.h"  // gpu::Bf16
+#include "ops/dense.h"  // gpu::Bf16
 #include "ops/optimizer.h"
 
 namespace xmc {

@@ -18,7 +18,6 @@
 #include "core/rng.h"
 #include "core/tensor_ref.h"
 #include "ops/optimizer.h"
-#include "ops/optimizer_state.h"
 
 namespace xmc {
 

@@ -7,7 +7,7 @@
 #include "model/dropout.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
-#include "ops/optimizer_state.h"
+#include "ops/optimizer.h"
 
 namespace xmc {
 

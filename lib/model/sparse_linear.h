@@ -17,7 +17,7 @@
 
 #include "core/matrix.h"
 #include "model/layer_params.h"
-#include "ops/encoder_ops_cuda.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
+#include "ops/encoder.h"  // gpu::DeviceCsrValues, gpu::DeviceCsrByColumn
 
 namespace xmc {
 

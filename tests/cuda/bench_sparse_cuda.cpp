@@ -1,4 +1,4 @@
-// GPU microbenchmark of the sparse output-layer kernels (ops/sparse_ops_cuda.h):
+// GPU microbenchmark of the sparse output-layer kernels (ops/fixed_fanin.h, ops/group_shared.h):
 // fixed fan-in (fp32) and group-shared (fp32 and bf16) forward, weight gradient and input
 // gradient, each timed alone with CUDA events, beside
 //   - a FLOPs-matched cuBLAS GEMM: [B×F]·[L×F]ᵀ (inner dimension F, same precision),
@@ -30,8 +30,9 @@
 #include "core/cuda_context.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "ops/dense_ops_cuda.h"
-#include "ops/sparse_ops_cuda.h"
+#include "ops/dense.h"
+#include "ops/fixed_fanin.h"
+#include "ops/group_shared.h"
 
 namespace {
 

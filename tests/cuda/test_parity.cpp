@@ -30,7 +30,6 @@
 #include "layers/registry.h"
 #include "model/encoder.h"
 #include "ops/dense.h"
-#include "ops/dense_ops_cuda.h"
 #include "ops/loss.h"
 #include "ops/optimizer.h"
 #include "parity_support.h"

@@ -34,7 +34,7 @@
 #include "layers/lsh_sampled.h"
 #include "layers/registry.h"
 #include "layers/sampled_block.h"
-#include "ops/dense_ops_cuda.h"
+#include "ops/dense.h"
 #include "ops/optimizer.h"
 #include "parity_support.h"
 #include "train/evaluation.h"

@@ -13,7 +13,7 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/rng.h"
-#include "ops/dense_ops_cuda.h"  // gpu::Bf16, bf16_round, bf16_widen
+#include "ops/dense.h"  // gpu::Bf16, bf16_round, bf16_widen
 
 namespace xmc::opstest {
 
