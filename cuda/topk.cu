@@ -1,5 +1,5 @@
 // Row-wise exact top-k: one block per row, up to k rounds of a block-wide argmax over the
-// elements that come after the previous pick in ranks_before order (core/topk_order.h:
+// elements that come after the previous pick in ranks_before order (ops/topk.h:
 // score desc, label asc, NaN as -inf — the CPU's order). A round that finds nothing left
 // (a chunk of fewer than k columns) ends the row: the remaining slots are pads
 // (-inf, UINT32_MAX), never a repeat. Work O(k·cols) per row — meant for the small k of
@@ -9,9 +9,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/gpu.h"
 #include "core/launch_shape.h"
-#include "core/topk_order.h"
+#include "ops/topk.h"
 #include "runtime.h"
 
 namespace xmc::gpu {
@@ -82,7 +81,7 @@ __global__ void topk_kernel(const float* __restrict__ scores, int64_t rows, int6
 
 // Merges the sorted lists run [k] and chunk [k] of each row into run (the best k of the
 // union), one block per row: both lists are staged in shared memory, each thread places
-// its elements at their merged positions (core/topk_order.h). Labels of different chunks
+// its elements at their merged positions (ops/topk.h). Labels of different chunks
 // differ, so no label appears twice; pads rank after every real candidate.
 __global__ void merge_kernel(const float* __restrict__ c_s, const uint32_t* __restrict__ c_l,
                              float* __restrict__ r_s, uint32_t* __restrict__ r_l, int64_t rows,
@@ -151,8 +150,6 @@ void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k, CU
 void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
                       int64_t label_offset, float* tmp_scores, uint32_t* tmp_labels,
                       float* run_scores, uint32_t* run_labels, CUstream_st* stream) {
-  XMC_CUDA_REQUIRE(k >= 1 && k <= kMaxTopK, k);
-  XMC_CUDA_REQUIRE(ld >= cols, ld);
   if (rows == 0 || cols == 0) return;
   XMC_CUDA_LAUNCH(topk_kernel, launch::grid_x(rows), kThreads, 0, stream, scores, rows, cols, ld, k,
                   label_offset, tmp_scores, tmp_labels);

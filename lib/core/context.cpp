@@ -43,14 +43,4 @@ gpu::CudaContext& Context::cuda() const {
   return *cuda_;
 }
 
-// core/gpu.h: checked on the host in every build (with or without CUDA), so the error a
-// user sees does not depend on how the binary was built.
-void gpu::check_topk_k(int k) {
-  if (k < 1 || k > kMaxTopK)
-    throw_input(
-        "the GPU top-k takes 1 <= k <= {} (eval.k plus the filter's most labels per point), "
-        "got {}",
-        kMaxTopK, k);
-}
-
 }  // namespace xmc

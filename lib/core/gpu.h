@@ -1,12 +1,11 @@
 #pragma once
-// Host-side interface to the CUDA part (cuda/). In a build without CUDA every function
-// here but built_with_cuda() throws "xmctrain was built without CUDA support": there is
-// never a silent CPU fallback.
+// Host-side interface to the CUDA runtime (cuda/runtime.cpp) and the stub mechanism of
+// every gpu:: entry point. In a build without CUDA every function here but
+// built_with_cuda() throws "xmctrain was built without CUDA support": there is never a
+// silent CPU fallback.
 #include <cstdint>
 #include <string>
 #include <vector>
-
-struct CUstream_st;  // cudaStream_t = CUstream_st*
 
 namespace xmc::gpu {
 
@@ -47,26 +46,5 @@ struct DeviceInfo {
 
 // Devices visible to the CUDA runtime; empty when the driver finds none.
 XMC_GPU_FN std::vector<DeviceInfo> query_devices() XMC_GPU_STUB;
-
-// Largest k of the GPU top-k (the merge stages 2k candidates per row in shared memory).
-inline constexpr int kMaxTopK = 4096;
-
-// k of a GPU top-k, from eval.k plus the filter's most labels per point: InputError
-// outside [1, kMaxTopK]. Host code (lib/core/context.cpp), in every build.
-void check_topk_k(int k);
-
-// Running top-k over label chunks (evaluation, predict), all pointers on the device, on
-// `stream`, no synchronisation. run_scores / run_labels [rows×k] hold each row's best k
-// so far, best first; topk_reset fills them with (-inf, UINT32_MAX) pads.
-// topk_merge_chunk takes the top-k of the chunk scores [rows×cols] (row stride ld,
-// labels = column + label_offset) into tmp_* [rows×k] and merges it into run_*. Order:
-// ranks_before, the CPU's (eval/topk.h); the pad ranks last. 1 <= k <= kMaxTopK.
-XMC_GPU_FN void topk_reset(float* run_scores, uint32_t* run_labels, int64_t rows, int k,
-                           CUstream_st* stream) XMC_GPU_STUB;
-XMC_GPU_FN void topk_merge_chunk(const float* scores, int64_t rows, int64_t cols, int64_t ld, int k,
-                                 int64_t label_offset, float* tmp_scores, uint32_t* tmp_labels,
-                                 float* run_scores, uint32_t* run_labels,
-                                 CUstream_st* stream) XMC_GPU_STUB;
-
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
