@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 namespace xmc {
 
@@ -116,7 +116,7 @@ struct LabelRange {
 LabelRange shard_labels(int64_t num_labels, int rank, int size, int64_t align = 1);
 
 // Every rank's top-k over its own labels (global ids, the same rows and k everywhere),
-// merged on the root into the top-k over all labels (ranking of core/topk_order.h, so the
+// merged on the root into the top-k over all labels (ranking of ops/topk.h, so the
 // result equals one process's top-k over the union); an empty TopK on the other ranks.
 TopK gather_topk(Comm& comm, const TopK& local);
 

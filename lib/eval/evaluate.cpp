@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "eval/propensity.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/matrix.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

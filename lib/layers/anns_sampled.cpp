@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "layers/device_topk.h"
 #include "ops/dense.h"
 #include "ops/sampled.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

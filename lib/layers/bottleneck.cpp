@@ -6,9 +6,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "dist/comm.h"
-#include "layers/device_topk.h"
 #include "ops/dense.h"
 #include "ops/optimizer.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -5,9 +5,9 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "dist/comm.h"
-#include "layers/device_topk.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

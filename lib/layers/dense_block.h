@@ -70,7 +70,7 @@ class DenseBlock {
   // out [B×c] = scores of labels [lo, lo+c) (global lo within this block's range). bf16:
   // at most max_batch rows.
   void scores(ConstMatrix h, int64_t lo, Matrix out) const;
-  // Exact top-k over the block's labels of every row of h, streamed (layers/device_topk.h)
+  // Exact top-k over the block's labels of every row of h, streamed (ops/topk.h)
   // in blocks of `block_rows` rows.
   TopK topk(ConstMatrix h, int k, int64_t block_rows) const;
 

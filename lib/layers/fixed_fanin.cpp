@@ -8,11 +8,11 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
-#include "layers/device_topk.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
 #include "ops/fixed_fanin.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -13,12 +13,12 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
-#include "layers/device_topk.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
 #include "ops/fixed_fanin.h"  // transpose
 #include "ops/group_shared.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

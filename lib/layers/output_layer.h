@@ -13,7 +13,7 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "data/batch.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

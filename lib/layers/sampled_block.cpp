@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "layers/device_topk.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -17,7 +17,7 @@
 //      of size n×d), then the lazy update of those rows (optimizer_update_rows: the global
 //      step for Adam's bias correction, weight decay on touched rows only, none on the
 //      bias).
-// Exact scores and top-k: GEMM per label chunk (layers/device_topk.h). Rare host work
+// Exact scores and top-k: GEMM per label chunk (ops/topk.h). Rare host work
 // (table / index rebuilds, checkpoints) goes through host copies (Buffer::stage; none on
 // the CPU) or rows_to_host.
 //
@@ -36,11 +36,11 @@
 #include "core/context.h"
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
-#include "eval/topk.h"
 #include "layers/label_params.h"
 #include "layers/output_layer.h"
 #include "ops/optimizer.h"
 #include "ops/sampled.h"
+#include "ops/topk.h"
 
 namespace xmc {
 

@@ -7,7 +7,7 @@
 #include "data/dataset.h"
 #include "eval/filter.h"
 #include "eval/metrics.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 #include "train/model.h"
 
 namespace xmc {

@@ -9,10 +9,10 @@
 #include "config/experiment_config.h"
 #include "core/context.h"
 #include "dist/comm.h"
-#include "eval/topk.h"
 #include "layers/output_layer.h"
 #include "model/encoder.h"
 #include "ops/optimizer.h"
+#include "ops/topk.h"
 #include "train/checkpoint.h"
 
 namespace xmc {

@@ -6,6 +6,7 @@
 #include "core/cuda_context.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "ops/topk.h"
 
 using Catch::Matchers::Contains;
 

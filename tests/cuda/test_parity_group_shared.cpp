@@ -41,15 +41,15 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "eval/topk.h"
 #include "io/load.h"
 #include "layers/group_shared.h"
 #include "layers/registry.h"
+#include "ops/topk.h"
+#include "parity_support.h"
 #include "train/evaluation.h"
 #include "train/inference.h"
 #include "train/model.h"
 #include "train/trainer.h"
-#include "parity_support.h"
 
 namespace {
 

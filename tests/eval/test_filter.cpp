@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "eval/filter.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 using namespace xmc;
 using Catch::Matchers::Contains;

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "eval/metrics.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 using namespace xmc;
 using Catch::Matchers::Contains;

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/rng.h"
-#include "eval/topk.h"
+#include "ops/topk.h"
 
 using namespace xmc;
 
@@ -172,7 +172,7 @@ TEST_CASE("topk_from_csr sorts label:score rows and handles empty rows") {
   CHECK(u.scores == std::vector<float>{1.0f, 1.0f});
 }
 
-// --- the order and merge shared with the GPU top-k (core/topk_order.h) ---------------------
+// --- the order and merge shared with the GPU top-k (ops/topk.h) ---------------------
 
 TEST_CASE("ranks_before: score desc, label asc, NaN as -inf, pads last") {
   const float nan = std::numeric_limits<float>::quiet_NaN();

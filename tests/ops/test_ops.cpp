@@ -18,8 +18,6 @@
 
 #include "core/context.h"
 #include "core/rng.h"
-#include "eval/topk.h"
-#include "layers/device_topk.h"
 #include "model/sparse_linear.h"
 #include "ops/dense.h"
 #include "ops/encoder.h"
@@ -27,6 +25,7 @@
 #include "ops/group_shared.h"
 #include "ops/loss.h"
 #include "ops/optimizer.h"
+#include "ops/topk.h"
 #include "ops_test_util.h"
 #include "support/op_cases.h"
 
@@ -831,7 +830,7 @@ TEST_CASE("the dense optimizer update over sizes with fresh gradients, bf16 weig
 }
 
 // The parity binary's top-k cases (test_topk_merge), through the streamed device top-k
-// (layers/device_topk.h): scores integers / 4 (many exact ties), some NaN and -inf; k of 1
+// (ops/topk.h): scores integers / 4 (many exact ties), some NaN and -inf; k of 1
 // to 300; rows shorter than k (L = 3, k = 5: pads) and chunks narrower than k; 70001 rows
 // (past a CUDA grid.y). Rows in one block (no begin_block) and in three; each chunk copied
 // from the host scores into the workspace. The lists must equal one TopKAccumulator over
