@@ -58,18 +58,4 @@ struct SynthData {
 
 SynthData generate_synthetic(const SynthConfig& cfg);
 
-// Writes the files into out_dir (created if missing): dense -> trn_X.npy, tst_X.npy,
-// trn_X_Y.txt, tst_X_Y.txt; sparse -> train.txt, test.txt; both -> synth.json
-// (parameters, files, oracle_p1, popularity_p1). Each file is written atomically.
-// synth.json is removed first and written last: it marks a complete set.
-void write_synthetic(const SynthData& data, const SynthConfig& cfg, const std::string& out_dir);
-
-// Whether out_dir holds complete data written by write_synthetic for cfg. First removes the
-// temporaries ("<file>.tmp.<pid>") a killed generation left, when that process is gone.
-// false (the caller generates) when a file is missing, or when synth.json records other
-// parameters (a warning names each changed one, as "data.synth.<name>"). InputError when
-// every data file is present but synth.json is missing or unreadable: files that the
-// generator did not finish, or did not write, are not overwritten.
-bool synthetic_files_current(const SynthConfig& cfg, const std::string& out_dir);
-
 }  // namespace xmc

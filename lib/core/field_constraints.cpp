@@ -1,4 +1,4 @@
-#include "config/field_constraints.h"
+#include "core/field_constraints.h"
 
 #include <fmt/format.h>
 
