@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "data/synthetic.h"
+#include "io/load.h"
 
 namespace xmc::app {
 
@@ -61,7 +62,7 @@ Command register_synth(CLI::App& app) {
             SynthData data = generate_synthetic(c);
             spdlog::info("generated {} train + {} test points, {} labels in {:.2f} s", c.train,
                          c.test, c.labels, sw.seconds());
-            write_synthetic(data, c, *out);
+            io::write_synthetic(data, c, *out);
             std::cout << fmt::format(
                 "wrote {} ({} format): {} train, {} test, L = {}, D = {}\n"
                 "oracle P@1 = {:.4f}, popularity P@1 = {:.4f}\n",

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "config/output_spec.h"
+#include "core/field_constraints.h"
 #include "core/launch_shape.h"
 #include "data/synthetic.h"
 #include "model/encoder.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config/config_node.h"
-#include "config/field_constraints.h"
+#include "core/field_constraints.h"
 
 namespace xmc {
 

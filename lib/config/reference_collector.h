@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "config/node_writer.h"
+#include "core/field_constraints.h"
 
 namespace xmc {
 

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
+#include "core/field_constraints.h"
 #include "core/memory_ledger.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"

@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
-
 #include "core/buffer.h"
+#include "core/field_constraints.h"
 #include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"

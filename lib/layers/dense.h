@@ -4,8 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "config/field_constraints.h"
-
+#include "core/field_constraints.h"
 #include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "core/buffer.h"
 #include "core/context.h"
+#include "core/field_constraints.h"
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "layers/label_params.h"

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "core/buffer.h"
+#include "core/field_constraints.h"
 #include "core/resources.h"  // Stopwatch
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"

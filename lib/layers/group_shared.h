@@ -46,9 +46,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
-
 #include "core/buffer.h"
+#include "core/field_constraints.h"
 #include "core/memory_ledger.h"
 #include "core/rng.h"
 #include "grouping/label_grouping.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "core/buffer.h"
+#include "core/field_constraints.h"
 #include "core/rng.h"
 #include "layers/label_params.h"
 #include "layers/layer_init.h"

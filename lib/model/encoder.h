@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "config/field_constraints.h"
 #include "core/context.h"
+#include "core/field_constraints.h"
 #include "core/matrix.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "config/field_constraints.h"
+#include "core/field_constraints.h"
 
 namespace xmc {
 

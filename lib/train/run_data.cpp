@@ -64,10 +64,10 @@ void ensure_synthetic_data(const ExperimentConfig& cfg) {
   }
   SynthConfig sc = sp;
   sc.resolve();
-  if (synthetic_files_current(sc, dir.string())) return;
+  if (io::synthetic_files_current(sc, dir.string())) return;
   Stopwatch sw;
   SynthData data = generate_synthetic(sc);
-  write_synthetic(data, sc, dir.string());
+  io::write_synthetic(data, sc, dir.string());
   spdlog::info("generated synthetic data in {} ({:.1f}s; oracle P@1 {:.3f}, popularity P@1 {:.3f})",
                dir.string(), sw.seconds(), data.oracle_p1, data.popularity_p1);
 }

@@ -10,6 +10,7 @@
 #include "data/stats.h"
 #include "data/synthetic.h"
 #include "io/expect_input_error.h"
+#include "io/load.h"
 #include "layers/registry.h"
 #include "support/test_support.h"
 #include "train/run_data.h"
@@ -167,9 +168,9 @@ TEST_CASE("synthetic data is regenerated when data.synth changes") {
   sc.features = 8;
   sc.clusters = 4;
   sc.seed = 1;
-  CHECK(synthetic_files_current(sc, dir.path().string()));
+  CHECK(io::synthetic_files_current(sc, dir.path().string()));
   sc.seed = 2;
-  CHECK_FALSE(synthetic_files_current(sc, dir.path().string()));
+  CHECK_FALSE(io::synthetic_files_current(sc, dir.path().string()));
 }
 
 // Issue 20, item 11: a generation killed midway leaves no permanent debris: its
