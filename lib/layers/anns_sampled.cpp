@@ -32,7 +32,7 @@ void insert_sorted(std::vector<uint32_t>& v, uint32_t x) {
 }  // namespace
 
 AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+    : OutputLayer(init),
       d_(init.input_dim),
       n_train_(init.num_train),
       k_h_(init.shard_share(cfg.hard_negatives)),
@@ -42,8 +42,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       loss_(parse_loss(cfg.loss)),
       seed_(init.seed),
       draw_seed_(Rng::shard_seed(init.seed, init.label_lo)),
-      ctx_(init.ctx),
-      eval_rows_(init.eval_rows()) {
+      ctx_(init.ctx) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
   if (loss_ == LossType::softmax)
     throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");
@@ -202,7 +201,7 @@ DenseMatrix AnnsSampledLayer::augmented_weights() const {
 }
 
 TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
-  auto exact_topk = [this](ConstMatrix q, int kk) { return block_.topk(q, kk, eval_rows_); };
+  auto exact_topk = [this](ConstMatrix q, int kk) { return block_.topk(q, kk, eval_rows()); };
   if (cfg_.search == "exact") return exact_topk(h, k);
   if (!eval_index_ || index_version_ != version_) {
     log_eval_recall();

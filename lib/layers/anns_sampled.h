@@ -179,7 +179,6 @@ class AnnsSampledLayer final : public OutputLayer {
   uint64_t seed_;
   uint64_t draw_seed_;  // uniform negatives: seed_, mixed with the first label of a shard
   Context* ctx_;
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   // mutable: augmented_weights() reads W and b through host copies on the GPU.
   mutable SampledBlock block_;  // W, b and their optimizer state
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)

@@ -13,11 +13,10 @@
 namespace xmc {
 
 BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+    : OutputLayer(init),
       ctx_(init.ctx),
       comm_(init.shard_comm()),
       dim_(cfg.dim),
-      eval_rows_(init.eval_rows()),
       optim_(init.optim),
       block_(*init.ctx, cfg.dim, init.label_lo, init.label_end() - init.label_lo,
              init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
@@ -73,8 +72,8 @@ Buffer<float> BottleneckLayer::project(ConstMatrix h) const {
 }
 
 void BottleneckLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
-    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
+    const int64_t rows = std::min(eval_rows(), h.rows - r0);
     const Buffer<float> u = project(h.rows_range(r0, rows));
     block_.scores(ConstMatrix(u.data(), rows, dim_), lo, out.rows_range(r0, rows));
     ctx_->synchronize();  // u is freed at the end of the iteration
@@ -85,7 +84,7 @@ TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {
   // Project a block of rows once, then stream the dense block's chunks.
   Buffer<float> u;
   return xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, shard_labels(), block_.chunk(), label_lo(),
+      *ctx_, h.rows, k, eval_rows(), shard_labels(), block_.chunk(), label_lo(),
       [&](int64_t r0, int64_t rows) { u = project(h.rows_range(r0, rows)); },
       [&](int64_t c0, Matrix z) {
         block_.scores(ConstMatrix(u.data(), z.rows, dim_), label_lo() + c0, z);

@@ -52,7 +52,6 @@ class BottleneckLayer final : public OutputLayer {
   Context* ctx_;
   Comm* comm_;  // label-sharded: the processes holding the other labels (nullptr: none)
   int64_t dim_;
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   OptimizerConfig optim_;
   Buffer<float> p_, p_s1_, p_s2_;  // [b×d] and its optimizer state
   Buffer<float> u_, du_, dp_;      // workspace: [B×b], [B×b], [b×d]

@@ -3,8 +3,7 @@
 namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
-      eval_rows_(init.eval_rows()),
+    : OutputLayer(init),
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
              init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
@@ -19,12 +18,12 @@ StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix 
 }
 
 void DenseLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
-    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
+    const int64_t rows = std::min(eval_rows(), h.rows - r0);
     block_.scores(h.rows_range(r0, rows), lo, out.rows_range(r0, rows));
   }
 }
 
-TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows_); }
+TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows()); }
 
 }  // namespace xmc

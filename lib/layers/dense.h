@@ -41,7 +41,6 @@ class DenseLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override { block_.sync_state(s); }
   int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
 
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   DenseBlock block_;
 };
 

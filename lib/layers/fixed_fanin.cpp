@@ -174,8 +174,8 @@ Buffer<float> FixedFaninLayer::eval_input_t(ConstMatrix h) const {
 }
 
 void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
-    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
+    const int64_t rows = std::min(eval_rows(), h.rows - r0);
     const Buffer<float> ut = eval_input_t(h.rows_range(r0, rows));
     forward(lo - label_lo(), ut.data(), out.rows_range(r0, rows));
     ctx_->synchronize();  // ut is freed at the end of the iteration
@@ -185,7 +185,7 @@ void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {
   Buffer<float> ut;
   return xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, shard_labels(), chunk_, label_lo(),
+      *ctx_, h.rows, k, eval_rows(), shard_labels(), chunk_, label_lo(),
       [&](int64_t r0, int64_t rows) { ut = eval_input_t(h.rows_range(r0, rows)); },
       [&](int64_t c0, Matrix z) { forward(c0, ut.data(), z); });
 }

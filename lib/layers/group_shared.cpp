@@ -368,7 +368,7 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
 }
 
 void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  // Internal scores of all labels (row blocks of eval_rows_), put in original label order
+  // Internal scores of all labels (row blocks of eval_rows()), put in original label order
   // on the host (tests and small L only: 2·B·L floats moved on the GPU; top-k does not
   // do this).
   XMC_CHECK(lo == 0 && out.cols == num_labels() && shard_labels() == num_labels(),
@@ -376,8 +376,8 @@ void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const 
             lo + out.cols);
   const int64_t n = num_labels();
   std::vector<float> internal(static_cast<size_t>(h.rows * n)), orig(internal.size());
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
-    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
+    const int64_t rows = std::min(eval_rows(), h.rows - r0);
     const EvalInputs in = eval_inputs(h.rows_range(r0, rows));
     Buffer<float> z(*ctx_, MemTag::workspace, static_cast<size_t>(rows * n));
     internal_scores(in, 0, Matrix(z.data(), rows, n));
@@ -407,7 +407,7 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
   const int64_t chunk = chunk_ > 0 ? chunk_ : shard_labels();
   std::optional<EvalInputs> in;
   TopK top = xmc::stream_topk(
-      *ctx_, h.rows, k, eval_rows_, shard_labels(), chunk, 0,
+      *ctx_, h.rows, k, eval_rows(), shard_labels(), chunk, 0,
       [&](int64_t r0, int64_t rows) { in.emplace(eval_inputs(h.rows_range(r0, rows))); },
       [&](int64_t lo, Matrix z) { internal_scores(*in, lo, z); });
   to_original_ids(top);

@@ -79,13 +79,12 @@ void check_memory_plan_lsh(const LayerInit& init, const LshSampledConfig& cfg, c
 }  // namespace
 
 LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& cfg)
-    : OutputLayer(init.input_dim, init.num_labels, init.label_lo, init.label_end()),
+    : OutputLayer(init),
       ctx_(init.ctx),
       comm_(init.shard_comm()),
       cfg_(cfg),
       loss_(parse_loss(cfg.loss)),
-      eval_candidates_(init.shard_share(cfg.eval_candidates)),
-      eval_rows_(init.eval_rows()) {
+      eval_candidates_(init.shard_share(cfg.eval_candidates)) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
   if (loss_ == LossType::squared_hinge)
     throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);
@@ -231,7 +230,7 @@ void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 
 TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
   if (cfg_.eval_search == "lsh") return lsh_topk(h, k);
-  return block_.topk(h, k, eval_rows_);
+  return block_.topk(h, k, eval_rows());
 }
 
 TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
@@ -248,7 +247,7 @@ TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
       acc.add(i, static_cast<uint32_t>(label_lo() + r.indices[e]), z[e]);
   TopK approx = acc.result();
   // Recall@k against exact scoring, reported so the approximation is never silent.
-  const TopK exact = block_.topk(h, k, eval_rows_);
+  const TopK exact = block_.topk(h, k, eval_rows());
   int64_t hit = 0, total = 0;
   for (int64_t i = 0; i < h.rows; ++i) {
     const uint32_t* e = exact.row_labels(i);

@@ -147,7 +147,6 @@ class LshSampledLayer final : public OutputLayer {
   LshSampledConfig cfg_;
   LossType loss_;
   int64_t eval_candidates_;  // eval_search lsh: this process's share of eval_candidates
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, the batch size on the GPU
   // mutable: evaluation scores the candidates through the block's staging workspace.
   mutable SampledBlock block_;  // W, b and their optimizer state
   std::unique_ptr<LshTables> tables_;  // null when query = none

@@ -9,10 +9,14 @@
 
 namespace xmc {
 
-OutputLayer::OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi)
-    : input_dim_(input_dim), num_labels_(num_labels), lo_(lo), hi_(hi) {
-  XMC_CHECK(input_dim > 0 && num_labels > 0 && 0 <= lo && lo < hi && hi <= num_labels,
-            "output layer d={} L={} range [{}, {})", input_dim, num_labels, lo, hi);
+OutputLayer::OutputLayer(const LayerInit& init, int64_t lo, int64_t hi)
+    : input_dim_(init.input_dim),
+      num_labels_(init.num_labels),
+      lo_(lo),
+      hi_(hi),
+      eval_rows_(init.eval_rows()) {
+  XMC_CHECK(input_dim_ > 0 && num_labels_ > 0 && 0 <= lo && lo < hi && hi <= num_labels_,
+            "output layer d={} L={} range [{}, {})", input_dim_, num_labels_, lo, hi);
 }
 
 StepStats OutputLayer::train_step(const Batch& batch, ConstMatrix h, Matrix dh,

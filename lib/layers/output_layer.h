@@ -13,6 +13,7 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "data/batch.h"
+#include "layers/layer_init.h"
 #include "ops/topk.h"
 
 namespace xmc {
@@ -88,7 +89,9 @@ class OutputLayer {
   int64_t shard_labels() const { return held_ < 0 ? hi_ - lo_ : held_; }
 
  protected:
-  OutputLayer(int64_t input_dim, int64_t num_labels, int64_t lo, int64_t hi);
+  // Over labels [lo, hi) (init's range by default) of init's d and L.
+  explicit OutputLayer(const LayerInit& init) : OutputLayer(init, init.label_lo, init.label_end()) {}
+  OutputLayer(const LayerInit& init, int64_t lo, int64_t hi);
   // Backends with a CUDA path call this when built on a CUDA Context.
   void set_device_views(bool on) { device_views_ = on; }
   // labels [B×L] restricted to this layer's [lo, hi) in local ids 0..hi-lo-1: labels itself
@@ -101,6 +104,8 @@ class OutputLayer {
   // A backend holding other labels than [lo, hi) (group_shared's part of its arrangement;
   // [lo, hi) is then the shard's place in the checkpoint index only).
   void set_held_labels(int64_t n) { held_ = n; }
+  // Rows per evaluation block (scores, top-k): all on the CPU, the batch size on the GPU.
+  int64_t eval_rows() const { return eval_rows_; }
 
  private:
   virtual StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -121,6 +126,7 @@ class OutputLayer {
   int64_t num_labels_;
   int64_t lo_;
   int64_t hi_;
+  int64_t eval_rows_;
   bool device_views_ = false;
   int64_t held_ = -1;
 };

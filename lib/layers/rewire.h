@@ -126,7 +126,6 @@ class FaninLayer : public OutputLayer {
 
   Context* ctx_;
   int64_t fan_in_, m_, max_batch_, chunk_ = 0;
-  int64_t eval_rows_;  // rows per evaluation block: all on the CPU, max_batch on the GPU
   double dropout_;
   LossType loss_;
   RewireConfig rewire_cfg_;

@@ -14,7 +14,7 @@ int64_t first_label(const std::vector<LabelRange>& ranges) {
 
 ShardSetLayer::ShardSetLayer(const LayerInit& init, const OutputSpec& spec,
                              const ShardSelection& set)
-    : OutputLayer(init.input_dim, init.num_labels, first_label(set.ranges), set.ranges.back().hi) {
+    : OutputLayer(init, first_label(set.ranges), set.ranges.back().hi) {
   const std::vector<LabelRange>& ranges = set.ranges;
   XMC_CHECK(set.first >= 0 && set.first + static_cast<int64_t>(ranges.size()) <= set.total,
             "shards [{}, +{}) of {}", set.first, ranges.size(), set.total);
