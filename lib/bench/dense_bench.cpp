@@ -16,8 +16,8 @@ namespace xmc::bench {
 nlohmann::json bench_dense(const DenseBenchParams& p) {
   Context ctx(Device::cpu, p.threads);
   OptimizerConfig optim;
-  optim.type = parse_optimizer(p.optimizer);
-  DenseBlock block(ctx, p.dim, 0, p.labels, p.batch, p.chunk, parse_loss(p.loss), optim, 1);
+  optim.type = parse_enum<OptimizerType>(p.optimizer, "optimizer");
+  DenseBlock block(ctx, p.dim, 0, p.labels, p.batch, p.chunk, parse_enum<LossType>(p.loss, "loss"), optim, 1);
 
   Rng rng(2);
   std::vector<float> h(static_cast<size_t>(p.batch * p.dim)), dh(h.size());

@@ -111,9 +111,7 @@ struct DataConfig {
 struct OptimSpec : OptimizerConfig {
   template <class V>
   void visit(V& v) {
-    std::string name(to_string(type));  // the visitors read and write the name
-    v.field("type", name, "Optimizer", Choices{"sgd", "adam", "adamw"});
-    type = parse_optimizer(name);
+    v.field("type", type, "Optimizer");
     v.field("lr", lr, "Base learning rate", Range::greater_than(0));
     v.field("momentum", momentum, "sgd: momentum", Range::half_open(0, 1));
     v.field("weight_decay", weight_decay, "sgd: L2 added to the gradient; adamw: decoupled decay",

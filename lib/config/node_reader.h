@@ -31,6 +31,13 @@ class NodeReader {
   void field(std::string_view key, std::string& v, std::string_view doc, PathField = {});
   void field(std::string_view key, std::string& v, std::string_view doc, const Choices& c);
   void field(std::string_view key, OutputSpec& v, std::string_view doc);
+  // An enum: one of the names c allows (every value of E by default), parsed here once.
+  template <NamedEnum E>
+  void field(std::string_view key, E& v, std::string_view doc, const Choices& c = Choices::of<E>()) {
+    std::string name(to_string(v));
+    field(key, name, doc, c);
+    v = parse_enum<E>(name, key);
+  }
 
   template <VisitableBy<NodeReader> S>
   void field(std::string_view key, S& s, std::string_view /*doc*/) {

@@ -22,13 +22,15 @@ std::string scalar_text(double v);
 
 class NodeWriter {
  public:
-  // A scalar field (bool, int64_t, uint64_t, double, string): its text; the constraint
-  // (Range, Choices, PathField) is the reader's.
+  // A scalar field (bool, int64_t, uint64_t, double, string, enum): its text; the
+  // constraint (Range, Choices, PathField) is the reader's.
   template <class T, class... Constraint>
-  requires std::is_arithmetic_v<T> || std::is_same_v<T, std::string>
+  requires std::is_arithmetic_v<T> || std::is_same_v<T, std::string> || NamedEnum<T>
   void field(std::string_view key, const T& v, std::string_view doc, const Constraint&...) {
     if constexpr (std::is_same_v<T, std::string>)
       add(key, ConfigNode::make_scalar(v), doc);
+    else if constexpr (NamedEnum<T>)
+      add(key, ConfigNode::make_scalar(std::string(to_string(v))), doc);
     else
       add(key, ConfigNode::make_scalar(scalar_text(v)), doc);
   }

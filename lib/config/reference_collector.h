@@ -37,6 +37,10 @@ class ReferenceCollector {
   void field(std::string_view key, const std::string& v, std::string_view doc, const Choices& c);
   void field(std::string_view key, const std::string& v, std::string_view doc, PathField);
   void field(std::string_view key, const OutputSpec& v, std::string_view doc);
+  template <NamedEnum E>
+  void field(std::string_view key, E v, std::string_view doc, const Choices& c = Choices::of<E>()) {
+    field(key, std::string(to_string(v)), doc, c);
+  }
 
   template <VisitableBy<ReferenceCollector> S>
   void field(std::string_view key, const S& s, std::string_view /*doc*/) {

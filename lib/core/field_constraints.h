@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
+
 namespace xmc {
 
 // A config struct that a visitor V (NodeReader, NodeWriter, ReferenceCollector) can walk:
@@ -35,10 +37,23 @@ struct Range {
   std::string str(bool integer) const;
 };
 
-// A string field restricted to a fixed list.
+// A field restricted to a fixed list, in the order the reference and the messages give it:
+// strings, or values of an enum field (core/enum_names.h) by their names; of() lists every
+// value of the enum (what an enum field without Choices allows).
 struct Choices {
   std::vector<std::string> values;
   Choices(std::initializer_list<std::string_view> v) : values(v.begin(), v.end()) {}
+  template <NamedEnum E>
+  Choices(std::initializer_list<E> v) {
+    for (E e : v) values.emplace_back(to_string(e));
+  }
+  template <NamedEnum E>
+  static Choices of() {
+    Choices c({});
+    for (size_t i = 0; !nth_enum_name(enum_name_list(E{}), i).empty(); ++i)
+      c.values.emplace_back(nth_enum_name(enum_name_list(E{}), i));
+    return c;
+  }
   bool contains(std::string_view s) const;
   std::string str() const;  // "cpu, cuda, auto"
 };

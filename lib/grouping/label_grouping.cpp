@@ -4,19 +4,11 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "grouping/spherical_kmeans.h"
 
 namespace xmc {
-
-GroupingType parse_grouping(std::string_view name) {
-  static constexpr std::array<EnumName<GroupingType>, 3> kNames{{{GroupingType::frequency, "frequency"},
-                                                                 {GroupingType::random, "random"},
-                                                                 {GroupingType::semantic, "semantic"}}};
-  return parse_enum(kNames, name, "grouping");
-}
 
 std::vector<uint32_t> frequency_order(std::span<const int64_t> freq) {
   std::vector<uint32_t> order(freq.size());

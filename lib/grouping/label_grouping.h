@@ -10,12 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/matrix.h"
 
 namespace xmc {
 
-enum class GroupingType { frequency, random, semantic };
-GroupingType parse_grouping(std::string_view name);  // InputError naming the known ones
+XMC_NAMED_ENUM(GroupingType, frequency, random, semantic);
 
 // Labels by training frequency, most frequent first; equal counts keep the lower id first.
 std::vector<uint32_t> frequency_order(std::span<const int64_t> freq);

@@ -39,12 +39,11 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
       k_r_(init.shard_share(cfg.random_negatives)),
       chunk_(std::min(cfg.chunk_size, shard_labels())),
       cfg_(cfg),
-      loss_(parse_loss(cfg.loss)),
       seed_(init.seed),
       draw_seed_(Rng::shard_seed(init.seed, init.label_lo)),
       ctx_(init.ctx) {
   XMC_CHECK(ctx_ != nullptr, "anns_sampled: no context");
-  if (loss_ == LossType::softmax)
+  if (cfg_.loss == LossType::softmax)
     throw_input("anns_sampled: loss 'softmax' is not supported, expected bce or squared_hinge");
   if (n_train_ < 1)
     throw_input("anns_sampled needs the number of training points (got {})", n_train_);
@@ -91,7 +90,7 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   std::vector<int64_t> npos(static_cast<size_t>(rows));
   std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives
   std::vector<float> rweight(static_cast<size_t>(rows), 1.0f);
-  const bool unbiased = cfg_.negative_weight == "unbiased";
+  const bool unbiased = cfg_.negative_weight == NegativeWeight::unbiased;
   const bool use_hard = has_hard_negatives() && k_h_ > 0;
   for (int64_t id : batch.ids)
     XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
@@ -164,7 +163,7 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   int64_t zeros = 0;
   // The scores become the weighted loss gradients in place (ops/loss.h).
   auto loss_grad = [&](std::span<float> zg) {
-    loss = candidate_loss_grad(loss_, c.ptr.data(), rows, c.positive.data(), c.weight.data(),
+    loss = candidate_loss_grad(cfg_.loss, c.ptr.data(), rows, c.positive.data(), c.weight.data(),
                                rows, zg.data(), &zeros);
   };
   // dh with the weights before the update, then the update of the touched rows.
@@ -202,7 +201,7 @@ DenseMatrix AnnsSampledLayer::augmented_weights() const {
 
 TopK AnnsSampledLayer::topk_impl(ConstMatrix h, int k) const {
   auto exact_topk = [this](ConstMatrix q, int kk) { return block_.topk(q, kk, eval_rows()); };
-  if (cfg_.search == "exact") return exact_topk(h, k);
+  if (cfg_.search == AnnsSearch::exact) return exact_topk(h, k);
   if (!eval_index_ || index_version_ != version_) {
     log_eval_recall();
     Stopwatch sw;
@@ -300,7 +299,7 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
   const int k = static_cast<int>(k_h_);
   // Two halves, so that a test pause in between exposes any early swap.
   const int64_t half = n_train_ / 2;
-  if (cfg_.retrieval == "exact") {
+  if (cfg_.retrieval == AnnsSearch::exact) {
     exact_hard_set(vectors.view(), queries.view().rows_range(0, half), back.data());
     if (pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
     exact_hard_set(vectors.view(), queries.view().rows_range(half, n_train_ - half),

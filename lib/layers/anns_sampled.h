@@ -49,8 +49,11 @@
 
 namespace xmc {
 
+XMC_NAMED_ENUM(AnnsSearch, exact, hnsw);
+XMC_NAMED_ENUM(NegativeWeight, none, unbiased);
+
 struct AnnsSampledConfig {
-  std::string loss = "bce";
+  LossType loss = LossType::bce;
   int64_t hard_negatives = 32;    // k_h
   int64_t random_negatives = 64;  // k_r
   int64_t start_epoch = 1;        // τs
@@ -59,17 +62,17 @@ struct AnnsSampledConfig {
   int64_t m = 16;
   int64_t ef_construction = 200;
   int64_t ef = 64;
-  std::string retrieval = "hnsw";
-  std::string negative_weight = "none";
+  AnnsSearch retrieval = AnnsSearch::hnsw;
+  NegativeWeight negative_weight = NegativeWeight::none;
   double hard_weight = 1.0;
-  std::string search = "exact";
+  AnnsSearch search = AnnsSearch::exact;
   int64_t recall_sample = 64;
   int64_t chunk_size = 8192;
 
   template <class V>
   void visit(V& v) {
     v.field("loss", loss, "Loss over the candidates (positives + sampled negatives)",
-            Choices{"bce", "squared_hinge"});
+            Choices{LossType::bce, LossType::squared_hinge});
     v.field("hard_negatives", hard_negatives,
             "k_h: stale hard negatives retrieved per training point at each refresh (on "
             "WordNet, real data, 32 at hard_weight 0.1 beat random-only by 3.3 P@1 points; "
@@ -84,8 +87,7 @@ struct AnnsSampledConfig {
             Range{1, 1 << 20});
     v.field("negative_weight", negative_weight,
             "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
-            "sampled loss estimates the dense loss)",
-            Choices{"none", "unbiased"});
+            "sampled loss estimates the dense loss)");
     v.field("hard_weight", hard_weight,
             "Loss weight of each stale hard negative (positives and uniform negatives weigh 1). "
             "Measured with Adam: 0.1 on WordNet (real data, 17k labels: P@1 70.6 vs 69.6 at 1) "
@@ -96,7 +98,7 @@ struct AnnsSampledConfig {
             "How a refresh finds each point's k_h best-scoring labels: hnsw (the index) or "
             "exact (brute force over [W | b], N·L·(d+1) multiply-adds per refresh: a reference "
             "for measuring what the index misses, practical up to ~1e5 labels)",
-            Choices{"hnsw", "exact"});
+            Choices{AnnsSearch::hnsw, AnnsSearch::exact});
     v.field("synchronous", synchronous,
             "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
             "false: background thread, parallel build");
@@ -105,8 +107,7 @@ struct AnnsSampledConfig {
             Range{1, 1 << 16});
     v.field("ef", ef, "HNSW candidate list size while searching (retrieval and hnsw eval)",
             Range{1, 1 << 16});
-    v.field("search", search, "Evaluation top-k: exact (streamed) or through the HNSW index",
-            Choices{"exact", "hnsw"});
+    v.field("search", search, "Evaluation top-k: exact (streamed) or through the HNSW index");
     v.field("recall_sample", recall_sample,
             "search: hnsw — rows per top-k call also scored exactly to measure the index recall",
             Range{0, 1 << 20});
@@ -175,7 +176,6 @@ class AnnsSampledLayer final : public OutputLayer {
 
   int64_t d_, n_train_, k_h_, k_r_, chunk_;
   AnnsSampledConfig cfg_;
-  LossType loss_;
   uint64_t seed_;
   uint64_t draw_seed_;  // uniform negatives: seed_, mixed with the first label of a shard
   Context* ctx_;

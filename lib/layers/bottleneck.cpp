@@ -19,7 +19,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
       dim_(cfg.dim),
       optim_(init.optim),
       block_(*init.ctx, cfg.dim, init.label_lo, init.label_end() - init.label_lo,
-             init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
+             init.batch_size, cfg.chunk_size, cfg.loss, init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   Context& ctx = *init.ctx;
   // Label-sharded: every process holds all of P (the same initial values: same seed) and

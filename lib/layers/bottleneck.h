@@ -18,15 +18,15 @@ namespace xmc {
 
 struct BottleneckConfig {
   int64_t dim = 128;
-  std::string loss = "bce";
+  LossType loss = LossType::bce;
   int64_t chunk_size = 8192;
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
 
   template <class V>
   void visit(V& v) {
     v.field("dim", dim, "Width b of the projection before the dense layer", Range{1, 1 << 20});
-    v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
+    v.field("loss", loss, "Loss over all labels");
     v.field("chunk_size", chunk_size, "Labels processed per chunk", Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,
             "Weight storage of the dense part: fp32, or bf16 (device cuda only; the projection "

@@ -5,7 +5,7 @@ namespace xmc {
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
     : OutputLayer(init),
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
-             init.batch_size, cfg.chunk_size, parse_loss(cfg.loss), init.optim, init.seed,
+             init.batch_size, cfg.chunk_size, cfg.loss, init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
   set_device_views(init.ctx->on_gpu());
   // Softmax normalises over every label: a shard merges its statistics with the others'.

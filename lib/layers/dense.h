@@ -12,14 +12,14 @@
 namespace xmc {
 
 struct DenseConfig {
-  std::string loss = "bce";
+  LossType loss = LossType::bce;
   int64_t chunk_size = 8192;
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
 
   template <class V>
   void visit(V& v) {
-    v.field("loss", loss, "Loss over all labels", Choices{"bce", "squared_hinge", "softmax"});
+    v.field("loss", loss, "Loss over all labels");
     v.field("chunk_size", chunk_size, "Labels processed per chunk (bounds the B×chunk logit workspace)",
             Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,

@@ -11,19 +11,13 @@
 
 namespace xmc {
 
-DensePrecision dense_precision(const Context& ctx, const std::string& precision,
-                               bool stochastic_rounding) {
-  DensePrecision p;
-  if (precision == "bf16") {
-    if (!ctx.on_gpu())
-      throw_input("model.output.precision: bf16 weights need device cuda (the CPU path is fp32)");
-    p.bf16 = true;
-  } else if (precision != "fp32") {
-    throw_input("model.output.precision: unknown '{}': expected fp32 or bf16", precision);
-  }
+DensePrecision dense_precision(const Context& ctx, Precision precision, bool stochastic_rounding) {
+  DensePrecision p{.bf16 = precision == Precision::bf16};
+  if (p.bf16 && !ctx.on_gpu())
+    throw_input("model.output.precision: bf16 weights need device cuda (the CPU path is fp32)");
   if (stochastic_rounding && !p.bf16)
     throw_input("model.output.stochastic_rounding needs precision bf16 (precision is {})",
-                precision);
+                to_string(precision));
   p.stochastic_rounding = stochastic_rounding;
   return p;
 }

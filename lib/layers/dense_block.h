@@ -39,6 +39,8 @@ struct DenseTimings {
   double update = 0.0;           // optimizer step of W_c, b_c
 };
 
+XMC_NAMED_ENUM(Precision, fp32, bf16);  // weight storage (bf16: CUDA only)
+
 // Weight storage of a dense block.
 struct DensePrecision {
   bool bf16 = false;                 // CUDA only
@@ -47,15 +49,14 @@ struct DensePrecision {
 // The config keys `precision` and `stochastic_rounding` of the backends built on a
 // DenseBlock (dense, bottleneck, group_shared); `doc` describes what the precision covers.
 template <class V>
-void visit_precision(V& v, std::string& precision, bool& stochastic_rounding, const char* doc) {
-  v.field("precision", precision, doc, Choices{"fp32", "bf16"});
+void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, const char* doc) {
+  v.field("precision", precision, doc);
   v.field("stochastic_rounding", stochastic_rounding,
           "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
 }
-// precision: "fp32" | "bf16" (bf16: CUDA only, InputError on the CPU);
-// stochastic_rounding: bf16 only (InputError otherwise).
-DensePrecision dense_precision(const Context& ctx, const std::string& precision,
-                               bool stochastic_rounding);
+// bf16: CUDA only (InputError on the CPU); stochastic_rounding: bf16 only (InputError
+// otherwise).
+DensePrecision dense_precision(const Context& ctx, Precision precision, bool stochastic_rounding);
 
 class DenseBlock {
  public:

@@ -36,7 +36,7 @@ FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& 
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0, "fixed_fanin: d={} L={} B={}", d, n, max_batch_);
   chunk_ = std::min(cfg.chunk_size, n);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
-    throw_input("fixed_fanin: loss '{}' is not supported (squared_hinge, bce)", cfg.loss);
+    throw_input("fixed_fanin: loss '{}' is not supported (squared_hinge, bce)", to_string(cfg.loss));
   if (f > m_)
     throw_input("fixed_fanin: fan_in {} exceeds the {} inputs of the sparse layer ({})", f, m_,
                 cfg.intermediate > 0 ? "model.output.intermediate" : "encoder output width");

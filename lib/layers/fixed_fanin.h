@@ -32,7 +32,7 @@ struct FixedFaninConfig {
   int64_t fan_in = 64;        // F (paper: 32 or 64)
   int64_t intermediate = 0;   // m, width of the ReLU layer before the sparse layer (0 = none)
   double dropout = 0.0;       // input dropout on h
-  std::string loss = "squared_hinge";
+  LossType loss = LossType::squared_hinge;
   RewireConfig rewire;
   int64_t chunk_size = 8192;  // labels per block (bounds the B×chunk logit workspace)
   bool gpu_timing = false;    // GPU: synchronise after each op to time it (the CPU always times)
@@ -46,7 +46,7 @@ struct FixedFaninConfig {
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));
     v.field("loss", loss, "Loss over all labels (squared_hinge skips zero gradients)",
-            Choices{"squared_hinge", "bce"});
+            Choices{LossType::squared_hinge, LossType::bce});
     v.field("rewire", rewire, "Prune-and-regrow schedule (dynamic sparse training)");
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
     v.field("gpu_timing", gpu_timing,

@@ -86,7 +86,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
                                 init.shards)),
       head_(split_.head),
       groups_(split_.groups),
-      grouping_(parse_grouping(cfg.grouping)),
+      grouping_(cfg.grouping),
       beta_(cfg.beta),
       kmeans_iters_(static_cast<int>(cfg.kmeans_iters)),
       stochastic_rounding_(cfg.stochastic_rounding) {
@@ -100,7 +100,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0 && g > 0 && f > 0,
             "group_shared: d={} L={} B={} G={} F={}", d, n, max_batch_, g, f);
   if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
-    throw_input("group_shared: loss '{}' is not supported (squared_hinge, bce)", cfg.loss);
+    throw_input("group_shared: loss '{}' is not supported (squared_hinge, bce)", to_string(cfg.loss));
   if (t > 0 && f > m_)
     throw_input("group_shared: fan_in {} exceeds the {} inputs of the tail ({})", f, m_,
                 cfg.tail_projection > 0 ? "model.output.tail_projection" : "encoder output width");
@@ -179,7 +179,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
                                     : std::string(),
       t, groups_, g, f, m_,
       tail_proj_.active() ? fmt::format(" after a {}→{} ReLU projection", d, m_) : std::string(),
-      cfg.grouping, tf,
+      to_string(cfg.grouping), tf,
       100.0 * static_cast<double>(tf) / static_cast<double>(std::max<int64_t>(1, t * d)), t, d,
       groups_ * f,
       100.0 * static_cast<double>(groups_ * f) / static_cast<double>(std::max<int64_t>(1, tf)));

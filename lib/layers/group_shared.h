@@ -65,14 +65,14 @@ struct GroupSharedConfig {
   double head_fraction = 0.05;
   int64_t head_dim = 0;       // linear projection d→head_dim before the head (0 = none)
   int64_t tail_projection = 0;  // ReLU layer d→m before the tail (0 = none, m = d)
-  std::string grouping = "frequency";
+  GroupingType grouping = GroupingType::frequency;
   double beta = 4.0;          // semantic: about T/(β·G) k-means buckets
   int64_t kmeans_iters = 10;
-  std::string loss = "bce";
+  LossType loss = LossType::bce;
   RewireConfig rewire;
   double dropout = 0.0;       // input dropout on h
   int64_t chunk_size = 8192;  // labels per block (rounded down to a multiple of G)
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
 
   template <class V>
@@ -87,14 +87,13 @@ struct GroupSharedConfig {
             Range{0, 65536});
     v.field("tail_projection", tail_projection,
             "Width of the ReLU layer before the sparse tail (0 = none)", Range{0, 65536});
-    v.field("grouping", grouping, "How tail labels are arranged into groups",
-            Choices{"frequency", "random", "semantic"});
+    v.field("grouping", grouping, "How tail labels are arranged into groups");
     v.field("beta", beta, "Semantic grouping: about (tail labels)/(beta·G) k-means buckets",
             Range{1.0, 1e6});
     v.field("kmeans_iters", kmeans_iters, "Semantic grouping: spherical k-means rounds",
             Range{1, 1000});
     v.field("loss", loss, "Loss over all labels (squared_hinge skips zero gradients)",
-            Choices{"bce", "squared_hinge"});
+            Choices{LossType::bce, LossType::squared_hinge});
     v.field("rewire", rewire, "Prune-and-regrow of the groups' shared fan-in sets (HASTE Alg. 3)");
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));

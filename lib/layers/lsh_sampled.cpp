@@ -50,7 +50,7 @@ double lsh_loss_grad(LossType loss, const CsrMatrix& labels, const ops::Candidat
 }
 
 bool uses_tables(const LshSampledConfig& cfg) {
-  return parse_lsh_query(cfg.query) != LshQuery::none || cfg.eval_search == "lsh";
+  return cfg.query != LshQuery::none || cfg.eval_search == LshEvalSearch::lsh;
 }
 
 // The host memory the layer allocates, checked before any of it is: the weights and their
@@ -83,22 +83,21 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       ctx_(init.ctx),
       comm_(init.shard_comm()),
       cfg_(cfg),
-      loss_(parse_loss(cfg.loss)),
       eval_candidates_(init.shard_share(cfg.eval_candidates)) {
   XMC_CHECK(init.ctx != nullptr, "lsh_sampled needs a context");
-  if (loss_ == LossType::squared_hinge)
-    throw_input("lsh_sampled supports loss softmax or bce, not '{}'", cfg.loss);
+  if (cfg_.loss == LossType::squared_hinge)
+    throw_input("lsh_sampled supports loss softmax or bce, not '{}'", to_string(cfg.loss));
   // Label-sharded (mpirun): this process's labels [lo, lo + n) with their own tables, in
   // local ids 0..n-1 inside the block, the tables and the sampler; its share of the
   // per-point candidate budget (LayerInit::shard_share).
   const int64_t n = shard_labels(), d = init.input_dim;
   auto& ledger = init.ctx->ledger();
-  const LshParams p{.family = parse_lsh_family(cfg.hash),
+  const LshParams p{.family = cfg.hash,
                     .k = static_cast<int>(cfg.k),
                     .tables = static_cast<int>(cfg.tables),
                     .capacity = static_cast<int>(cfg.bucket_capacity),
-                    .policy = parse_bucket_policy(cfg.insertion),
-                    .sparse_projection = cfg.projection == "sparse",
+                    .policy = cfg.insertion,
+                    .sparse_projection = cfg.projection == LshProjection::sparse,
                     .density = cfg.projection_density,
                     .bin = static_cast<int>(cfg.dwta_bin),
                     .seed = init.seed ^ 0x15B7AB1E5ULL};
@@ -116,7 +115,7 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   sched_[0] = cfg.rebuild_interval;
 
   // Each shard its own random draws (one process: lo = 0, the seed as before).
-  const CandidateParams cp{.query = parse_lsh_query(cfg.query),
+  const CandidateParams cp{.query = cfg.query,
                            .max_candidates = max_cand,
                            .min_candidates = min_cand,
                            .shared = cfg.shared_candidates,
@@ -190,7 +189,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   // The scores become dL/dlogit / B in place; dh with the weights before the update, then
   // the update of the touched rows.
   auto loss_grad = [&](std::span<float> zg) {
-    loss_sum = lsh_loss_grad(loss_, positives, csr, zg.data(), zeros,
+    loss_sum = lsh_loss_grad(cfg_.loss, positives, csr, zg.data(), zeros,
                              comm_ != nullptr ? &shards_ : nullptr);
   };
   for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
@@ -201,7 +200,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
   const int64_t n = shard_labels(), d = input_dim();
-  if (cfg_.reinsert == "all") {
+  if (cfg_.reinsert == LshReinsert::all) {
     // W on the host (a copy of L×d floats on the GPU), every rebuild interval.
     tables_->build(block_.host_weights());
     block_.release_host();
@@ -229,7 +228,7 @@ void LshSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 }
 
 TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
-  if (cfg_.eval_search == "lsh") return lsh_topk(h, k);
+  if (cfg_.eval_search == LshEvalSearch::lsh) return lsh_topk(h, k);
   return block_.topk(h, k, eval_rows());
 }
 

@@ -45,47 +45,48 @@
 
 namespace xmc {
 
+XMC_NAMED_ENUM(LshProjection, dense, sparse);
+XMC_NAMED_ENUM(LshReinsert, updated, all);
+XMC_NAMED_ENUM(LshEvalSearch, exact, lsh);
+
 struct LshSampledConfig {
-  std::string loss = "softmax";
-  std::string hash = "simhash";
+  LossType loss = LossType::softmax;
+  LshFamily hash = LshFamily::simhash;
   int64_t k = 6;
   int64_t tables = 32;
   int64_t bucket_capacity = 128;
-  std::string insertion = "fifo";
-  std::string projection = "dense";
+  BucketPolicy insertion = BucketPolicy::fifo;
+  LshProjection projection = LshProjection::dense;
   double projection_density = 1.0 / 3.0;
   int64_t dwta_bin = 8;
-  std::string query = "embedding";
+  LshQuery query = LshQuery::embedding;
   int64_t max_candidates = 1024;
   int64_t min_candidates = 256;
   bool shared_candidates = false;
   int64_t rebuild_interval = 50;
   double rebuild_growth = 1.0;
-  std::string reinsert = "updated";
-  std::string eval_search = "exact";
+  LshReinsert reinsert = LshReinsert::updated;
+  LshEvalSearch eval_search = LshEvalSearch::exact;
   int64_t eval_candidates = 4096;
   int64_t chunk_size = 8192;
 
   template <class V>
   void visit(V& v) {
-    v.field("loss", loss, "Loss over each point's candidates", Choices{"softmax", "bce"});
-    v.field("hash", hash, "LSH family: signed random projections or densified winner-take-all",
-            Choices{"simhash", "dwta"});
+    v.field("loss", loss, "Loss over each point's candidates",
+            Choices{LossType::softmax, LossType::bce});
+    v.field("hash", hash, "LSH family: signed random projections or densified winner-take-all");
     v.field("k", k, "Projections (simhash) or WTA codes (dwta) per table", Range{1, 24});
     v.field("tables", tables, "Number of hash tables", Range{1, 1024});
     v.field("bucket_capacity", bucket_capacity, "Labels kept per bucket", Range{1, 1 << 16});
-    v.field("insertion", insertion, "What a full bucket does with a new label",
-            Choices{"fifo", "reservoir"});
-    v.field("projection", projection, "simhash projections: Gaussian, or sparse ±1",
-            Choices{"dense", "sparse"});
+    v.field("insertion", insertion, "What a full bucket does with a new label");
+    v.field("projection", projection, "simhash projections: Gaussian, or sparse ±1");
     v.field("projection_density", projection_density,
             "Fraction of coordinates a sparse ±1 projection reads", Range{0.0, 1.0, true, false});
     v.field("dwta_bin", dwta_bin, "dwta: coordinates per WTA bin (⌈log2 bin⌉ bits per code)",
             Range{2, 256});
     v.field("query", query,
             "Table query: the embedding h, the true labels' weight vectors, or none (uniform "
-            "random negatives only)",
-            Choices{"embedding", "label", "none"});
+            "random negatives only)");
     v.field("max_candidates", max_candidates,
             "Cap on positives ∪ retrieved labels per point (per batch when shared)",
             Range{1, 1 << 24});
@@ -99,11 +100,9 @@ struct LshSampledConfig {
             "Each refresh multiplies the interval by this (1 = fixed; >1 = decaying schedule)",
             Range{1.0, 100.0});
     v.field("reinsert", reinsert,
-            "Refresh re-inserts the labels updated since the last one, or rebuilds all",
-            Choices{"updated", "all"});
+            "Refresh re-inserts the labels updated since the last one, or rebuilds all");
     v.field("eval_search", eval_search,
-            "Evaluation: exact scoring of all labels, or scoring of the labels retrieved by h",
-            Choices{"exact", "lsh"});
+            "Evaluation: exact scoring of all labels, or scoring of the labels retrieved by h");
     v.field("eval_candidates", eval_candidates, "eval_search lsh: labels scored per point",
             Range{1, 1 << 24});
     v.field("chunk_size", chunk_size, "Labels per chunk of exact scoring", Range{1, int64_t{1} << 24});
@@ -145,7 +144,6 @@ class LshSampledLayer final : public OutputLayer {
   Comm* comm_;  // the label shards' processes; nullptr in one process
   RowReductions shards_;  // their reductions (label-sharded softmax), set with comm_
   LshSampledConfig cfg_;
-  LossType loss_;
   int64_t eval_candidates_;  // eval_search lsh: this process's share of eval_candidates
   // mutable: evaluation scores the candidates through the block's staging workspace.
   mutable SampledBlock block_;  // W, b and their optimizer state

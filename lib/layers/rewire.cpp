@@ -115,14 +115,14 @@ int64_t regrow_sets(uint32_t* idx, int64_t sets, int64_t f, int64_t m,
 }
 
 FaninLayer::FaninLayer(const LayerInit& init, int64_t fan_in, int64_t m, double dropout,
-                       const std::string& loss, const RewireConfig& rewire)
+                       LossType loss, const RewireConfig& rewire)
     : OutputLayer(init),
       ctx_(init.ctx),
       fan_in_(fan_in),
       m_(m > 0 ? m : init.input_dim),
       max_batch_(init.batch_size),
       dropout_(dropout),
-      loss_(parse_loss(loss)),
+      loss_(loss),
       rewire_cfg_(rewire),
       optim_(init.optim),
       seed_(init.seed),

@@ -101,7 +101,7 @@ class FaninLayer : public OutputLayer {
  protected:
   // m: the width of the sparse part's input (0: the layer's input, d wide).
   FaninLayer(const LayerInit& init, int64_t fan_in, int64_t m, double dropout,
-             const std::string& loss, const RewireConfig& rewire);
+             LossType loss, const RewireConfig& rewire);
   // With dropout its mask [B×d] (drawn on the host on both devices) and x [B×d]; with
   // `chunks` the transposed input ut [m×B] (bf16 when the weights are), z [B×chunk], dw
   // [chunk×F], db [chunk], the targets and the loss accumulator, for chunks of chunk_.

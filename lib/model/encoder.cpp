@@ -40,7 +40,7 @@ void validate(const std::vector<EncoderLayerConfig>& layers, int64_t input_dim, 
     if (l.out <= 0) throw_input("encoder layer {}: out = {} must be > 0", i, l.out);
     if (!(l.dropout >= 0.0 && l.dropout < 1.0))
       throw_input("encoder layer {}: dropout = {} must be in [0, 1)", i, l.dropout);
-    (void)parse_activation(l.activation);  // throws naming the known ones
+    (void)parse_enum<Activation>(l.activation, "activation");  // throws naming the known ones
   }
 }
 
@@ -147,7 +147,7 @@ Encoder::Encoder(Context& ctx, const std::vector<EncoderLayerConfig>& layers, in
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     Rng init = Rng::stream(seed, i);
-    const Activation act = parse_activation(l.activation);
+    const auto act = parse_enum<Activation>(l.activation, "activation");
     if (l.type == "sparse_linear") {
       impl_->first = std::make_unique<SparseLinear>(ctx, in, l.out, act, l.dropout, optim, init);
     } else {

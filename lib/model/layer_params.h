@@ -22,13 +22,8 @@
 namespace xmc {
 
 // The activation after an encoder layer (applied by the ops of ops/encoder.h and
-// ops/dense.h); parse_activation throws InputError naming the known ones.
-enum class Activation { none, relu };
-inline Activation parse_activation(std::string_view name) {
-  constexpr std::array<EnumName<Activation>, 2> kNames{
-      {{Activation::none, "none"}, {Activation::relu, "relu"}}};
-  return parse_enum(kNames, name, "activation");
-}
+// ops/dense.h).
+XMC_NAMED_ENUM(Activation, none, relu);
 
 class EncoderLayerBase {
  public:

@@ -4,21 +4,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
-
-namespace {
-constexpr std::array<EnumName<ScheduleType>, 3> kScheduleNames{{{ScheduleType::constant, "constant"},
-                                                                {ScheduleType::cosine, "cosine"},
-                                                                {ScheduleType::plateau, "plateau"}}};
-}  // namespace
-
-ScheduleType parse_schedule(std::string_view name) {
-  return parse_enum(kScheduleNames, name, "schedule");
-}
-std::string_view to_string(ScheduleType t) { return enum_name(kScheduleNames, t); }
 
 LrSchedule::LrSchedule(const ScheduleConfig& cfg, int64_t total_steps)
     : cfg_(cfg), total_steps_(total_steps) {

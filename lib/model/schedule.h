@@ -8,9 +8,7 @@
 
 namespace xmc {
 
-enum class ScheduleType { constant, cosine, plateau };
-ScheduleType parse_schedule(std::string_view name);  // throws InputError naming the known ones
-std::string_view to_string(ScheduleType t);
+XMC_NAMED_ENUM(ScheduleType, constant, cosine, plateau);
 
 struct ScheduleConfig {
   ScheduleType type = ScheduleType::constant;
@@ -21,10 +19,7 @@ struct ScheduleConfig {
 
   template <class V>
   void visit(V& v) {
-    std::string name(to_string(type));  // the visitors read and write the name
-    v.field("type", name, "Schedule of the lr multiplier",
-            Choices{"constant", "cosine", "plateau"});
-    type = parse_schedule(name);
+    v.field("type", type, "Schedule of the lr multiplier");
     v.field("warmup_steps", warmup_steps, "cosine: steps of linear warmup from 0",
             Range::at_least(0));
     v.field("min_factor", min_factor, "cosine, plateau: floor of the multiplier", Range{0, 1});

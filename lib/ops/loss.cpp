@@ -4,21 +4,11 @@
 #include <cmath>
 #include <limits>
 
-#include "core/enum_names.h"
 #include "core/error.h"
 #include "ops/dense.h"
 #include "ops/fast_math.h"
 
 namespace xmc {
-
-namespace {
-constexpr std::array<EnumName<LossType>, 3> kLossNames{{{LossType::bce, "bce"},
-                                                        {LossType::squared_hinge, "squared_hinge"},
-                                                        {LossType::softmax, "softmax"}}};
-}  // namespace
-
-LossType parse_loss(std::string_view name) { return parse_enum(kLossNames, name, "loss"); }
-std::string_view to_string(LossType t) { return enum_name(kLossNames, t); }
 
 namespace {
 

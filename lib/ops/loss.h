@@ -11,15 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/context.h"
 #include "core/matrix.h"
 #include "ops/dense.h"  // gpu::Bf16Matrix
 
 namespace xmc {
 
-enum class LossType { bce, squared_hinge, softmax };
-LossType parse_loss(std::string_view name);  // throws InputError naming the known ones
-std::string_view to_string(LossType t);
+XMC_NAMED_ENUM(LossType, bce, squared_hinge, softmax)
 
 // Elementwise losses (bce, squared_hinge) on one chunk.
 // logits [B×c] for labels [lo, lo+c); on return holds dLoss/dlogit already divided by B

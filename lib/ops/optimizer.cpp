@@ -4,14 +4,11 @@
 #include <cmath>
 
 #include "core/buffer.h"
-#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
 
 namespace {
-constexpr std::array<EnumName<OptimizerType>, 3> kOptimizerNames{
-    {{OptimizerType::sgd, "sgd"}, {OptimizerType::adam, "adam"}, {OptimizerType::adamw, "adamw"}}};
 // Below this many slots the loop runs on the calling thread (also the case when called
 // from inside a parallel region, e.g. per touched row of a sparse layer).
 constexpr int64_t kParallelMin = 1 << 15;
@@ -35,11 +32,6 @@ Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim,
   if (optimizer_state_arrays(optim) < which) return {};
   return Buffer<float>(ctx, MemTag::optimizer, n);
 }
-
-OptimizerType parse_optimizer(std::string_view name) {
-  return parse_enum(kOptimizerNames, name, "optimizer");
-}
-std::string_view to_string(OptimizerType t) { return enum_name(kOptimizerNames, t); }
 
 OptimizerStep::OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step)
     : type_(cfg.type),

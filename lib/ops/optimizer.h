@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/enum_names.h"
 #include "ops/dense.h"  // gpu::Bf16
 
 namespace xmc {
@@ -17,7 +18,7 @@ namespace xmc {
 template <class T>
 class Buffer;
 
-enum class OptimizerType { sgd, adam, adamw };
+XMC_NAMED_ENUM(OptimizerType, sgd, adam, adamw)
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::adam;
@@ -46,9 +47,6 @@ template <class Buf>
 auto* data_or_null(Buf& b, int64_t o = 0) {
   return b.size() ? b.data() + o : nullptr;
 }
-
-OptimizerType parse_optimizer(std::string_view name);
-std::string_view to_string(OptimizerType t);
 
 // One update of params[i] -= ... for i in [0, n), with gradient grad[i].
 // state1/state2: the state arrays for the same slots (nullptr when not needed).

@@ -17,15 +17,6 @@
 namespace xmc {
 namespace fs = std::filesystem;
 
-std::string_view to_string(RunStatus s) {
-  static constexpr std::array<EnumName<RunStatus>, 5> kNames{{{RunStatus::complete, "complete"},
-                                                              {RunStatus::incomplete, "incomplete"},
-                                                              {RunStatus::running, "running"},
-                                                              {RunStatus::failed, "failed"},
-                                                              {RunStatus::unreadable, "unreadable"}}};
-  return enum_name(kNames, s);
-}
-
 namespace {
 
 // True when the directory holds any of the files a training run writes.

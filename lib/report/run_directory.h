@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config_node.h"
+#include "core/enum_names.h"
 
 namespace xmc {
 
@@ -21,7 +22,9 @@ enum class RunStatus {
   failed,      // failed.txt: the run stopped on an error
   unreadable,  // a run file exists but cannot be parsed
 };
-std::string_view to_string(RunStatus s);
+constexpr std::string_view enum_name_list(RunStatus) {
+  return "complete, incomplete, running, failed, unreadable";
+}
 
 struct RunRecord {
   std::string dir;  // as found (argument, glob match or child of an argument)

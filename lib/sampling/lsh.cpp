@@ -3,23 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/enum_names.h"
 #include "core/error.h"
 #include "ops/dense.h"
 
 namespace xmc {
-
-LshFamily parse_lsh_family(std::string_view name) {
-  static constexpr std::array<EnumName<LshFamily>, 2> kNames{
-      {{LshFamily::simhash, "simhash"}, {LshFamily::dwta, "dwta"}}};
-  return parse_enum(kNames, name, "LSH family");
-}
-
-BucketPolicy parse_bucket_policy(std::string_view name) {
-  static constexpr std::array<EnumName<BucketPolicy>, 2> kNames{
-      {{BucketPolicy::fifo, "fifo"}, {BucketPolicy::reservoir, "reservoir"}}};
-  return parse_enum(kNames, name, "bucket insertion policy");
-}
 
 namespace {
 

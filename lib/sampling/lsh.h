@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/matrix.h"
 #include "core/memory_ledger.h"
 #include "core/rng.h"
@@ -27,10 +28,8 @@
 
 namespace xmc {
 
-enum class LshFamily { simhash, dwta };
-enum class BucketPolicy { fifo, reservoir };
-LshFamily parse_lsh_family(std::string_view name);      // throws InputError
-BucketPolicy parse_bucket_policy(std::string_view name);  // throws InputError
+XMC_NAMED_ENUM(LshFamily, simhash, dwta);
+XMC_NAMED_ENUM(BucketPolicy, fifo, reservoir);
 
 struct LshParams {
   LshFamily family = LshFamily::simhash;

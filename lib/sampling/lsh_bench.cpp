@@ -34,7 +34,7 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
       for (int64_t j = 0; j < p.dim; ++j) w[l * p.dim + j] = static_cast<float>(rng.normal());
     }
     LshTables tables(ledger, p.dim, n,
-                     {.family = parse_lsh_family(p.hash),
+                     {.family = parse_enum<LshFamily>(p.hash, "LSH family"),
                       .k = p.k,
                       .tables = p.tables,
                       .capacity = p.capacity,
@@ -43,7 +43,7 @@ nlohmann::json bench_lsh(const LshBenchParams& p) {
     tables.build(ConstMatrix(w.data(), n, p.dim));
     const double build_s = sw.seconds();
 
-    CandidateSampler sampler(n, {.query = parse_lsh_query(p.query),
+    CandidateSampler sampler(n, {.query = parse_enum<LshQuery>(p.query, "LSH query"),
                                  .max_candidates = p.max_candidates,
                                  .min_candidates = p.min_candidates});
     Rng rng(3);

@@ -5,16 +5,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace xmc {
-
-LshQuery parse_lsh_query(std::string_view name) {
-  static constexpr std::array<EnumName<LshQuery>, 3> kNames{
-      {{LshQuery::embedding, "embedding"}, {LshQuery::label, "label"}, {LshQuery::none, "none"}}};
-  return parse_enum(kNames, name, "LSH query");
-}
 
 namespace {
 

@@ -19,8 +19,7 @@
 
 namespace xmc {
 
-enum class LshQuery { embedding, label, none };
-LshQuery parse_lsh_query(std::string_view name);  // throws InputError
+XMC_NAMED_ENUM(LshQuery, embedding, label, none);
 
 struct CandidateParams {
   LshQuery query = LshQuery::embedding;

@@ -6,19 +6,23 @@
 #include <vector>
 
 #include "config/output_types.h"
+#include "ops/loss.h"
 
 namespace xmc::test {
 
+XMC_NAMED_ENUM(FakePrecision, fp32, bf16, fp8);
+
 struct FakeDenseConfig {
-  std::string loss = "bce";
+  LossType loss = LossType::bce;
   int64_t chunk_size = 8192;
-  std::string precision = "fp32";
+  FakePrecision precision = FakePrecision::fp32;
 
   template <class V>
   void visit(V& v) {
-    v.field("loss", loss, "Loss", Choices{"bce", "squared_hinge", "softmax"});
+    v.field("loss", loss, "Loss");
     v.field("chunk_size", chunk_size, "Labels per chunk", Range{1, 1 << 24});
-    v.field("precision", precision, "Weight precision", Choices{"fp32", "bf16"});
+    v.field("precision", precision, "Weight precision",
+            Choices{FakePrecision::fp32, FakePrecision::bf16});
   }
 };
 

@@ -304,8 +304,8 @@ TEST_CASE("bad overrides (--set) are errors naming the override") {
 TEST_CASE("model.output is resolved through the registered output types") {
   ExperimentConfig c = parse("model:\n  output: {type: dense, loss: softmax, precision: bf16}\n");
   CHECK(c.model.output.type == "dense");
-  CHECK(c.model.output.as<FakeDenseConfig>().loss == "softmax");
-  CHECK(c.model.output.as<FakeDenseConfig>().precision == "bf16");
+  CHECK(c.model.output.as<FakeDenseConfig>().loss == LossType::softmax);
+  CHECK(c.model.output.as<FakeDenseConfig>().precision == test::FakePrecision::bf16);
   CHECK(c.model.output.as<FakeDenseConfig>().chunk_size == 8192);
   // No type: the default type.
   c = parse("model:\n  output: {chunk_size: 5}\n");
@@ -318,6 +318,12 @@ TEST_CASE("model.output is resolved through the registered output types") {
   CHECK(error_of("model:\n  output: {type: fake_spars}\n") ==
         "config.yaml:2: model.output.type: unknown output type 'fake_spars', did you mean "
         "'fake_sparse'? (known: dense, fake_sparse)");
+  // Enum fields: the names their Choices allow (all of the enum's by default), in order.
+  CHECK(error_of("model:\n  output: {type: dense, loss: hinge}\n") ==
+        "config.yaml:2: model.output.loss: expected one of bce, squared_hinge, softmax, got "
+        "'hinge'");
+  CHECK(error_of("model:\n  output: {type: dense, precision: fp8}\n") ==
+        "config.yaml:2: model.output.precision: expected one of fp32, bf16, got 'fp8'");
   CHECK(error_of("model:\n  output:\n    type: dense\n    chunk: 3\n") ==
         "config.yaml:4: model.output.chunk: unknown key (did you mean 'chunk_size'?)");
   // Keys of another type are unknown here.

@@ -116,8 +116,8 @@ std::vector<Case> layer_cases() {
     c.cfg.fan_in = 7;
     c.cfg.head_fraction = 0.0;
     c.cfg.tail_projection = 40;
-    c.cfg.loss = "squared_hinge";
-    c.cfg.grouping = "random";
+    c.cfg.loss = LossType::squared_hinge;
+    c.cfg.grouping = GroupingType::random;
     c.cfg.chunk_size = 35;
     out.push_back(c);
   }
@@ -145,7 +145,7 @@ std::vector<Case> layer_cases() {
     c.cfg.head_dim = 12;
     c.cfg.tail_projection = 20;
     c.cfg.dropout = 0.3;
-    c.cfg.loss = "squared_hinge";
+    c.cfg.loss = LossType::squared_hinge;
     c.cfg.chunk_size = 24;
     out.push_back(c);
   }
@@ -404,13 +404,13 @@ void test_bf16(Rng& rng) {
     // lr·sign(g), which bf16 rounding may flip for gradients near zero).
     Case c = layer_cases()[0];
     c.optim = optim(OptimizerType::sgd, 0.1, 0.9);
-    c.cfg.precision = "bf16";
+    c.cfg.precision = Precision::bf16;
     c.cfg.stochastic_rounding = sr;
     const std::string name = std::string("bf16") + (sr ? " stochastic" : "");
     Context cpu(Device::cpu);
     Context dev(Device::cuda);
     Case cf = c;
-    cf.cfg.precision = "fp32";
+    cf.cfg.precision = Precision::fp32;
     cf.cfg.stochastic_rounding = false;
     GroupSharedLayer ref(make_init(cpu, cf), cf.cfg);
     const int64_t before = ledger_total(dev);
@@ -450,7 +450,7 @@ void test_bf16(Rng& rng) {
   // bf16 is refused on the CPU, with the key named.
   Context cpu(Device::cpu);
   Case c = layer_cases()[0];
-  c.cfg.precision = "bf16";
+  c.cfg.precision = Precision::bf16;
   bool threw = false;
   try {
     GroupSharedLayer layer(make_init(cpu, c), c.cfg);

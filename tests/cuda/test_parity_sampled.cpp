@@ -334,10 +334,10 @@ void test_lsh_layer(CudaContext&, Rng& rng) {
   for (const auto& c : cases) {
     const std::string tag = "lsh " + c.name + " " + describe(c.optim);
     LshSampledConfig cfg;
-    cfg.loss = c.loss;
-    cfg.query = c.query;
-    cfg.reinsert = c.reinsert;
-    cfg.hash = c.hash;
+    cfg.loss = parse_enum<LossType>(c.loss, "loss");
+    cfg.query = parse_enum<LshQuery>(c.query, "query");
+    cfg.reinsert = parse_enum<LshReinsert>(c.reinsert, "reinsert");
+    cfg.hash = parse_enum<LshFamily>(c.hash, "hash");
     cfg.shared_candidates = c.shared;
     cfg.k = 4;
     cfg.tables = 8;
@@ -379,7 +379,7 @@ void test_lsh_layer(CudaContext&, Rng& rng) {
   // labels on the device; the same tables give the same candidates.
   {
     LshSampledConfig cfg;
-    cfg.eval_search = "lsh";
+    cfg.eval_search = LshEvalSearch::lsh;
     cfg.eval_candidates = 50;
     cfg.k = 3;
     cfg.tables = 6;
@@ -416,8 +416,8 @@ void test_anns_layer(CudaContext&, Rng& rng) {
                             (c.negative_weight == "unbiased" ? " hard_weight 0.25 " : " ") +
                             describe(c.optim);
     AnnsSampledConfig cfg;
-    cfg.loss = c.loss;
-    cfg.negative_weight = c.negative_weight;
+    cfg.loss = parse_enum<LossType>(c.loss, "loss");
+    cfg.negative_weight = parse_enum<NegativeWeight>(c.negative_weight, "negative_weight");
     cfg.hard_weight = c.negative_weight == "unbiased" ? 0.25 : 1.0;  // weighted hard negatives too
     cfg.hard_negatives = 8;
     cfg.random_negatives = 13;
@@ -473,7 +473,7 @@ void test_anns_layer(CudaContext&, Rng& rng) {
   // so the host index and its answers are the same on both devices.
   {
     AnnsSampledConfig cfg;
-    cfg.search = "hnsw";
+    cfg.search = AnnsSearch::hnsw;
     cfg.synchronous = true;
     cfg.recall_sample = 20;
     Devices dv;

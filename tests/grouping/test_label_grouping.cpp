@@ -60,8 +60,8 @@ TEST_CASE("frequency order, head size and inverse order") {
   CHECK(head_label_count(1000, 0.0, 16) == 0);
   CHECK(head_label_count(37, 1.0, 8) == 37);       // capped at L
   CHECK(head_label_count(37, 0.1, 8) == 0);        // 3.7 labels → 0.46 groups → 0
-  CHECK_THROWS_AS(parse_grouping("kmeans"), InputError);
-  CHECK(parse_grouping("semantic") == GroupingType::semantic);
+  CHECK_THROWS_AS(parse_enum<GroupingType>("kmeans", "grouping"), InputError);
+  CHECK(parse_enum<GroupingType>("semantic", "grouping") == GroupingType::semantic);
 }
 
 TEST_CASE("spherical k-means recovers well separated clusters") {

@@ -188,8 +188,8 @@ TEST_CASE("anns_sampled gradient equals the dense gradient restricted to the can
       const int64_t d = 6, num_labels = 40, n = 30, batch = 5;
       Setup s(d, num_labels, batch, n);
       AnnsSampledConfig cfg;
-      cfg.loss = loss;
-      cfg.negative_weight = weighting;
+      cfg.loss = parse_enum<LossType>(loss, "loss");
+      cfg.negative_weight = parse_enum<NegativeWeight>(weighting, "negative_weight");
       cfg.hard_weight = hard_weight;
       cfg.hard_negatives = 6;
       cfg.random_negatives = 5;
@@ -334,9 +334,9 @@ TEST_CASE("anns_sampled hard negatives are the best-scoring labels of each point
   cfg.synchronous = true;
   // hnsw: recall >= 0.9; exact (label chunks of 37, so the top-k merges across chunks):
   // exactly the brute-force top-10.
-  cfg.retrieval = GENERATE(as<std::string>{}, "hnsw", "exact");
+  cfg.retrieval = GENERATE(AnnsSearch::hnsw, AnnsSearch::exact);
   cfg.chunk_size = 37;
-  const double min_recall = cfg.retrieval == "exact" ? 1.0 : 0.9;
+  const double min_recall = cfg.retrieval == AnnsSearch::exact ? 1.0 : 0.9;
   AnnsSampledLayer layer(s.init, cfg);
   Dataset train = make_train(n, num_labels);
   DenseMatrix emb = random_matrix(n, d, 2);
@@ -359,7 +359,7 @@ TEST_CASE("anns_sampled hard negatives are the best-scoring labels of each point
       hits += std::count(hard.begin(), hard.end(), sc[static_cast<size_t>(j)].second);
   }
   const double recall = static_cast<double>(hits) / static_cast<double>(n * 10);
-  INFO(cfg.retrieval << ": recall of the hard negatives " << recall);
+  INFO(to_string(cfg.retrieval) << ": recall of the hard negatives " << recall);
   CHECK(recall >= min_recall);
 }
 
@@ -491,7 +491,7 @@ TEST_CASE("anns_sampled hnsw evaluation reports its recall against exact top-k")
   const int64_t d = 16, num_labels = 2000, n = 10;
   Setup s(d, num_labels, 4, n);
   AnnsSampledConfig cfg;
-  cfg.search = "hnsw";
+  cfg.search = AnnsSearch::hnsw;
   cfg.recall_sample = 100;
   cfg.synchronous = true;
   AnnsSampledLayer layer(s.init, cfg);

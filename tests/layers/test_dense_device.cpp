@@ -42,7 +42,7 @@ TEST_CASE("every registered backend has a CUDA path") {
 TEST_CASE("bf16 weights and stochastic rounding are refused on the CPU, naming the key") {
   Context ctx(Device::cpu, 1);
   DenseConfig c;
-  c.precision = "bf16";
+  c.precision = Precision::bf16;
   CHECK_THROWS_AS(DenseLayer(small_init(ctx), c), InputError);
   CHECK_THROWS_WITH(DenseLayer(small_init(ctx), c), Contains("model.output.precision"));
   DenseConfig sr;
@@ -50,7 +50,7 @@ TEST_CASE("bf16 weights and stochastic rounding are refused on the CPU, naming t
   CHECK_THROWS_WITH(DenseLayer(small_init(ctx), sr), Contains("stochastic_rounding"));
   BottleneckConfig b;
   b.dim = 3;
-  b.precision = "bf16";
+  b.precision = Precision::bf16;
   CHECK_THROWS_AS(BottleneckLayer(small_init(ctx), b), InputError);
   // Nothing leaked into the ledger by the refused layers.
   CHECK(ctx.ledger().total_current() == 0);

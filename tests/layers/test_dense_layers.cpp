@@ -101,12 +101,12 @@ void gradient_check(const std::string& backend, const std::string& loss, int64_t
   std::unique_ptr<OutputLayer> layer;
   if (backend == "dense") {
     DenseConfig c;
-    c.loss = loss;
+    c.loss = parse_enum<LossType>(loss, "loss");
     c.chunk_size = chunk;
     layer = std::make_unique<DenseLayer>(init, c);
   } else {
     BottleneckConfig c;
-    c.loss = loss;
+    c.loss = parse_enum<LossType>(loss, "loss");
     c.chunk_size = chunk;
     c.dim = dim;
     layer = std::make_unique<BottleneckLayer>(init, c);

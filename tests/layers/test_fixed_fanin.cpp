@@ -127,7 +127,7 @@ TEST_CASE("fixed fan-in equals a dense layer under the same mask") {
       LayerInit init = make_init(ctx, d, num_labels, batch);
       FixedFaninConfig cfg;
       cfg.fan_in = f;
-      cfg.loss = loss;
+      cfg.loss = parse_enum<LossType>(loss, "loss");
       cfg.chunk_size = 3;
       FixedFaninLayer layer(init, cfg);
       init.optim.type = OptimizerType::adam;
@@ -240,7 +240,7 @@ TEST_CASE("fixed fan-in gradients match finite differences") {
           FixedFaninConfig cfg;
           cfg.fan_in = 3;
           cfg.intermediate = inter;
-          cfg.loss = loss;
+          cfg.loss = parse_enum<LossType>(loss, "loss");
           cfg.chunk_size = chunk;
           FixedFaninLayer layer(init, cfg);
           Ref r = snapshot(layer);
@@ -291,7 +291,7 @@ struct Trained {
     init.optim.lr = 0.01;
     FixedFaninConfig cfg;
     cfg.fan_in = 8;
-    cfg.loss = "bce";  // every slot gets a gradient, so every moment is non-zero
+    cfg.loss = LossType::bce;  // every slot gets a gradient, so every moment is non-zero
     cfg.rewire.fraction = fraction;
     cfg.chunk_size = 64;
     layer = std::make_unique<FixedFaninLayer>(init, cfg);
@@ -564,7 +564,7 @@ TEST_CASE("fixed fan-in input dropout zeroes the gradient of dropped inputs") {
     LayerInit init = make_init(ctx, d, num_labels, batch);
     FixedFaninConfig cfg;
     cfg.fan_in = 16;
-    cfg.loss = "bce";
+    cfg.loss = LossType::bce;
     cfg.dropout = p;
     FixedFaninLayer layer(init, cfg);
     auto h = random_h(batch, d, 4, 1.0);

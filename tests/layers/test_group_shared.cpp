@@ -246,7 +246,7 @@ TEST_CASE("group_shared equals a dense layer under the group mask") {
       cfg.group_size = 3;
       cfg.fan_in = f;
       cfg.head_fraction = 0.25;
-      cfg.loss = loss;
+      cfg.loss = parse_enum<LossType>(loss, "loss");
       cfg.chunk_size = 4;  // rounded down to 3: several tail chunks
       GroupSharedLayer layer(init, cfg);
       REQUIRE(layer.head_labels() == 3);
@@ -367,7 +367,7 @@ TEST_CASE("group_shared gradients match finite differences") {
           cfg.head_fraction = 0.3;  // 4.2 labels → one group of 4
           cfg.head_dim = head_dim;
           cfg.tail_projection = tail_proj;
-          cfg.loss = loss;
+          cfg.loss = parse_enum<LossType>(loss, "loss");
           cfg.chunk_size = 4;
           GroupSharedLayer layer(init, cfg);
           REQUIRE(layer.head_labels() == 4);
@@ -420,7 +420,7 @@ TEST_CASE("group_shared label order: head of the most frequent labels, tail grou
       cfg.group_size = 8;
       cfg.fan_in = 4;
       cfg.head_fraction = 0.2;  // 20.2 labels → 2.5 groups → 3 groups of 8 (llround)
-      cfg.grouping = grouping;
+      cfg.grouping = parse_enum<GroupingType>(grouping, "grouping");
       cfg.beta = 2.0;
       GroupSharedLayer layer(init, cfg);
       REQUIRE(layer.head_labels() == 24);
@@ -532,7 +532,7 @@ struct Trained {
     cfg.group_size = 4;
     cfg.fan_in = 8;
     cfg.head_fraction = 20.0 / 220.0;
-    cfg.loss = "bce";  // every slot gets a gradient, so every moment is non-zero
+    cfg.loss = LossType::bce;  // every slot gets a gradient, so every moment is non-zero
     cfg.rewire.fraction = 0.1;
     cfg.chunk_size = 64;
     layer = std::make_unique<GroupSharedLayer>(init, cfg);
@@ -696,7 +696,7 @@ TEST_CASE("group_shared top-k returns original label ids") {
   cfg.head_fraction = 0.2;
   cfg.head_dim = 5;
   cfg.tail_projection = 12;
-  cfg.grouping = "random";
+  cfg.grouping = GroupingType::random;
   cfg.chunk_size = 7;  // → 4: many chunks, the first ones in the head
   GroupSharedLayer layer(init, cfg);
   REQUIRE(layer.label_order()[0] != 0);
@@ -746,7 +746,7 @@ TEST_CASE(
   for (const auto& [precision, sr, key] : {std::tuple{"bf16", false, "model.output.precision"},
                                            std::tuple{"fp32", true, "stochastic_rounding"}}) {
     GroupSharedConfig c = cfg;
-    c.precision = precision;
+    c.precision = parse_enum<Precision>(precision, "precision");
     c.stochastic_rounding = sr;
     CHECK_THROWS_AS(GroupSharedLayer(init, c), InputError);
     CHECK_THROWS_WITH(GroupSharedLayer(init, c), Catch::Matchers::Contains(key));

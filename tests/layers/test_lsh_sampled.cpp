@@ -48,8 +48,8 @@ void restricted_gradient_check(const std::string& loss, const std::string& query
   const int64_t batch = 4, d = 5, n = 60;
   Context ctx(Device::cpu, 2);
   LshSampledConfig cfg;
-  cfg.loss = loss;
-  cfg.query = query;
+  cfg.loss = parse_enum<LossType>(loss, "loss");
+  cfg.query = parse_enum<LshQuery>(query, "query");
   cfg.shared_candidates = shared;
   cfg.k = 2;
   cfg.tables = 3;
@@ -150,11 +150,11 @@ TEST_CASE("lsh_sampled with every label a candidate takes the dense backend's st
       init.optim.type = OptimizerType::adam;
       init.optim.lr = 0.01;
       LshSampledConfig cfg;
-      cfg.loss = loss;
+      cfg.loss = parse_enum<LossType>(loss, "loss");
       cfg.min_candidates = n;  // candidate set = all labels
       LshSampledLayer lsh(init, cfg);
       DenseConfig dc;
-      dc.loss = loss;
+      dc.loss = parse_enum<LossType>(loss, "loss");
       DenseLayer dense(init, dc);
       Batch b = make_batch(n, {{1}, {0, 16}, {}, {2, 3, 5}, {9}});
       auto hf = normal_vec(static_cast<size_t>(batch * d), 5);
@@ -277,7 +277,7 @@ TEST_CASE("lsh_sampled evaluation: exact top-k equals full scoring, lsh search r
   const int64_t batch = 20, d = 16, n = 500;
   Context ctx(Device::cpu, 2);
   LshSampledConfig cfg;
-  cfg.eval_search = "exact";
+  cfg.eval_search = LshEvalSearch::exact;
   LshSampledLayer exact(sgd_init(ctx, d, n, batch), cfg);
   auto hf = normal_vec(static_cast<size_t>(batch * d), 21);
   ConstMatrix h(hf.data(), batch, d);
@@ -291,8 +291,8 @@ TEST_CASE("lsh_sampled evaluation: exact top-k equals full scoring, lsh search r
   }
   CHECK(exact.last_eval_recall() < 0.0);  // exact search computes no recall
 
-  cfg.eval_search = "lsh";
-  cfg.query = "none";  // tables still built for evaluation
+  cfg.eval_search = LshEvalSearch::lsh;
+  cfg.query = LshQuery::none;  // tables still built for evaluation
   cfg.eval_candidates = n;
   cfg.k = 2;
   cfg.bucket_capacity = static_cast<int>(n);
@@ -312,7 +312,7 @@ TEST_CASE("lsh_sampled evaluation: exact top-k equals full scoring, lsh search r
 TEST_CASE("lsh_sampled rejects squared_hinge with the value") {
   Context ctx(Device::cpu, 1);
   LshSampledConfig cfg;
-  cfg.loss = "squared_hinge";
+  cfg.loss = LossType::squared_hinge;
   CHECK_THROWS_WITH(LshSampledLayer(sgd_init(ctx, 4, 10, 2), cfg),
                     Catch::Contains("squared_hinge"));
 }

@@ -114,7 +114,7 @@ TEST_CASE("relu backward matches finite differences away from 0") {
     const double num = dh[i] * (std::max(z[i] + eps, 0.0) - std::max(z[i] - eps, 0.0)) / (2 * eps);
     CHECK(dz[i] == Approx(num).margin(1e-6));
   }
-  CHECK_THROWS_AS(parse_activation("tanh"), InputError);
+  CHECK_THROWS_AS(parse_enum<Activation>("tanh", "activation"), InputError);
 }
 
 TEST_CASE("linear layer: inverted dropout zeroes about p of the inputs and scales the rest") {

@@ -201,12 +201,12 @@ TEST_CASE("softmax is stable for huge logits") {
 }
 
 TEST_CASE("loss names parse and unknown names list the known ones") {
-  CHECK(parse_loss("bce") == LossType::bce);
-  CHECK(parse_loss("squared_hinge") == LossType::squared_hinge);
-  CHECK(parse_loss("softmax") == LossType::softmax);
+  CHECK(parse_enum<LossType>("bce", "loss") == LossType::bce);
+  CHECK(parse_enum<LossType>("squared_hinge", "loss") == LossType::squared_hinge);
+  CHECK(parse_enum<LossType>("softmax", "loss") == LossType::softmax);
   CHECK(to_string(LossType::squared_hinge) == "squared_hinge");
-  CHECK_THROWS_AS(parse_loss("hinge"), InputError);
-  CHECK_THROWS_WITH(parse_loss("hinge"),
+  CHECK_THROWS_AS(parse_enum<LossType>("hinge", "loss"), InputError);
+  CHECK_THROWS_WITH(parse_enum<LossType>("hinge", "loss"),
                     Catch::Matchers::Contains("'hinge'") &&
                         Catch::Matchers::Contains("bce, squared_hinge, softmax"));
 }

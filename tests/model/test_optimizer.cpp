@@ -72,10 +72,10 @@ TEST_CASE("adam weight decay is L2 on the gradient, adamw's is decoupled") {
 }
 
 TEST_CASE("optimizer names parse and unknown names list the known ones") {
-  CHECK(parse_optimizer("adamw") == OptimizerType::adamw);
+  CHECK(parse_enum<OptimizerType>("adamw", "optimizer") == OptimizerType::adamw);
   CHECK(to_string(OptimizerType::sgd) == "sgd");
-  CHECK_THROWS_AS(parse_optimizer("rmsprop"), InputError);
-  CHECK_THROWS_WITH(parse_optimizer("rmsprop"), Catch::Matchers::Contains("'rmsprop'") &&
+  CHECK_THROWS_AS(parse_enum<OptimizerType>("rmsprop", "optimizer"), InputError);
+  CHECK_THROWS_WITH(parse_enum<OptimizerType>("rmsprop", "optimizer"), Catch::Matchers::Contains("'rmsprop'") &&
                                                     Catch::Matchers::Contains("sgd, adam, adamw"));
   OptimizerConfig cfg{.type = OptimizerType::adam};
   float p = 0, g = 0, m = 0, v = 0;

@@ -57,10 +57,10 @@ TEST_CASE("plateau: multiply by factor after patience bad evaluations, never bel
 }
 
 TEST_CASE("schedule config is validated and names parse") {
-  CHECK(parse_schedule("cosine") == ScheduleType::cosine);
+  CHECK(parse_enum<ScheduleType>("cosine", "schedule") == ScheduleType::cosine);
   CHECK(to_string(ScheduleType::plateau) == "plateau");
-  CHECK_THROWS_AS(parse_schedule("step"), InputError);
-  CHECK_THROWS_WITH(parse_schedule("step"), Catch::Matchers::Contains("constant, cosine, plateau"));
+  CHECK_THROWS_AS(parse_enum<ScheduleType>("step", "schedule"), InputError);
+  CHECK_THROWS_WITH(parse_enum<ScheduleType>("step", "schedule"), Catch::Matchers::Contains("constant, cosine, plateau"));
   CHECK_THROWS_AS(LrSchedule(ScheduleConfig{.type = ScheduleType::plateau, .factor = 1.5}, 10),
                   InputError);
   CHECK_THROWS_AS(LrSchedule(ScheduleConfig{.type = ScheduleType::plateau, .patience = 0}, 10),

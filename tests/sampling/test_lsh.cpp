@@ -178,7 +178,7 @@ TEST_CASE("bad LSH parameters are input errors with the values") {
   p.family = LshFamily::dwta;
   p.bin = 1;
   CHECK_THROWS_WITH(LshHasher(8, p), Catch::Contains("bin must be >= 2; got 1"));
-  CHECK_THROWS_WITH(parse_lsh_family("minhash"), Catch::Contains("'minhash'"));
+  CHECK_THROWS_WITH(parse_enum<LshFamily>("minhash", "LSH family"), Catch::Contains("'minhash'"));
 }
 
 TEST_CASE("a built table holds every label in its own bucket of every table") {
