@@ -8,40 +8,26 @@
 // not use yet (weights 0, optimizer moments reset), so the fan-in stays F.
 // Squared hinge (the default) makes most output gradients exactly zero; the backward
 // kernels skip them (StepStats::zero_grads counts them).
-// Devices: the same code on both (issue 21): parameters, optimizer state and workspaces
-// are Buffers on the Context's device and every op takes the Context; on a CUDA Context
-// h, dh and the scores are device views. Initialisation, the dropout masks and rewiring
-// run on the host (rewiring on staged host copies of the indices, weights and moments:
-// a round trip on the GPU), so both devices make the same draws.
+// The sparse layer, its intermediate layer, dropout and rewiring are a FaninBlock
+// (layers/fanin_block.h: one path on both devices); the layer draws the initial index sets
+// and weights (on the host, so both devices start alike) and scores the slots to prune.
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
-#include "core/buffer.h"
-#include "core/field_constraints.h"
-#include "core/resources.h"  // Stopwatch
+#include "layers/fanin_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
-#include "layers/projection.h"
-#include "layers/rewire.h"
 
 namespace xmc {
 
-struct FixedFaninConfig {
-  int64_t fan_in = 64;        // F (paper: 32 or 64)
-  int64_t intermediate = 0;   // m, width of the ReLU layer before the sparse layer (0 = none)
-  double dropout = 0.0;       // input dropout on h
-  LossType loss = LossType::squared_hinge;
-  RewireConfig rewire;
-  int64_t chunk_size = 8192;  // labels per block (bounds the B×chunk logit workspace)
-  bool gpu_timing = false;    // GPU: synchronise after each op to time it (the CPU always times)
+struct FixedFaninConfig : FaninConfig {
+  bool gpu_timing = false;  // GPU: synchronise after each op to time it (the CPU always times)
 
   template <class V>
   void visit(V& v) {
     v.field("fan_in", fan_in, "Inputs read by every label (F, constant per label)",
             Range{1, 65536});
-    v.field("intermediate", intermediate,
+    v.field("intermediate", projection,
             "Width of the dense ReLU layer before the sparse layer (0 = none)", Range{0, 65536});
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));
@@ -55,14 +41,14 @@ struct FixedFaninConfig {
   }
 };
 
-class FixedFaninLayer final : public FaninLayer {
+class FixedFaninLayer final : public OutputLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
 
-  // Width of the sparse layer's input: the intermediate size, or d without one.
-  int64_t sparse_input_dim() const { return m_; }
-  RewireStats rewire(int64_t step) override;
-  const FaninTimings& timings() const { return timings_; }
+  // The sparse layer: F, its input width m (the intermediate size, or d), timings, rewiring.
+  const FaninBlock& fanin() const { return block_; }
+  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
+  RewireStats rewire(int64_t step);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -73,17 +59,9 @@ class FixedFaninLayer final : public FaninLayer {
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
-  int64_t analytic_bytes_impl() const override;
+  int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
 
-  // Evaluation path: ut [m×rows] (transposed sparse-layer input) of h [rows×d].
-  Buffer<float> eval_input_t(ConstMatrix h) const;
-  // The chunk's forward, labels [l0, l0+z.cols) on ut [m×rows], bias included.
-  void forward(int64_t l0, const float* ut, Matrix z) const;
-  // Per-op timing: with time_ops_, synchronise (GPU) and charge the interval to `field`.
-  void mark(Stopwatch& sw, double FaninTimings::*field);
-
-  bool time_ops_ = true;
-  Projection inter_;  // u = relu(x·Pᵀ + c) [B×m], or none
+  FaninBlock block_;
 };
 
 }  // namespace xmc

@@ -80,7 +80,9 @@ GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, in
 // GroupSharedLayer
 
 GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg)
-    : FaninLayer(init, cfg.fan_in, cfg.tail_projection, cfg.dropout, cfg.loss, cfg.rewire),
+    : OutputLayer(init),
+      ctx_(init.ctx),
+      seed_(init.seed),
       group_(cfg.group_size),
       split_(group_shared_split(init.num_labels, cfg.head_fraction, cfg.group_size, init.shard,
                                 init.shards)),
@@ -88,29 +90,18 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       groups_(split_.groups),
       grouping_(cfg.grouping),
       beta_(cfg.beta),
-      kmeans_iters_(static_cast<int>(cfg.kmeans_iters)),
-      stochastic_rounding_(cfg.stochastic_rounding) {
+      kmeans_iters_(static_cast<int>(cfg.kmeans_iters)) {
   // Label-sharded (mpirun): this process holds its part of the one-process arrangement
   // (split_: a slice of the head, whole groups of the tail), every array drawn as the
   // one-process layer draws those rows and groups; the projections and the dropout masks
   // the same on every process, the projections' gradients summed over them.
-  const int64_t d = init.input_dim, n = split_.head + split_.tail, g = group_, f = fan_in_;
-  const int64_t t = split_.tail;
+  const int64_t d = init.input_dim, n = split_.head + split_.tail, g = group_, f = cfg.fan_in;
+  const int64_t t = split_.tail, bsz = init.batch_size;
   set_held_labels(n);
-  XMC_CHECK(d > 0 && n > 0 && max_batch_ > 0 && g > 0 && f > 0,
-            "group_shared: d={} L={} B={} G={} F={}", d, n, max_batch_, g, f);
-  if (loss_ != LossType::squared_hinge && loss_ != LossType::bce)
-    throw_input("group_shared: loss '{}' is not supported (squared_hinge, bce)", to_string(cfg.loss));
-  if (t > 0 && f > m_)
-    throw_input("group_shared: fan_in {} exceeds the {} inputs of the tail ({})", f, m_,
-                cfg.tail_projection > 0 ? "model.output.tail_projection" : "encoder output width");
+  XMC_CHECK(n > 0 && bsz > 0, "group_shared: L={} B={}", n, bsz);
   if (!init.label_freq.empty() && static_cast<int64_t>(init.label_freq.size()) != init.num_labels)
     throw_error("group_shared: {} label frequencies for {} labels", init.label_freq.size(),
                 init.num_labels);
-  if (t > 0) {
-    const int64_t per_chunk = std::max(g, cfg.chunk_size / g * g);
-    chunk_ = std::min(per_chunk, (t + g - 1) / g * g);
-  }
   Context& ctx = *init.ctx;
   MemoryLedger& ledger = ctx.ledger();
 
@@ -133,43 +124,40 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   }
 
   // Head: a dense block over positions [0, H) on its (projected) input.
-  const DensePrecision precision =
-      dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding);
+  const DensePrecision precision = dense_precision(ctx, cfg.precision, cfg.stochastic_rounding);
   if (precision.bf16 && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
         "[F×64] tile and take F <= 256 (use precision fp32)",
         f);
   if (ctx.on_gpu()) set_device_views(true);
-  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, optim_, max_batch_,
+  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, init.optim, bsz,
                           Rng::stream(seed_, kGsProjStream).next());
   if (head_ > 0)
-    head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, split_.head0, head_, max_batch_,
-                        cfg.chunk_size, loss_, optim_, Rng::stream(seed_, kGsHeadStream).next(),
-                        precision);
-
-  // Tail: shared index sets, per-label weights and biases, optional ReLU projection.
-  const int64_t tf = t * f;
-  tail_proj_ = Projection(ctx, d, t > 0 ? cfg.tail_projection : 0, true, optim_, max_batch_,
-                          Rng::stream(seed_, kGsProjStream + 1).next());
-  if (t > 0) {
-    const bool bf16 = precision.bf16;
-    idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(groups_ * f));
-    p_ = LabelParams(ctx, optim_, t, f, bf16);
-    // The initial index sets and weights, drawn on the host (the moments start at zero).
-    draw_tail_indices(idx_.stage_for_write());
-    idx_.commit();
-    init_tail_weights(p_.w.stage_for_write());
-    p_.w.commit();
-  }
+    head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, split_.head0, head_, bsz,
+                        cfg.chunk_size, cfg.loss, init.optim,
+                        Rng::stream(seed_, kGsHeadStream).next(), precision);
   // Label-sharded: every process holds a head part and a tail part when the layer has
   // them (group_shared_split checks it), so each projection is on every process.
-  if (Comm* c = init.shard_comm()) {
-    head_proj_.set_comm(c);
-    tail_proj_.set_comm(c);
-  }
-  allocate_workspace(t > 0);
+  if (Comm* c = init.shard_comm()) head_proj_.set_comm(c);
 
+  // Tail: shared index sets, per-label weights and biases, optional ReLU projection; the
+  // initial sets and weights drawn on the host (the moments start at zero).
+  block_ = FaninBlock(init, cfg,
+                      {.name = "group_shared",
+                       .labels = t,
+                       .group = g,
+                       .group_ops = true,
+                       .first = split_.group0 * g,
+                       .projection_stream = kGsProjStream + 1,
+                       .precision = precision});
+  if (t > 0) {
+    draw_tail_indices(block_.indices().stage_for_write());
+    block_.indices().commit();
+    block_.init_weights(Rng::stream(seed_, kGsWeightStream).next());
+  }
+
+  const int64_t tf = t * f, m = block_.input_width();
   spdlog::info(
       "group_shared: L={}: dense head of {} labels{}, tail of {} labels in {} groups of G={} "
       "sharing F={} of {} inputs{} ({} grouping); tail weights {} ({:.1f}% of a dense "
@@ -177,8 +165,9 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       n, head_,
       cfg.head_dim > 0 && head_ > 0 ? fmt::format(" on a {}→{} projection", d, cfg.head_dim)
                                     : std::string(),
-      t, groups_, g, f, m_,
-      tail_proj_.active() ? fmt::format(" after a {}→{} ReLU projection", d, m_) : std::string(),
+      t, groups_, g, f, m,
+      t > 0 && cfg.projection > 0 ? fmt::format(" after a {}→{} ReLU projection", d, m)
+                                  : std::string(),
       to_string(cfg.grouping), tf,
       100.0 * static_cast<double>(tf) / static_cast<double>(std::max<int64_t>(1, t * d)), t, d,
       groups_ * f,
@@ -187,28 +176,23 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
 
 void GroupSharedLayer::draw_tail_indices(uint32_t* idx) const {
   // One random index set per group, each from its own stream (thread-count independent).
-  const int64_t f = fan_in_;
+  const int64_t f = block_.fan_in(), m = block_.input_width();
   const uint64_t idx_seed = Rng::stream(seed_, kGsIndexStream).next();
 #pragma omp parallel
   {
-    std::vector<char> mark(static_cast<size_t>(m_), 0);
+    std::vector<char> mark(static_cast<size_t>(m), 0);
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < groups_; ++k) {
       Rng rng = Rng::stream(idx_seed, static_cast<uint64_t>(split_.group0 + k));
-      gs_draw_set(rng, m_, f, idx + k * f, mark);
+      gs_draw_set(rng, m, f, idx + k * f, mark);
     }
   }
-}
-
-void GroupSharedLayer::init_tail_weights(float* w) const {
-  init_uniform_rows(w, tail_labels(), fan_in_, Rng::stream(seed_, kGsWeightStream).next(),
-                    split_.group0 * group_);
 }
 
 void GroupSharedLayer::build_targets(const Batch& batch, int64_t rows) {
   // The batch's positives among this layer's labels at their positions in the whole
   // arrangement (sorted within a row, as the losses want).
-  CsrMatrix& tg = targets_.fill();
+  CsrMatrix& tg = block_.targets().fill();
   tg.rows = rows;
   tg.cols = num_labels();
   tg.indptr.assign(1, 0);
@@ -229,21 +213,20 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                                             const LrState& lr) {
   const Context& ctx = *ctx_;
   const int64_t bsz = h.rows;
-  XMC_CHECK(bsz <= max_batch_, "batch of {} rows exceeds the workspace for {}", bsz, max_batch_);
   StepStats stats;
+  FaninTimings& tm = block_.timings();
   Stopwatch sw;  // each phase adds sw.lap() to its timing
 
   build_targets(batch, bsz);
 
   // x = dropout(h) [B×d]; the mask is drawn on the host from the same stream on both
   // devices (dropout_mask).
-  const float* mask;
-  const ConstMatrix x = apply_dropout(h, kGsDropoutStream, lr.step, &mask);
-  timings_.forward += sw.lap();
+  const ConstMatrix x = block_.dropout(h, kGsDropoutStream, lr.step);
+  tm.forward += sw.lap();
 
   // Head: overwrites dh with its part of dL/dx (or zeroes dh without a head).
   double loss = 0.0;
-  const CsrMatrix& targets = targets_.host();
+  const CsrMatrix& targets = block_.targets().host();
   if (head_block_) {
     const bool proj = head_proj_.active();
     const StepStats hs = proj ? head_block_->train_step(targets, head_proj_.forward(x),
@@ -256,98 +239,28 @@ StepStats GroupSharedLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   } else {
     ops::set_zero(ctx, dh);
   }
-  timings_.head += sw.lap();
+  tm.head += sw.lap();
 
   if (tail_labels() > 0) {
-    ConstMatrix u = tail_proj_.active() ? ConstMatrix(tail_proj_.forward(x)) : x;
-    // du = dL/du [B×m]: the projection's workspace (zeroed), or dh itself (accumulating).
-    const Matrix du = tail_proj_.active() ? tail_proj_.grad_workspace(bsz) : dh;
-    if (tail_proj_.active()) ops::set_zero(ctx, du);
-    acc_.reset(loss);  // the tail's chunk losses are added to the head's
-    train_tail(u, du, bsz, lr);
-    sw.reset();  // train_tail marked its own phases
-    const gpu::LossAccum acc = acc_.read();
+    // The tail adds its part of dL/dx to dh (through its projection, or directly); its
+    // chunk losses are added to the head's.
+    block_.targets().upload();
+    const gpu::LossAccum acc = block_.train_step(x, dh, 1.0f, lr, tail_position(0), loss);
     loss = acc.loss;
     stats.zero_grads += static_cast<int64_t>(acc.zero_grads);
     stats.grads += bsz * tail_labels();
-    timings_.loss += sw.lap();
-    if (tail_proj_.active()) tail_proj_.backward_update(x, dh, 1.0f, lr);
-    timings_.intermediate_backward += sw.lap();
   }
-  if (mask) ops::multiply_mask(ctx, dh, mask, dh);
-  timings_.zero_grads += stats.zero_grads;
-  timings_.grads += stats.grads;
+  block_.dropout_grad(dh);
+  tm.zero_grads += stats.zero_grads;
+  tm.grads += stats.grads;
   stats.loss = loss / static_cast<double>(bsz);
   return stats;
 }
 
-void GroupSharedLayer::train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr) {
-  const Context& ctx = *ctx_;
-  const int64_t t = tail_labels(), g = group_, f = fan_in_;
-  Stopwatch sw;  // each phase adds sw.lap() to its timing
-  const bool bf16 = p_.w.bf16();
-  const ConstMatrix ut(ut_.data(), m_, rows);
-  const gpu::ConstBf16Matrix ut16(ut16_.data(), m_, rows);
-  if (bf16)
-    ops::transpose(ctx, u, gpu::Bf16Matrix(ut16_.data(), m_, rows));
-  else
-    ops::transpose(ctx, u, Matrix(ut_.data(), m_, rows));
-  targets_.upload();
-  timings_.forward += sw.lap();
-  for (int64_t c0 = 0; c0 < t; c0 += chunk_) {
-    const int64_t c = std::min(chunk_, t - c0);
-    const uint32_t* idx = idx_.data() + (c0 / g) * f;
-    const int64_t wo = c0 * f;
-    Matrix z(z_.data(), rows, c);
-    tail_forward(c0, ut.data, ut16.data, z);  // logits with the bias
-    timings_.forward += sw.lap();
-    elementwise_loss_grad(ctx, loss_, z, nullptr, targets_, tail_position(c0), rows, acc_);
-    timings_.loss += sw.lap();
-    // Both gradients with the weights before this chunk's update.
-    if (bf16)
-      ops::group_shared_input_grad(ctx, idx, p_.w.b16() + wo, c, g, f, z, du);
-    else
-      ops::group_shared_input_grad(ctx, idx, p_.w.f32() + wo, c, g, f, z, du);
-    timings_.backward_input += sw.lap();
-    if (bf16)
-      ops::group_shared_weight_grad(ctx, idx, c, g, f, z, ut16, dw_.data(), db_.data());
-    else
-      ops::group_shared_weight_grad(ctx, idx, c, g, f, z, ut, dw_.data(), db_.data());
-    timings_.backward_weight += sw.lap();
-    p_.update(ctx, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
-              WeightArray::rounding_key(stochastic_rounding_, seed_, split_.group0 * g + c0));
-    timings_.update += sw.lap();
-  }
-}
-
-void GroupSharedLayer::tail_forward(int64_t r0, const float* ut, const gpu::Bf16* ut16,
-                                    Matrix z) const {
-  const int64_t rows = z.rows;
-  const uint32_t* idx = idx_.data() + (r0 / group_) * fan_in_;
-  const float* b = p_.b.data() + r0;
-  if (p_.w.bf16())
-    ops::group_shared_forward(*ctx_, idx, p_.w.b16() + r0 * fan_in_, b, z.cols, group_, fan_in_,
-                              gpu::ConstBf16Matrix(ut16, m_, rows), z);
-  else
-    ops::group_shared_forward(*ctx_, idx, p_.w.f32() + r0 * fan_in_, b, z.cols, group_, fan_in_,
-                              ConstMatrix(ut, m_, rows), z);
-}
-
 GroupSharedLayer::EvalInputs GroupSharedLayer::eval_inputs(ConstMatrix h) const {
   EvalInputs in;
-  Context& ctx = *ctx_;
-  const int64_t rows = h.rows;
   in.head_in = head_proj_.apply_into(h, in.head_buf);
-  if (tail_labels() > 0) {
-    const ConstMatrix u = tail_proj_.apply_into(h, in.tail_buf);
-    if (p_.w.bf16()) {
-      in.ut16 = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));
-      ops::transpose(ctx, u, gpu::Bf16Matrix(in.ut16.data(), m_, rows));
-    } else {
-      in.ut = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(m_ * rows));  // [m×rows]
-      ops::transpose(ctx, u, Matrix(in.ut.data(), m_, rows));
-    }
-  }
+  if (tail_labels() > 0) in.tail = block_.eval_input(h);
   return in;
 }
 
@@ -362,8 +275,7 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
     const int64_t r0 = s - head_;
     XMC_CHECK(r0 % group_ == 0, "group_shared scores: tail position {} is not on a group boundary",
               r0);
-    tail_forward(r0, in.ut.data(), in.ut16.data(),
-                 Matrix(out.data + (s - lo), out.rows, hi - s, out.ld));
+    block_.forward(r0, in.tail, Matrix(out.data + (s - lo), out.rows, hi - s, out.ld));
   }
 }
 
@@ -404,7 +316,7 @@ TopK GroupSharedLayer::topk_impl(ConstMatrix h, int k) const {
   // Over internal positions in chunks (multiples of G, and H is one too, so every tail
   // chunk starts a group), ties to the lower position; then only the k kept entries per
   // row are mapped to original ids (equal scores rank by original id).
-  const int64_t chunk = chunk_ > 0 ? chunk_ : shard_labels();
+  const int64_t chunk = block_.chunk() > 0 ? block_.chunk() : shard_labels();
   std::optional<EvalInputs> in;
   TopK top = xmc::stream_topk(
       *ctx_, h.rows, k, eval_rows(), shard_labels(), chunk, 0,
@@ -453,17 +365,17 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
   }
   // On host copies of the tail (once per run; on the GPU T·(1+s) floats down and T·(F+1+s)
   // up, s = optimizer state arrays; the weights' moments are zeroed in place).
-  for (Buffer<float>* bb : {&p_.b, &p_.b_s1, &p_.b_s2}) {
+  LabelParams& p = block_.params();
+  for (Buffer<float>* bb : {&p.b, &p.b_s1, &p.b_s2}) {
     if (bb->empty()) continue;
     float* b = bb->stage();
     const std::vector<float> prev(b, b + t);
     for (int64_t i = 0; i < t; ++i) b[i] = prev[static_cast<size_t>(arr[static_cast<size_t>(i)])];
     bb->commit();
   }
-  init_tail_weights(p_.w.stage_for_write());
-  p_.w.commit();
-  for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2})
-    if (!b->empty()) ops::set_zero(*ctx_, Matrix(b->data(), t, fan_in_));
+  block_.init_weights(Rng::stream(seed_, kGsWeightStream).next());
+  for (Buffer<float>* b : {&p.w_s1, &p.w_s2})
+    if (!b->empty()) ops::set_zero(*ctx_, Matrix(b->data(), t, block_.fan_in()));
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",
@@ -477,11 +389,11 @@ void GroupSharedLayer::on_step_impl(const TrainerView& t) {
     const DenseMatrix x = t.embed_train();
     regroup_semantic(x.view(), t.train->labels);
   }
-  rewire_when_due(t, "group_shared", groups_ * fan_in_, "shared slots");
+  block_.rewire_when_due(t, "shared slots", [this](int64_t s) { return rewire(s); });
 }
 
 void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
-  const auto& tm = timings_;
+  FaninTimings& tm = block_.timings();
   const double zero_pct =
       tm.grads > 0 ? 100.0 * static_cast<double>(tm.zero_grads) / static_cast<double>(tm.grads)
                    : 0.0;
@@ -492,18 +404,18 @@ void GroupSharedLayer::on_epoch_impl(const TrainerView& t) {
       t.epoch + 1, tm.head, tm.forward, tm.loss, tm.backward_input + tm.backward_weight,
       tm.backward_input, tm.backward_weight, tm.update, tm.intermediate_backward, tm.rewire,
       zero_pct);
-  timings_ = {};
+  tm = {};
 }
 
 RewireStats GroupSharedLayer::rewire(int64_t step) {
-  const int64_t t = tail_labels(), g = group_, f = fan_in_, slots = groups_ * f;
+  const int64_t t = tail_labels(), g = group_, f = block_.fan_in(), slots = groups_ * f;
   // On host copies of the indices, weights and moments (biases stay): on the GPU a round
   // trip of K·F·4 + T·F·(w + 4s) bytes each way (w = 4 fp32 | 2 bf16, s = state arrays).
   // Each group regrows its own slots, whose weights and moments restart at zero for every
   // label of the group.
   const uint64_t base =
       shard_seed(Rng::stream(seed_ ^ kGsRewireStream, static_cast<uint64_t>(step)).next());
-  return rewire_on_host(step, groups_, g, base, [&](int64_t k, const float* w) {
+  return block_.rewire(step, base, [&](int64_t k, const float* w) {
     // Slot score: mean |w| over the group's labels (the last group may be partial).
     std::vector<float> score(static_cast<size_t>(slots));
 #pragma omp parallel for schedule(static)
@@ -521,7 +433,7 @@ RewireStats GroupSharedLayer::rewire(int64_t step) {
 }
 
 std::vector<TensorRef> GroupSharedLayer::state_impl() {
-  const int64_t n = num_labels(), t = tail_labels(), f = fan_in_;
+  const int64_t n = num_labels();
   std::vector<TensorRef> out = {{"output/label_order", {n}, order_.data()},
                                 {"output/label_position", {n}, pos_.data()},
                                 {"output/semantic_done", {1}, grouped_.data()}};
@@ -530,12 +442,8 @@ std::vector<TensorRef> GroupSharedLayer::state_impl() {
     out.insert(out.end(), hs.begin(), hs.end());
     head_proj_.append_state(out, "output/head/projection");
   }
-  if (t > 0) {
-    // The same names and shapes on both devices; on the GPU the host copies.
-    out.push_back({"output/indices", {groups_, f}, idx_.host_data()});
-    for (TensorRef& r : p_.refs()) out.push_back(std::move(r));
-    tail_proj_.append_state(out, "output/tail_projection");
-  }
+  // The same names and shapes on both devices; on the GPU the host copies.
+  block_.append_state(out, "output/tail_projection");
   return out;
 }
 
@@ -558,24 +466,13 @@ void GroupSharedLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<co
 void GroupSharedLayer::sync_state_impl(StateSync s) {
   if (head_block_) head_block_->sync_state(s);
   head_proj_.sync_state(s);
-  tail_proj_.sync_state(s);
-  idx_.sync(s);
-  p_.sync(s);
+  block_.sync_state(s);
 }
 
 int64_t GroupSharedLayer::analytic_bytes_impl() const {
-  const int64_t n = num_labels(), t = tail_labels(), f = fan_in_, d = input_dim(), bsz = max_batch_;
-  int64_t bytes = 4 * (2 * n + 1);  // label order, positions, semantic flag (host)
+  int64_t bytes = 4 * (2 * num_labels() + 1);  // label order, positions, semantic flag (host)
   if (head_block_) bytes += head_block_->analytic_bytes() + head_proj_.bytes();
-  if (t > 0) {
-    const int64_t wbytes = p_.w.bf16() ? 2 : 4;  // the transposed input ut
-    bytes += 4 * groups_ * f + p_.bytes();       // indices, weights, biases, optimizer state
-    bytes += wbytes * m_ * bsz + 4 * (bsz * chunk_ + chunk_ * f + chunk_);  // ut, z, dw, db
-    bytes += acc_.bytes() + targets_.analytic_bytes();  // GPU: the step's loss, target rows
-    bytes += tail_proj_.bytes();
-  }
-  if (dropout_ > 0.0) bytes += mask_.bytes() + 4 * bsz * d;  // the mask (GPU: + host), x
-  return bytes;
+  return bytes + block_.analytic_bytes();  // the tail, its projection, dropout
 }
 
 }  // namespace xmc

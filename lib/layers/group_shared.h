@@ -36,7 +36,8 @@
 // host). Labels, TopK, the label order and the dropout masks (drawn on the host) stay on
 // the host. Rare work — rewiring, semantic grouping, checkpoints — runs on host copies
 // (Buffer::stage / commit: no copy on the CPU). The logits include the bias from the
-// forward op on both devices; the loss op adds none.
+// forward op on both devices; the loss op adds none. The tail, its projection, the
+// dropout and the rewiring are a FaninBlock (layers/fanin_block.h), as fixed_fanin's.
 // precision: fp32 | bf16 (GPU only) for the head block and the tail weights (bf16 only,
 // no fp32 master copy; the tail's input is rounded to bf16 for the tensor-core kernels);
 // the projections, biases, gradients and optimizer state stay fp32.
@@ -52,28 +53,26 @@
 #include "core/rng.h"
 #include "grouping/label_grouping.h"
 #include "layers/dense_block.h"
+#include "layers/fanin_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
 #include "layers/projection.h"
-#include "layers/rewire.h"
 
 namespace xmc {
 
-struct GroupSharedConfig {
-  int64_t group_size = 16;    // G
-  int64_t fan_in = 64;        // F
+// The tail's F, its ReLU projection d→m (tail_projection), dropout, loss (bce by default),
+// rewiring and chunk (rounded down to a multiple of G) are the FaninConfig's.
+struct GroupSharedConfig : FaninConfig {
+  int64_t group_size = 16;  // G
   double head_fraction = 0.05;
-  int64_t head_dim = 0;       // linear projection d→head_dim before the head (0 = none)
-  int64_t tail_projection = 0;  // ReLU layer d→m before the tail (0 = none, m = d)
+  int64_t head_dim = 0;  // linear projection d→head_dim before the head (0 = none)
   GroupingType grouping = GroupingType::frequency;
   double beta = 4.0;          // semantic: about T/(β·G) k-means buckets
   int64_t kmeans_iters = 10;
-  LossType loss = LossType::bce;
-  RewireConfig rewire;
-  double dropout = 0.0;       // input dropout on h
-  int64_t chunk_size = 8192;  // labels per block (rounded down to a multiple of G)
   Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
+
+  GroupSharedConfig() { loss = LossType::bce; }
 
   template <class V>
   void visit(V& v) {
@@ -85,7 +84,7 @@ struct GroupSharedConfig {
             Range{0.0, 1.0});
     v.field("head_dim", head_dim, "Width of the head's linear projection of h (0 = none, use h)",
             Range{0, 65536});
-    v.field("tail_projection", tail_projection,
+    v.field("tail_projection", projection,
             "Width of the ReLU layer before the sparse tail (0 = none)", Range{0, 65536});
     v.field("grouping", grouping, "How tail labels are arranged into groups");
     v.field("beta", beta, "Semantic grouping: about (tail labels)/(beta·G) k-means buckets",
@@ -116,7 +115,7 @@ struct GroupSharedSplit {
   int64_t group0 = 0, groups = 0, tail = 0;
 };
 
-class GroupSharedLayer final : public FaninLayer {
+class GroupSharedLayer final : public OutputLayer {
  public:
   GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg);
 
@@ -124,8 +123,8 @@ class GroupSharedLayer final : public FaninLayer {
   int64_t head_labels() const { return head_; }
   int64_t tail_labels() const { return split_.tail; }
   int64_t num_groups() const { return groups_; }
-  // Width m of the tail's input: the tail projection, or d.
-  int64_t tail_input_dim() const { return m_; }
+  // The tail: F, its input width m (the tail projection, or d), rewiring.
+  const FaninBlock& fanin() const { return block_; }
   // Original label id at position i of the whole arrangement [L], and the inverse.
   std::span<const uint32_t> label_order() const { return order_.span(); }
   std::span<const uint32_t> label_position() const { return pos_.span(); }
@@ -134,7 +133,8 @@ class GroupSharedLayer final : public FaninLayer {
   // Semantic grouping from the layer inputs x [N×d] of the training points and their
   // labels [N×L] (what on_step does once with embed_train()). Logs time and cohesion.
   void regroup_semantic(ConstMatrix x, const CsrMatrix& point_labels);
-  RewireStats rewire(int64_t step) override;
+  // Prune and regrow now, as the schedule does at `step` (deterministic given seed, step).
+  RewireStats rewire(int64_t step);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -149,26 +149,21 @@ class GroupSharedLayer final : public FaninLayer {
   int64_t analytic_bytes_impl() const override;
 
   // Inputs of the evaluation path for h [rows×d]: the head's (projected) input and the
-  // tail's transposed input ut [m×rows] (bf16 in bf16 mode), workspace Buffers.
+  // tail's (FaninBlock::eval_input), workspace Buffers.
   struct EvalInputs {
-    Buffer<float> head_buf, tail_buf, ut;
-    Buffer<gpu::Bf16> ut16;
+    Buffer<float> head_buf;
     ConstMatrix head_in;
+    FaninBlock::Input tail;
   };
   EvalInputs eval_inputs(ConstMatrix h) const;
   // Scores of internal positions [lo, lo+out.cols) (lo and the head/tail boundary on
   // group boundaries of the tail).
   void internal_scores(const EvalInputs& in, int64_t lo, Matrix out) const;
-  // Tail forward (bias included) of tail labels [r0, r0+z.cols) on ut / ut16 [m×rows].
-  void tail_forward(int64_t r0, const float* ut, const gpu::Bf16* ut16, Matrix z) const;
   // Positions -> original ids in place; equal scores then rank by original id.
   void to_original_ids(TopK& top) const;
   void build_targets(const Batch& batch, int64_t rows);
-  // One index set per group into idx [K×F]; the initial tail weights into w [T×F], T > 0.
+  // One index set per group into idx [K×F].
   void draw_tail_indices(uint32_t* idx) const;
-  void init_tail_weights(float* w) const;
-  // The tail's chunk loop of one step: du [B×m] += dL/du; loss and zero counts into acc_.
-  void train_tail(ConstMatrix u, Matrix du, int64_t rows, const LrState& lr);
 
   // This layer's position i (head 0..head_-1, then its tail) in the whole arrangement.
   int64_t position(int64_t i) const {
@@ -182,18 +177,19 @@ class GroupSharedLayer final : public FaninLayer {
   // process.
   uint64_t shard_seed(uint64_t s) const { return Rng::shard_seed(s, split_.group0); }
 
+  Context* ctx_;
+  uint64_t seed_;
   int64_t group_;
   GroupSharedSplit split_;
   int64_t head_, groups_;
   GroupingType grouping_;
   double beta_;
   int kmeans_iters_;
-  bool stochastic_rounding_ = false;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
   std::optional<DenseBlock> head_block_;
   Projection head_proj_;  // d→head_dim (linear), or none
-  Projection tail_proj_;  // d→m (ReLU), or none
+  FaninBlock block_;      // the tail, its ReLU projection d→m, dropout, rewiring
 };
 
 }  // namespace xmc

@@ -119,7 +119,7 @@ LayerInit make_init(Context& ctx, const Case& c) {
 FixedFaninConfig make_config(const Case& c, bool gpu_timing = false) {
   FixedFaninConfig cfg;
   cfg.fan_in = c.f;
-  cfg.intermediate = c.inter;
+  cfg.projection = c.inter;
   cfg.dropout = c.dropout;
   cfg.loss = parse_enum<LossType>(c.loss, "loss");
   cfg.chunk_size = c.chunk;
@@ -269,8 +269,8 @@ void test_layer_steps(CudaContext&, Rng& rng) {
       compare_state(sn, snapshot(got), snapshot(ref), 1e-6, 1e-3,
                     adam_weight_allowance(optimizers()[static_cast<size_t>(c.opt)], step));
     }
-    const auto& tr = ref.timings();
-    const auto& tg = got.timings();
+    const auto& tr = ref.fanin().timings();
+    const auto& tg = got.fanin().timings();
     expect_scalar(name + " skipped labels (weight-gradient counter)",
                   static_cast<double>(tg.skipped_labels), static_cast<double>(tr.skipped_labels),
                   1e-3 * static_cast<double>(tr.label_steps) + 2, 0);
@@ -349,7 +349,7 @@ void test_state_memory_timing(CudaContext&, Rng& rng) {
   compare_scores_topk(name + " after checkpoint load", ref, got, dev.cuda(), rng, c);
 
   step_both(name + " timed step", ref, got, dev.cuda(), rng, c, c.batch, 2);
-  const auto& t = got.timings();
+  const auto& t = got.fanin().timings();
   expect_true(name + ": gpu_timing fills forward, loss, backward, update, intermediate",
               t.forward > 0.0 && t.loss > 0.0 && t.backward_input > 0.0 && t.backward_weight > 0.0 &&
                   t.update > 0.0 && t.intermediate_backward > 0.0);

@@ -115,7 +115,7 @@ std::vector<Case> layer_cases() {
     c.cfg.group_size = 5;
     c.cfg.fan_in = 7;
     c.cfg.head_fraction = 0.0;
-    c.cfg.tail_projection = 40;
+    c.cfg.projection = 40;
     c.cfg.loss = LossType::squared_hinge;
     c.cfg.grouping = GroupingType::random;
     c.cfg.chunk_size = 35;
@@ -143,7 +143,7 @@ std::vector<Case> layer_cases() {
     c.cfg.fan_in = 16;
     c.cfg.head_fraction = 0.2;
     c.cfg.head_dim = 12;
-    c.cfg.tail_projection = 20;
+    c.cfg.projection = 20;
     c.cfg.dropout = 0.3;
     c.cfg.loss = LossType::squared_hinge;
     c.cfg.chunk_size = 24;
@@ -328,7 +328,7 @@ void run_layer_case(const Case& c, Rng& rng) {
       expect_scalar(sn + " rewired slots", static_cast<double>(rg.pruned),
                     static_cast<double>(rr.pruned), 0, 0);
       expect_true(sn + " rewiring pruned something",
-                  rr.pruned > 0 || c.cfg.fan_in >= got.tail_input_dim());
+                  rr.pruned > 0 || c.cfg.fan_in >= got.fanin().input_width());
     }
     const Batch bt = random_batch(rng, b, n, 4);
     const auto h = random_vec(rng, static_cast<size_t>(b * d));

@@ -80,9 +80,9 @@ Ref snapshot(FixedFaninLayer& layer) {
   Ref r;
   auto st = layer.state();
   r.d = layer.input_dim();
-  r.m = layer.sparse_input_dim();
+  r.m = layer.fanin().input_width();
   r.num_labels = layer.num_labels();
-  r.fan_in = layer.fan_in();
+  r.fan_in = layer.fanin().fan_in();
   r.idx = indices(st);
   r.w = floats(st, "output/weight");
   r.bias = floats(st, "output/bias");
@@ -239,7 +239,7 @@ TEST_CASE("fixed fan-in gradients match finite differences") {
           LayerInit init = make_init(ctx, d, num_labels, batch);
           FixedFaninConfig cfg;
           cfg.fan_in = 3;
-          cfg.intermediate = inter;
+          cfg.projection = inter;
           cfg.loss = parse_enum<LossType>(loss, "loss");
           cfg.chunk_size = chunk;
           FixedFaninLayer layer(init, cfg);
@@ -405,21 +405,21 @@ TEST_CASE("rewiring schedule: every interval steps until the fraction of the run
   FixedFaninLayer layer(init, cfg);
   std::vector<int64_t> due;
   for (int64_t s = 0; s <= 1000; ++s)
-    if (layer.rewire_due(s, 1000)) due.push_back(s);
+    if (layer.fanin().rewire_due(s, 1000)) due.push_back(s);
   CHECK(due == std::vector<int64_t>{100, 200, 300, 400, 500});
   // on_step applies it: step 100 rewires (10% of 120 slots), step 101 does not.
   TrainerView v;
   v.total_steps = 1000;
   v.step = 101;
   layer.on_step(v);
-  CHECK(layer.last_rewire().pruned == 0);
+  CHECK(layer.fanin().last_rewire().pruned == 0);
   v.step = 100;
   layer.on_step(v);
-  CHECK(layer.last_rewire().step == 100);
-  CHECK(layer.last_rewire().pruned == 12);
+  CHECK(layer.fanin().last_rewire().step == 100);
+  CHECK(layer.fanin().last_rewire().pruned == 12);
   cfg.rewire.interval = 0;
   FixedFaninLayer never(init, cfg);
-  CHECK_FALSE(never.rewire_due(100, 1000));
+  CHECK_FALSE(never.fanin().rewire_due(100, 1000));
 }
 
 TEST_CASE("fixed fan-in memory in the ledger equals the analytic size") {
@@ -437,7 +437,7 @@ TEST_CASE("fixed fan-in memory in the ledger equals the analytic size") {
     init.optim.momentum = c.momentum;
     FixedFaninConfig cfg;
     cfg.fan_in = 16;
-    cfg.intermediate = c.inter;
+    cfg.projection = c.inter;
     cfg.dropout = c.dropout;
     cfg.chunk_size = 256;
     FixedFaninLayer layer(init, cfg);
@@ -462,7 +462,7 @@ TEST_CASE("fixed fan-in top-k equals the top-k of the full score matrix") {
   LayerInit init = make_init(ctx, d, num_labels, batch);
   FixedFaninConfig cfg;
   cfg.fan_in = 4;
-  cfg.intermediate = 12;
+  cfg.projection = 12;
   cfg.chunk_size = 7;
   FixedFaninLayer layer(init, cfg);
   auto h = random_h(batch, d, 2, 1.0);
@@ -592,7 +592,7 @@ TEST_CASE("fixed fan-in adamw decays the sparse and intermediate weights, not th
   init.optim.lr = lr;
   FixedFaninConfig cfg;
   cfg.fan_in = 3;
-  cfg.intermediate = 5;
+  cfg.projection = 5;
   FixedFaninLayer adam(init, cfg);
   init.optim.type = OptimizerType::adamw;
   init.optim.weight_decay = wd;

@@ -108,8 +108,8 @@ Ref snapshot(GroupSharedLayer& layer) {
   r.num_labels = layer.num_labels();
   r.head = layer.head_labels();
   r.group = layer.group_size();
-  r.fan_in = layer.fan_in();
-  r.m = layer.tail_input_dim();
+  r.fan_in = layer.fanin().fan_in();
+  r.m = layer.fanin().input_width();
   r.order = u32(st, "output/label_order");
   if (r.head > 0) {
     r.hw = floats(st, "output/head/weight");
@@ -366,7 +366,7 @@ TEST_CASE("group_shared gradients match finite differences") {
           cfg.fan_in = 3;
           cfg.head_fraction = 0.3;  // 4.2 labels → one group of 4
           cfg.head_dim = head_dim;
-          cfg.tail_projection = tail_proj;
+          cfg.projection = tail_proj;
           cfg.loss = parse_enum<LossType>(loss, "loss");
           cfg.chunk_size = 4;
           GroupSharedLayer layer(init, cfg);
@@ -634,13 +634,13 @@ TEST_CASE("group_shared rewiring prunes the weakest shared slots and regrows unu
   GroupSharedLayer sched(init, cfg);
   std::vector<int64_t> due;
   for (int64_t st = 0; st <= 1000; ++st)
-    if (sched.rewire_due(st, 1000)) due.push_back(st);
+    if (sched.fanin().rewire_due(st, 1000)) due.push_back(st);
   CHECK(due == std::vector<int64_t>{100, 200, 300, 400, 500});
   TrainerView v;
   v.total_steps = 1000;
   v.step = 100;
   sched.on_step(v);
-  CHECK(sched.last_rewire().pruned == std::llround(0.1 * sched.num_groups() * 4));
+  CHECK(sched.fanin().last_rewire().pruned == std::llround(0.1 * sched.num_groups() * 4));
 }
 
 TEST_CASE("group_shared memory in the ledger equals the analytic size") {
@@ -663,7 +663,7 @@ TEST_CASE("group_shared memory in the ledger equals the analytic size") {
     cfg.group_size = 16;
     cfg.head_fraction = c.head_fraction;
     cfg.head_dim = c.head_dim;
-    cfg.tail_projection = c.tail_proj;
+    cfg.projection = c.tail_proj;
     cfg.dropout = c.dropout;
     cfg.chunk_size = 250;  // rounded down to 240
     GroupSharedLayer layer(init, cfg);
@@ -695,7 +695,7 @@ TEST_CASE("group_shared top-k returns original label ids") {
   cfg.group_size = 4;
   cfg.head_fraction = 0.2;
   cfg.head_dim = 5;
-  cfg.tail_projection = 12;
+  cfg.projection = 12;
   cfg.grouping = GroupingType::random;
   cfg.chunk_size = 7;  // → 4: many chunks, the first ones in the head
   GroupSharedLayer layer(init, cfg);

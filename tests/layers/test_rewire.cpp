@@ -1,12 +1,11 @@
-// The prune-and-regrow module shared by fixed_fanin and group_shared (layers/rewire.h).
-#include <catch2/catch.hpp>
-
+// The prune-and-regrow module shared by fixed_fanin and group_shared (layers/fanin_block.h).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <vector>
 
 #include "core/rng.h"
-#include "layers/rewire.h"
+#include "layers/fanin_block.h"
 
 using namespace xmc;
 
