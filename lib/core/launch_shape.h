@@ -19,6 +19,9 @@ inline constexpr int64_t kMaxBlockThreads = 1024;
 // The largest number of rows of one batch: the bound of train.batch_size and
 // eval.batch_size (lib/config/experiment_config.h uses this constant).
 inline constexpr int64_t kMaxBatchRows = int64_t{1} << 20;
+// The largest fan-in F: the bound of model.output.fan_in (layers/fanin_block.h) and of the
+// fan-in kernels' argument checks.
+inline constexpr int64_t kMaxFanIn = int64_t{1} << 16;
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -22,6 +22,7 @@
 
 #include "core/buffer.h"
 #include "core/field_constraints.h"
+#include "core/launch_shape.h"
 #include "core/resources.h"      // Stopwatch
 #include "layers/dense_block.h"  // DensePrecision
 #include "layers/label_params.h"
@@ -54,7 +55,7 @@ struct RewireConfig {
 // descriptions each backend documents (`projection` is fixed_fanin's `intermediate` and
 // group_shared's `tail_projection`).
 struct FaninConfig {
-  int64_t fan_in = 64;     // F (paper: 32 or 64)
+  int64_t fan_in = 64;     // F (paper: 32 or 64), at most launch::kMaxFanIn
   int64_t projection = 0;  // m: width of the ReLU layer before the sparse part (0: none, m = d)
   double dropout = 0.0;    // input dropout on h
   LossType loss = LossType::squared_hinge;  // squared_hinge or bce

@@ -26,7 +26,7 @@ struct FixedFaninConfig : FaninConfig {
   template <class V>
   void visit(V& v) {
     v.field("fan_in", fan_in, "Inputs read by every label (F, constant per label)",
-            Range{1, 65536});
+            Range{1, launch::kMaxFanIn});
     v.field("intermediate", projection,
             "Width of the dense ReLU layer before the sparse layer (0 = none)", Range{0, 65536});
     v.field("dropout", dropout, "Dropout probability on the layer's input h",

@@ -78,7 +78,7 @@ struct GroupSharedConfig : FaninConfig {
   void visit(V& v) {
     v.field("group_size", group_size, "Labels per group sharing one fan-in set (G)", Range{1, 4096});
     v.field("fan_in", fan_in, "Inputs read by every tail label (F, shared within a group)",
-            Range{1, 65536});
+            Range{1, launch::kMaxFanIn});
     v.field("head_fraction", head_fraction,
             "Share of the labels, most frequent first, in the dense head (rounded to a multiple of G)",
             Range{0.0, 1.0});

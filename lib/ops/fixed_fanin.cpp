@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/launch_shape.h"
 
 namespace xmc::ops {
 
@@ -47,8 +48,7 @@ void check_transpose(ConstMatrix u, MatrixView<T> ut) {
 
 void check_fanin_shapes(const char* op, const uint32_t* idx, int64_t n, int64_t group,
                         int64_t fan_in, int64_t rows, int64_t cols, int64_t batch) {
-  // F <= 2^20: the CUDA kernels take it as an int.
-  XMC_CHECK(n >= 0 && group >= 1 && fan_in >= 1 && fan_in <= (int64_t{1} << 20) &&
+  XMC_CHECK(n >= 0 && group >= 1 && fan_in >= 1 && fan_in <= launch::kMaxFanIn &&
                 (idx != nullptr || n == 0) && cols == n && rows == batch,
             "{}: n={} G={} F={}, matrix [{}×{}], expected [{}×{}]", op, n, group, fan_in, rows,
             cols, batch, n);
