@@ -1,18 +1,20 @@
 #pragma once
-// Backend `bottleneck`: projection P [b×d] (u = h·Pᵀ), then a dense layer over b.
-// The memory-matched baseline: (d + L)·b parameters instead of L·d. On a CUDA Context the
-// projection (fp32) and the dense block (fp32 or bf16) live on the GPU and every matrix
-// argument is a device view (output_layer.h); the layer's code is the same on both devices
-// (Buffers and Context ops, issue 21). Label-sharded (mpirun): each process holds
-// all of P and its labels' rows of the dense layer; dP is summed over the processes.
+// Backend `bottleneck`: projection P [b×d] (u = h·Pᵀ, a linear Projection without bias),
+// then a dense layer over b. The memory-matched baseline: (d + L)·b parameters instead of
+// L·d. On a CUDA Context the projection (fp32) and the dense block (fp32 or bf16) live on
+// the GPU and every matrix argument is a device view (output_layer.h); the layer's code is
+// the same on both devices (Buffers and Context ops, issue 21). Label-sharded (mpirun):
+// each process holds all of P and its labels' rows of the dense layer; dP is summed over
+// the processes. Checkpoint: output/dense/..., output/projection/{weight, opt1, opt2}
+// (format 1, before issue 38: output/projection, output/projection_opt1, _opt2).
 #include <string>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/field_constraints.h"
 #include "layers/dense_block.h"
 #include "layers/layer_init.h"
 #include "layers/output_layer.h"
+#include "layers/projection.h"
 
 namespace xmc {
 
@@ -45,17 +47,11 @@ class BottleneckLayer final : public OutputLayer {
   TopK topk_impl(ConstMatrix h, int k) const override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
-  int64_t analytic_bytes_impl() const override;
-  // u [rows×b] = h·Pᵀ into a workspace Buffer on the Context's device.
-  Buffer<float> project(ConstMatrix h) const;
+  int64_t analytic_bytes_impl() const override { return block_.analytic_bytes() + proj_.bytes(); }
 
   Context* ctx_;
-  Comm* comm_;  // label-sharded: the processes holding the other labels (nullptr: none)
-  int64_t dim_;
-  OptimizerConfig optim_;
-  Buffer<float> p_, p_s1_, p_s2_;  // [b×d] and its optimizer state
-  Buffer<float> u_, du_, dp_;      // workspace: [B×b], [B×b], [b×d]
   DenseBlock block_;
+  Projection proj_;  // P [b×d], its optimizer state and workspaces
 };
 
 }  // namespace xmc

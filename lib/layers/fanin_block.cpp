@@ -149,8 +149,8 @@ FaninBlock::FaninBlock(const LayerInit& init, const FaninConfig& cfg, const Fani
   chunk_ = std::min(std::max(group_, cfg.chunk_size / group_ * group_), sets_ * group_);
   idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(sets_ * f_));
   p_ = LabelParams(ctx, optim_, n_, f_, layout.precision.bf16);
-  proj_ = Projection(ctx, d_, cfg.projection, true, optim_, max_batch_,
-                     Rng::stream(seed_, layout.projection_stream).next());
+  proj_ = Projection(ctx, d_, cfg.projection, Projection::Kind::relu, optim_, max_batch_,
+                     Rng::stream(seed_, layout.projection_stream));
   if (Comm* c = init.shard_comm()) proj_.set_comm(c);  // dP, dc summed over the processes
   const auto utn = static_cast<size_t>(m_ * max_batch_);
   if (p_.w.bf16())

@@ -131,8 +131,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
         "[F×64] tile and take F <= 256 (use precision fp32)",
         f);
   if (ctx.on_gpu()) set_device_views(true);
-  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, false, init.optim, bsz,
-                          Rng::stream(seed_, kGsProjStream).next());
+  head_proj_ = Projection(ctx, d, head_ > 0 ? cfg.head_dim : 0, Projection::Kind::affine,
+                          init.optim, bsz, Rng::stream(seed_, kGsProjStream));
   if (head_ > 0)
     head_block_.emplace(ctx, cfg.head_dim > 0 ? cfg.head_dim : d, split_.head0, head_, bsz,
                         cfg.chunk_size, cfg.loss, init.optim,

@@ -1,17 +1,19 @@
 #pragma once
-// Projection: a dense layer u = act(x·Pᵀ + c) in front of an output layer's sparse part
-// (group_shared's head projection and tail ReLU projection, fixed_fanin's intermediate
-// layer). P [out×in] and c [out] in one array [out×in + out] (c = 0 at start, P uniform
-// (±1/sqrt(in)) by init_uniform_rows from `seed`), its optimizer state, gradient and the
-// batch workspaces u, du [B×out]: Buffers on the Context's device, every matrix argument a
-// DEVICE view on a CUDA Context. Empty (out = 0) = identity. Checkpoint names:
-// <prefix>/weight [out×in], <prefix>/bias [out], <prefix>/opt1, <prefix>/opt2 [out×in+out].
+// Projection: a dense layer u = act(x·Pᵀ + c) in front of an output layer's own layer
+// (group_shared's head projection, the fan-in block's ReLU projection: fixed_fanin's
+// intermediate layer and group_shared's tail projection; bottleneck's P, without c). P
+// [out×in] and c [out] in one array [out×in + out] (c = 0 at start, P uniform
+// (±1/sqrt(in))), its optimizer state, gradient and the batch workspaces u, du [B×out]:
+// Buffers on the Context's device, every matrix argument a DEVICE view on a CUDA Context.
+// Empty (out = 0) = identity. Checkpoint names: <prefix>/weight [out×in], <prefix>/bias
+// [out], <prefix>/opt1, <prefix>/opt2 [out×in + out] (linear: [out×in], no bias).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/matrix.h"
+#include "core/rng.h"
 #include "core/tensor_ref.h"
 #include "layers/output_layer.h"  // LrState
 #include "ops/optimizer.h"
@@ -22,9 +24,13 @@ class Comm;
 
 class Projection {
  public:
+  // affine: u = x·Pᵀ + c; relu: u = relu(x·Pᵀ + c), P by init_uniform_rows from
+  // init.next(). linear: u = x·Pᵀ without c, P drawn from `init` itself in row-major order
+  // (bottleneck's P and draw before it was a Projection).
+  enum class Kind { affine, relu, linear };
   Projection() = default;
-  Projection(Context& ctx, int64_t in, int64_t out, bool relu, const OptimizerConfig& optim,
-             int64_t max_batch, uint64_t seed);
+  Projection(Context& ctx, int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
+             int64_t max_batch, Rng init);
 
   bool active() const { return out_ > 0; }
   // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
@@ -51,10 +57,10 @@ class Projection {
  private:
   Context* ctx_ = nullptr;
   Comm* comm_ = nullptr;
-  int64_t in_ = 0, out_ = 0, max_batch_ = 0;
-  bool relu_ = false;
+  int64_t in_ = 0, out_ = 0, max_batch_ = 0, pn_ = 0;  // pn: out×in (+ out with c)
+  Kind kind_ = Kind::affine;
   OptimizerConfig optim_;
-  Buffer<float> p_, s1_, s2_, dp_;  // [out×in + out] each (state empty when unused)
+  Buffer<float> p_, s1_, s2_, dp_;  // [pn] each (state empty when unused)
   Buffer<float> u_, du_;            // [B×out]
 };
 

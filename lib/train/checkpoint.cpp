@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <type_traits>
 
@@ -164,6 +165,7 @@ CheckpointWriter::CheckpointWriter(std::string path)
   errno = 0;
   file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) abandon(path_, tmp_);
+  write_i64("meta/format", {kCheckpointFormat});
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -220,6 +222,10 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   if (!std::filesystem::exists(path_)) throw_input("checkpoint '{}' does not exist", path_);
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw_input("'{}' is not an HDF5 checkpoint", path_);
+  if (has("meta/format")) format_ = read_i64("meta/format").at(0);
+  if (format_ > kCheckpointFormat)
+    throw_input("{}: checkpoint format {} is newer than this build reads ({})", path_, format_,
+                kCheckpointFormat);
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -238,10 +244,16 @@ bool CheckpointReader::has(const std::string& name) const {
 }
 
 void CheckpointReader::read(const TensorRef& t) const {
+  static const std::map<std::string, std::string> kFormat1Names = {
+      {"output/projection/weight", "output/projection"},
+      {"output/projection/opt1", "output/projection_opt1"},
+      {"output/projection/opt2", "output/projection_opt2"}};
+  const auto old = format_ < 2 ? kFormat1Names.find(t.name) : kFormat1Names.end();
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
-        read_checked<T>(t.name, &t.shape, p, /*finite=*/true);
+        read_checked<T>(old != kFormat1Names.end() ? old->second : t.name, &t.shape, p,
+                        /*finite=*/true);
       },
       t.data);
 }

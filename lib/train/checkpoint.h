@@ -18,6 +18,12 @@
 
 namespace xmc {
 
+// The layout version every checkpoint records in "meta/format" (none: format 1). Format 2
+// (issue 38): bottleneck's projection is a Projection, output/projection/{weight, opt1,
+// opt2}; a format-1 file holds them as output/projection, output/projection_opt1, _opt2,
+// which read() reads instead.
+inline constexpr int64_t kCheckpointFormat = 2;
+
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string path);
@@ -46,6 +52,7 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   bool has(const std::string& name) const;
+  int64_t format() const { return format_; }
   // Reads into t's memory; the stored shape and type must match, the checksum too, and
   // floating-point values must be finite (InputError naming the tensor otherwise).
   void read(const TensorRef& t) const;
@@ -66,6 +73,7 @@ class CheckpointReader {
 
   std::string path_;
   int64_t file_ = -1;
+  int64_t format_ = 1;
   mutable bool warned_unverified_ = false;
 };
 

@@ -1,7 +1,8 @@
 // Gradient checks of the dense and bottleneck backends against finite differences of a
 // double-precision reference (forward + loss written out here), and chunking invariance.
-#include <catch2/catch.hpp>
+#include <hdf5.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -16,6 +17,7 @@
 #include "support/layer_support.h"
 #include "support/test_env.h"
 #include "support/test_support.h"
+#include "train/checkpoint.h"
 
 using namespace xmc;
 using namespace xmc::test;
@@ -122,7 +124,7 @@ void gradient_check(const std::string& backend, const std::string& loss, int64_t
   const std::string bname = backend == "dense" ? "output/bias" : "output/dense/bias";
   auto state = layer->state();
   Params prm{to_double(find(state, wname)), to_double(find(state, bname)), {}};
-  if (backend == "bottleneck") prm.p = to_double(find(state, "output/projection"));
+  if (backend == "bottleneck") prm.p = to_double(find(state, "output/projection/weight"));
 
   auto f = [&] {
     return ref_loss(loss, ref_logits(prm, h, batch, d, dim, num_labels), b, num_labels);
@@ -142,7 +144,7 @@ void gradient_check(const std::string& backend, const std::string& loss, int64_t
   for (size_t i = 0; i < prm.bias.size(); ++i)
     check_close(prm.bias[i] - b_new[i], fd(prm.bias, i, f), "db[" + std::to_string(i) + "]");
   if (backend == "bottleneck") {
-    auto p_new = to_double(find(after, "output/projection"));
+    auto p_new = to_double(find(after, "output/projection/weight"));
     for (size_t i = 0; i < prm.p.size(); ++i)
       check_close(prm.p[i] - p_new[i], fd(prm.p, i, f), "dP[" + std::to_string(i) + "]");
   }
@@ -266,4 +268,68 @@ TEST_CASE("dense layer larger than the memory budget is refused before allocatin
   DenseLayer small(init, DenseConfig{});
   CHECK(static_cast<double>(small.analytic_bytes()) ==
         DenseBlock::planned_bytes(256, 1000, 64, 8192, init.optim));
+}
+
+// Checkpoint format 2 (issue 38) stores bottleneck's P as a Projection; a format-1 file
+// (written before it, no meta/format) names its tensors output/projection,
+// output/projection_opt1 and _opt2. The old layout is made here from a saved layer by
+// renaming those datasets and dropping meta/format; a fresh layer reads it back whole.
+TEST_CASE("bottleneck reads a checkpoint of format 1, the layout before its Projection") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 5;
+  init.num_labels = 6;
+  init.batch_size = 4;
+  init.optim.type = OptimizerType::adam;
+  init.optim.lr = 0.05;
+  init.seed = 3;
+  BottleneckConfig c;
+  c.dim = 3;
+  BottleneckLayer trained(init, c);
+  Rng rng(5);
+  std::vector<float> hv(4 * 5), dhv(hv.size());
+  for (auto& x : hv) x = static_cast<float>(rng.normal());
+  const ConstMatrix h(hv.data(), 4, 5);
+  const Batch b = make_batch(6, {{1}, {0, 5}, {}, {2, 3}});
+  for (int64_t step = 1; step <= 3; ++step)
+    trained.train_step(b, h, Matrix(dhv.data(), 4, 5), {.lr = 0.05, .step = step});
+
+  TempDir dir;
+  const std::string path = (dir.path() / "old.h5").string();
+  {
+    CheckpointWriter w(path);
+    for (const TensorRef& t : trained.state()) w.write(t);
+    w.commit();
+  }
+  CHECK(CheckpointReader(path).format() == kCheckpointFormat);
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    CHECK(H5Ldelete(f, "meta/format", H5P_DEFAULT) >= 0);
+    CHECK(H5Lmove(f, "output/projection", f, "p", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    for (const auto& [from, to] :
+         {std::pair{"p/weight", "output/projection"}, std::pair{"p/opt1", "output/projection_opt1"},
+          std::pair{"p/opt2", "output/projection_opt2"}})
+      CHECK(H5Lmove(f, from, f, to, H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+  }
+  const CheckpointReader old(path);
+  CHECK(old.format() == 1);
+  CHECK_FALSE(old.has("output/projection/weight"));
+
+  init.seed = 4;  // other initial values, all replaced by the checkpoint's
+  BottleneckLayer loaded(init, c);
+  for (const TensorRef& t : loaded.state()) old.read(t);
+  const auto want = trained.state(), got = loaded.state();
+  REQUIRE(want.size() == got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].name);
+    CHECK(got[i].name == want[i].name);
+    CHECK(to_double(got[i]) == to_double(want[i]));
+  }
+  std::vector<float> zt(4 * 6), zl(zt.size());
+  trained.scores(h, Matrix(zt.data(), 4, 6));
+  loaded.scores(h, Matrix(zl.data(), 4, 6));
+  CHECK(zl == zt);
 }
