@@ -37,12 +37,9 @@ StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 }
 
 void BottleneckLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
-    const int64_t rows = std::min(eval_rows(), h.rows - r0);
-    Buffer<float> u;
-    block_.scores(proj_.apply_into(h.rows_range(r0, rows), u), lo, out.rows_range(r0, rows));
-    ctx_->synchronize();  // u is freed at the end of the iteration
-  }
+  Buffer<float> u;
+  block_.scores(proj_.apply_into(h, u), lo, out);
+  ctx_->synchronize();  // before u is freed
 }
 
 TopK BottleneckLayer::topk_impl(ConstMatrix h, int k) const {

@@ -18,10 +18,7 @@ StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix 
 }
 
 void DenseLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
-    const int64_t rows = std::min(eval_rows(), h.rows - r0);
-    block_.scores(h.rows_range(r0, rows), lo, out.rows_range(r0, rows));
-  }
+  block_.scores(h, lo, out);
 }
 
 TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows()); }

@@ -103,12 +103,8 @@ StepStats FixedFaninLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 }
 
 void FixedFaninLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
-    const int64_t rows = std::min(eval_rows(), h.rows - r0);
-    const FaninBlock::Input in = block_.eval_input(h.rows_range(r0, rows));
-    block_.forward(lo - label_lo(), in, out.rows_range(r0, rows));
-    block_.context().synchronize();  // in is freed at the end of the iteration
-  }
+  block_.forward(lo - label_lo(), block_.eval_input(h), out);
+  block_.context().synchronize();  // before the input is freed
 }
 
 TopK FixedFaninLayer::topk_impl(ConstMatrix h, int k) const {

@@ -280,21 +280,17 @@ void GroupSharedLayer::internal_scores(const EvalInputs& in, int64_t lo, Matrix 
 }
 
 void GroupSharedLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
-  // Internal scores of all labels (row blocks of eval_rows()), put in original label order
-  // on the host (tests and small L only: 2·B·L floats moved on the GPU; top-k does not
-  // do this).
+  // Internal scores of all labels, put in original label order on the host (tests and
+  // small L only: 2·B·L floats moved on the GPU; top-k does not do this).
   XMC_CHECK(lo == 0 && out.cols == num_labels() && shard_labels() == num_labels(),
             "group_shared scores: labels [{}, {}) (all labels of a one-process layer only)", lo,
             lo + out.cols);
   const int64_t n = num_labels();
   std::vector<float> internal(static_cast<size_t>(h.rows * n)), orig(internal.size());
-  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows()) {
-    const int64_t rows = std::min(eval_rows(), h.rows - r0);
-    const EvalInputs in = eval_inputs(h.rows_range(r0, rows));
-    Buffer<float> z(*ctx_, MemTag::workspace, static_cast<size_t>(rows * n));
-    internal_scores(in, 0, Matrix(z.data(), rows, n));
-    z.copy_to_host(internal.data() + r0 * n, static_cast<size_t>(rows * n));
-  }
+  const EvalInputs in = eval_inputs(h);
+  Buffer<float> z(*ctx_, MemTag::workspace, internal.size());
+  internal_scores(in, 0, Matrix(z.data(), h.rows, n));
+  z.copy_to_host(internal.data(), internal.size());
   for (int64_t r = 0; r < h.rows; ++r)
     for (int64_t i = 0; i < n; ++i)
       orig[static_cast<size_t>(r * n + order_[static_cast<size_t>(i)])] =

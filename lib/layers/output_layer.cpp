@@ -66,7 +66,10 @@ void OutputLayer::scores(ConstMatrix h, Matrix out) const {
   XMC_CHECK(h.cols == input_dim_ && out.rows == h.rows && out.cols == hi_ - lo_,
             "scores: h [{}×{}], out [{}×{}], expected out [{}×{}]", h.rows, h.cols, out.rows,
             out.cols, h.rows, hi_ - lo_);
-  scores_impl(h, lo_, out);
+  for (int64_t r0 = 0; r0 < h.rows; r0 += eval_rows_) {
+    const int64_t rows = std::min(eval_rows_, h.rows - r0);
+    scores_impl(h.rows_range(r0, rows), lo_, out.rows_range(r0, rows));
+  }
 }
 
 }  // namespace xmc

@@ -59,7 +59,8 @@ class OutputLayer {
   StepStats train_step(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
   // Top-k labels (global ids) of each row of h [B×d], exact, streamed over label chunks.
   TopK topk(ConstMatrix h, int k) const;
-  // Scores of every label in [lo, hi) for h [B×d] into out [B×(hi-lo)] (tests, small L).
+  // Scores of every label in [lo, hi) for h [B×d] into out [B×(hi-lo)] (tests, small L),
+  // in blocks of eval_rows() rows.
   void scores(ConstMatrix h, Matrix out) const;
 
   void on_step(const TrainerView& t) { on_step_impl(t); }
