@@ -1,10 +1,13 @@
-// The Context-dispatching ops, one test body each, run on every device this machine has:
-// the CPU always, CUDA when the build has it and a GPU is visible (the Catch2 section names
-// say which ran; without a GPU nothing is claimed for CUDA; the GPU kit sets
+// The Context-dispatching ops, one test body each (DEVICE_TEST, support/device_test.h),
+// run on every device: "... (cpu)" on the CPU, "... (cuda)" on CUDA where a GPU is visible
+// (without one that test case is skipped, never passed; the GPU kit sets
 // XMC_TEST_REQUIRE_CUDA so that a missing GPU fails there). Each body draws its inputs on
 // the host, runs the op on the device through Buffers (core/buffer.h) and compares with a
 // naive double-precision reference written here — so the CPU ops that CPU training runs
-// and their CUDA twins are held to the same reference.
+// and their CUDA twins are held to the same reference. Where the former CPU-vs-CUDA parity
+// binary (tests/cuda/test_parity.cpp) held CUDA to the CPU op more tightly than to the
+// double reference (the losses), the body also compares with the CPU op's result at that
+// tolerance (CPU against CPU in the (cpu) case).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,11 +30,11 @@
 #include "ops/loss.h"
 #include "ops/optimizer.h"
 #include "ops/topk.h"
-#include "ops_test_util.h"
+#include "support/device_test.h"
 #include "support/op_cases.h"
 
 using namespace xmc;
-using namespace xmc::opstest;
+using namespace xmc::test;
 
 namespace {
 
@@ -58,6 +62,17 @@ constexpr int64_t kM = 37, kK = 53, kN = 29;
 
 using testcases::random_targets;
 
+// The per-row logsumexp of a softmax state after pass 1, read through merge() with
+// identity reductions (a one-process merge leaves the state as it is): max + log(sum).
+std::vector<float> logsumexp(SoftmaxState& st, int64_t rows) {
+  std::vector<double> mx, sum;
+  st.merge({[&](std::span<double> v) { mx.assign(v.begin(), v.end()); },
+            [&](std::span<double> v) { sum.assign(v.begin(), v.end()); }});
+  std::vector<float> lse(static_cast<size_t>(rows));
+  for (size_t r = 0; r < lse.size(); ++r) lse[r] = static_cast<float>(mx[r] + std::log(sum[r]));
+  return lse;
+}
+
 // Element-wise equal, NaN equal to NaN.
 bool same_scores(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return false;
@@ -66,136 +81,125 @@ bool same_scores(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
-std::vector<float> widen(const std::vector<gpu::Bf16>& v) {
-  std::vector<float> o(v.size());
-  std::transform(v.begin(), v.end(), o.begin(), gpu::bf16_widen);
-  return o;
-}
-
 }  // namespace
 
-TEST_CASE("the three GEMMs and the affine forms against a naive product") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      Context ctx(dev);
-      Rng rng(3);
-      const auto a = random_floats(rng, kM * kK), b = random_floats(rng, kK * kN),
-                 bt = random_floats(rng, kN * kK), at = random_floats(rng, kK * kM),
-                 bias = random_floats(rng, kN);
-      auto da = put(ctx, a);
-      auto db = put(ctx, b);
-      auto dbt = put(ctx, bt);
-      auto dat = put(ctx, at);
-      auto dbias = put(ctx, bias);
-      Buffer<float> dc(ctx, MemTag::workspace, kM * kN);
-      const Matrix c(dc.data(), kM, kN);
-      auto ref = [&](auto elem) {
-        std::vector<double> r(kM * kN);
-        for (int64_t i = 0; i < kM; ++i)
-          for (int64_t j = 0; j < kN; ++j) {
-            double s = 0;
-            for (int64_t k = 0; k < kK; ++k) s += elem(i, j, k);
-            r[i * kN + j] = s;
-          }
-        return r;
-      };
-      const auto nn = ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * b[k * kN + j]; });
-      const auto nt = ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * bt[j * kK + k]; });
-      const auto tn = ref([&](int64_t i, int64_t j, int64_t k) { return double(at[k * kM + i]) * b[k * kN + j]; });
-      ops::gemm_nn(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(db.data(), kK, kN), c);
-      expect_close("", get(dc, kM * kN), nn, 1e-5, 1e-4);
-      ops::gemm_nt(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(dbt.data(), kN, kK), c);
-      expect_close("", get(dc, kM * kN), nt, 1e-5, 1e-4);
-      ops::gemm_tn(ctx, ConstMatrix(dat.data(), kK, kM), ConstMatrix(db.data(), kK, kN), c);
-      expect_close("", get(dc, kM * kN), tn, 1e-5, 1e-4);
-      // affine: relu(bias + x·w) with w [K×N] (nn) or [N×K] (nt).
-      auto relu_bias = [&](std::vector<double> r) {
-        for (int64_t i = 0; i < kM; ++i)
-          for (int64_t j = 0; j < kN; ++j) r[i * kN + j] = std::max(0.0, r[i * kN + j] + bias[j]);
-        return r;
-      };
-      ops::affine_nn(ctx, ConstMatrix(da.data(), kM, kK), db.data(), dbias.data(), true, c);
-      expect_close("", get(dc, kM * kN), relu_bias(nn), 1e-5, 1e-4);
-      ops::affine_nt(ctx, ConstMatrix(da.data(), kM, kK), dbt.data(), dbias.data(), true, c);
-      expect_close("", get(dc, kM * kN), relu_bias(nt), 1e-5, 1e-4);
-      // column sums and the row-vector add.
-      Buffer<float> dsum(ctx, MemTag::workspace, kK);
-      ops::column_sums(ctx, ConstMatrix(da.data(), kM, kK), dsum.data());
-      std::vector<double> sums(kK, 0.0);
-      for (int64_t i = 0; i < kM; ++i)
-        for (int64_t k = 0; k < kK; ++k) sums[k] += a[i * kK + k];
-      expect_close("", get(dsum, kK), sums, 1e-5, 1e-5);
-    }
-  }
+DEVICE_TEST("the three GEMMs and the affine forms against a naive product", "[dense]") {
+  Rng rng(3);
+  const auto a = random_floats(rng, kM * kK), b = random_floats(rng, kK * kN),
+             bt = random_floats(rng, kN * kK), at = random_floats(rng, kK * kM),
+             bias = random_floats(rng, kN);
+  auto da = put(ctx, a);
+  auto db = put(ctx, b);
+  auto dbt = put(ctx, bt);
+  auto dat = put(ctx, at);
+  auto dbias = put(ctx, bias);
+  Buffer<float> dc(ctx, MemTag::workspace, kM * kN);
+  const Matrix c(dc.data(), kM, kN);
+  auto ref = [&](auto elem) {
+    std::vector<double> r(kM * kN);
+    for (int64_t i = 0; i < kM; ++i)
+      for (int64_t j = 0; j < kN; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < kK; ++k) s += elem(i, j, k);
+        r[i * kN + j] = s;
+      }
+    return r;
+  };
+  const auto nn =
+      ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * b[k * kN + j]; });
+  const auto nt =
+      ref([&](int64_t i, int64_t j, int64_t k) { return double(a[i * kK + k]) * bt[j * kK + k]; });
+  const auto tn =
+      ref([&](int64_t i, int64_t j, int64_t k) { return double(at[k * kM + i]) * b[k * kN + j]; });
+  ops::gemm_nn(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(db.data(), kK, kN), c);
+  expect_close("", get(dc, kM * kN), nn, 1e-5, 1e-4);
+  ops::gemm_nt(ctx, ConstMatrix(da.data(), kM, kK), ConstMatrix(dbt.data(), kN, kK), c);
+  expect_close("", get(dc, kM * kN), nt, 1e-5, 1e-4);
+  ops::gemm_tn(ctx, ConstMatrix(dat.data(), kK, kM), ConstMatrix(db.data(), kK, kN), c);
+  expect_close("", get(dc, kM * kN), tn, 1e-5, 1e-4);
+  // affine: relu(bias + x·w) with w [K×N] (nn) or [N×K] (nt).
+  auto relu_bias = [&](std::vector<double> r) {
+    for (int64_t i = 0; i < kM; ++i)
+      for (int64_t j = 0; j < kN; ++j) r[i * kN + j] = std::max(0.0, r[i * kN + j] + bias[j]);
+    return r;
+  };
+  ops::affine_nn(ctx, ConstMatrix(da.data(), kM, kK), db.data(), dbias.data(), true, c);
+  expect_close("", get(dc, kM * kN), relu_bias(nn), 1e-5, 1e-4);
+  ops::affine_nt(ctx, ConstMatrix(da.data(), kM, kK), dbt.data(), dbias.data(), true, c);
+  expect_close("", get(dc, kM * kN), relu_bias(nt), 1e-5, 1e-4);
+  // column sums and the row-vector add.
+  Buffer<float> dsum(ctx, MemTag::workspace, kK);
+  ops::column_sums(ctx, ConstMatrix(da.data(), kM, kK), dsum.data());
+  std::vector<double> sums(kK, 0.0);
+  for (int64_t i = 0; i < kM; ++i)
+    for (int64_t k = 0; k < kK; ++k) sums[k] += a[i * kK + k];
+  expect_close("", get(dsum, kK), sums, 1e-5, 1e-5);
 }
 
 // The CPU-vs-CUDA parity binary's GEMM sizes (tests/cuda/test_parity.cpp test_gemm), m×n×k
 // from 1×1×1 to 256×1000×768: C = 1.5·op(A)·op(B) + 0.5·C onto a random C, A with a padded
 // leading dimension (cols + 3), tolerance 1e-5·k + 1e-4 relative; bf16 operands (CUDA
 // only) against the double product of the bf16-rounded inputs.
-TEST_CASE("the three GEMMs at several sizes: alpha, beta onto C, padded A, bf16 on CUDA") {
+DEVICE_TEST("the three GEMMs at several sizes: alpha, beta onto C, padded A, bf16 on CUDA",
+            "[dense]") {
   struct Size {
     int64_t m, n, k;
   };
-  for (Device dev : test_devices()) {
-    for (Size s : {Size{1, 1, 1}, Size{7, 13, 5}, Size{33, 257, 100}, Size{256, 1000, 768}}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", " << s.m << "x" << s.n << "x" << s.k) {
-        Context ctx(dev);
-        Rng rng(23);
-        const double abs = 1e-5 * static_cast<double>(s.k);
-        for (int op = 0; op < 3; ++op) {
-          // nt: A [m×k], B [n×k]; nn: A [m×k], B [k×n]; tn: A [k×m], B [k×n].
-          const int64_t ar = op == 2 ? s.k : s.m, ac = op == 2 ? s.m : s.k;
-          const int64_t br = op == 0 ? s.n : s.k, bc = op == 0 ? s.k : s.n;
-          const int64_t lda = ac + 3;
-          const auto a = random_floats(rng, ar * lda), b = random_floats(rng, br * bc),
-                     c = random_floats(rng, s.m * s.n);
-          const std::string name = op == 0 ? "gemm_nt" : op == 1 ? "gemm_nn" : "gemm_tn";
-          // 1.5·op(A)·op(B) + 0.5·C in double, from the values given.
-          auto reference = [&](const std::vector<float>& av, const std::vector<float>& bv) {
-            std::vector<double> r(static_cast<size_t>(s.m * s.n), 0.0);
-            for (int64_t i = 0; i < s.m; ++i) {
-              double* ri = r.data() + i * s.n;
-              if (op == 0) {
-                for (int64_t j = 0; j < s.n; ++j) {
-                  double sum = 0.0;
-                  for (int64_t k = 0; k < s.k; ++k)
-                    sum += double(av[i * lda + k]) * bv[j * s.k + k];
-                  ri[j] = sum;
-                }
-              } else {
-                for (int64_t k = 0; k < s.k; ++k) {
-                  const double aik = op == 1 ? av[i * lda + k] : av[k * lda + i];
-                  const float* bk = bv.data() + k * s.n;
-                  for (int64_t j = 0; j < s.n; ++j) ri[j] += aik * bk[j];
-                }
+  for (Size s : {Size{1, 1, 1}, Size{7, 13, 5}, Size{33, 257, 100}, Size{256, 1000, 768}}) {
+    DYNAMIC_SECTION(s.m << "x" << s.n << "x" << s.k) {
+      Rng rng(23);
+      const double abs = 1e-5 * static_cast<double>(s.k);
+      for (int op = 0; op < 3; ++op) {
+        // nt: A [m×k], B [n×k]; nn: A [m×k], B [k×n]; tn: A [k×m], B [k×n].
+        const int64_t ar = op == 2 ? s.k : s.m, ac = op == 2 ? s.m : s.k;
+        const int64_t br = op == 0 ? s.n : s.k, bc = op == 0 ? s.k : s.n;
+        const int64_t lda = ac + 3;
+        const auto a = random_floats(rng, ar * lda), b = random_floats(rng, br * bc),
+                   c = random_floats(rng, s.m * s.n);
+        const std::string name = op == 0 ? "gemm_nt" : op == 1 ? "gemm_nn" : "gemm_tn";
+        // 1.5·op(A)·op(B) + 0.5·C in double, from the values given.
+        auto reference = [&](const std::vector<float>& av, const std::vector<float>& bv) {
+          std::vector<double> r(static_cast<size_t>(s.m * s.n), 0.0);
+          for (int64_t i = 0; i < s.m; ++i) {
+            double* ri = r.data() + i * s.n;
+            if (op == 0) {
+              for (int64_t j = 0; j < s.n; ++j) {
+                double sum = 0.0;
+                for (int64_t k = 0; k < s.k; ++k) sum += double(av[i * lda + k]) * bv[j * s.k + k];
+                ri[j] = sum;
               }
-              for (int64_t j = 0; j < s.n; ++j) ri[j] = 1.5 * ri[j] + 0.5 * c[i * s.n + j];
+            } else {
+              for (int64_t k = 0; k < s.k; ++k) {
+                const double aik = op == 1 ? av[i * lda + k] : av[k * lda + i];
+                const float* bk = bv.data() + k * s.n;
+                for (int64_t j = 0; j < s.n; ++j) ri[j] += aik * bk[j];
+              }
             }
-            return r;
-          };
-          auto dc = put(ctx, c);
-          const Matrix gc(dc.data(), s.m, s.n);
-          auto gemm = [&](auto ga, auto gb) {
-            if (op == 0) ops::gemm_nt(ctx, ga, gb, gc, 1.5f, 0.5f);
-            if (op == 1) ops::gemm_nn(ctx, ga, gb, gc, 1.5f, 0.5f);
-            if (op == 2) ops::gemm_tn(ctx, ga, gb, gc, 1.5f, 0.5f);
-          };
-          {
-            auto da = put(ctx, a);
-            auto db = put(ctx, b);
-            gemm(ConstMatrix(da.data(), ar, ac, lda), ConstMatrix(db.data(), br, bc));
-            expect_close(name + " fp32", get(dc, c.size()), reference(a, b), abs, 1e-4);
+            for (int64_t j = 0; j < s.n; ++j) ri[j] = 1.5 * ri[j] + 0.5 * c[i * s.n + j];
           }
-          if (dev == Device::cuda) {
-            auto da = put(ctx, to_bf16(a));
-            auto db = put(ctx, to_bf16(b));
-            dc.copy_from_host(c.data(), c.size());
-            gemm(gpu::ConstBf16Matrix(da.data(), ar, ac, lda),
-                 gpu::ConstBf16Matrix(db.data(), br, bc));
-            expect_close(name + " bf16", get(dc, c.size()), reference(rounded(a), rounded(b)), abs,
-                         1e-4);
-          }
+          return r;
+        };
+        auto dc = put(ctx, c);
+        const Matrix gc(dc.data(), s.m, s.n);
+        auto gemm = [&](auto ga, auto gb) {
+          if (op == 0) ops::gemm_nt(ctx, ga, gb, gc, 1.5f, 0.5f);
+          if (op == 1) ops::gemm_nn(ctx, ga, gb, gc, 1.5f, 0.5f);
+          if (op == 2) ops::gemm_tn(ctx, ga, gb, gc, 1.5f, 0.5f);
+        };
+        {
+          auto da = put(ctx, a);
+          auto db = put(ctx, b);
+          gemm(ConstMatrix(da.data(), ar, ac, lda), ConstMatrix(db.data(), br, bc));
+          expect_close(name + " fp32", get(dc, c.size()), reference(a, b), abs, 1e-4);
+        }
+        if (ctx.on_gpu()) {
+          auto da = put(ctx, to_bf16(a));
+          auto db = put(ctx, to_bf16(b));
+          dc.copy_from_host(c.data(), c.size());
+          gemm(gpu::ConstBf16Matrix(da.data(), ar, ac, lda),
+               gpu::ConstBf16Matrix(db.data(), br, bc));
+          expect_close(name + " bf16", get(dc, c.size()), reference(rounded(a), rounded(b)), abs,
+                       1e-4);
         }
       }
     }
@@ -205,181 +209,165 @@ TEST_CASE("the three GEMMs at several sizes: alpha, beta onto C, padded A, bf16 
 // The parity binary's helper shapes (test_helpers): column sums and the row-vector add on
 // 3×3 shapes, then more rows than a CUDA grid.y can count (65535), where the kernels stride
 // over rows; the rounding into bf16 there too (CUDA only; a CPU Context throws).
-TEST_CASE("column sums, the row-vector add and the bf16 rounding at several shapes") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      Context ctx(dev);
-      Rng rng(29);
-      auto add_ref = [](std::vector<float> a, const std::vector<float>& bias) {
-        const size_t cols = bias.size();
-        for (size_t i = 0; i < a.size(); ++i) a[i] += bias[i % cols];
-        return a;
-      };
-      for (int64_t rows : {1, 17, 256}) {
-        for (int64_t cols : {1, 300, 5000}) {
-          const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
-          const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
-          auto da = put(ctx, a);
-          auto dbias = put(ctx, bias);
-          Buffer<float> dsum(ctx, MemTag::workspace, cols);
-          ops::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
-          std::vector<double> sums(cols, 0.0);
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j) sums[j] += a[i * cols + j];
-          expect_close("column_sums " + tag, get(dsum, cols), sums, 1e-5 * rows, 1e-5);
-          ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
-          expect_close("add_row_vector " + tag, get(da, a.size()), add_ref(a, bias), 0, 0);
-        }
-      }
-      for (int64_t rows : {65535, 65536, 70001}) {
-        const int64_t cols = 3;
-        const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
-        const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
-        auto da = put(ctx, a);
-        auto dbias = put(ctx, bias);
-        ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
-        const auto want = add_ref(a, bias);
-        expect_close("add_row_vector " + tag, get(da, a.size()), want, 0, 0);
-        Buffer<gpu::Bf16> d16(ctx, MemTag::workspace, a.size());
-        const gpu::Bf16Matrix m16(d16.data(), rows, cols);
-        if (dev == Device::cuda) {
-          ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16);
-          expect_close("to_bf16 " + tag, widen(get(d16, a.size())), rounded(want), 0, 0);
-        } else {
-          CHECK_THROWS_AS(ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16), Error);
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("mask multiply (with and without a mask), set_zero, ReLU gradient") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      Context ctx(dev);
-      Rng rng(5);
-      const auto x = random_floats(rng, kM * kN), mask = random_floats(rng, kM * kN),
-                 g = random_floats(rng, kM * kN);
-      auto dx = put(ctx, x);
-      auto dmask = put(ctx, mask);
-      auto dg = put(ctx, g);
-      Buffer<float> dy(ctx, MemTag::workspace, kM * kN);
-      const Matrix y(dy.data(), kM, kN);
-      ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), dmask.data(), y);
-      std::vector<double> ref(kM * kN);
-      for (size_t i = 0; i < ref.size(); ++i) ref[i] = double(x[i]) * mask[i];
-      expect_close("", get(dy, ref.size()), ref, 0, 1e-7);
-      ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), nullptr, y);
-      expect_close("", get(dy, ref.size()), std::vector<double>(x.begin(), x.end()), 0, 0);
-      ops::activation_grad(ctx, true, ConstMatrix(dx.data(), kM, kN),
-                           ConstMatrix(dg.data(), kM, kN), y);
-      for (size_t i = 0; i < ref.size(); ++i) ref[i] = x[i] > 0 ? g[i] : 0.0;
-      expect_close("", get(dy, ref.size()), ref, 0, 0);
-      ops::set_zero(ctx, y);
-      expect_close("", get(dy, ref.size()), std::vector<double>(ref.size(), 0.0), 0, 0);
-    }
-  }
-}
-
-TEST_CASE("the sparse-input layer's forward and weight gradient") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      Context ctx(dev);
-      Rng rng(7);
-      const int64_t rows = 11, cols = 41, out = 19;
-      CsrMatrix x;
-      x.rows = rows;
-      x.cols = cols;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (uint32_t c = 0; c < cols; ++c)
-          if (rng.below(5) == 0) {
-            x.indices.push_back(c);
-            x.values.push_back(2.0f * rng.uniformf() - 1.0f);
-          }
-        x.indptr.push_back(x.nnz());
-      }
-      CsrByColumn xt;
-      group_by_column(x, xt);
-      const auto w = random_floats(rng, cols * out), bias = random_floats(rng, out),
-                 dz = random_floats(rng, rows * out);
-      auto dip = put(ctx, x.indptr);
-      auto dval = put(ctx, x.values);
-      auto dw = put(ctx, w);
+DEVICE_TEST("column sums, the row-vector add and the bf16 rounding at several shapes", "[dense]") {
+  Rng rng(29);
+  auto add_ref = [](std::vector<float> a, const std::vector<float>& bias) {
+    const size_t cols = bias.size();
+    for (size_t i = 0; i < a.size(); ++i) a[i] += bias[i % cols];
+    return a;
+  };
+  for (int64_t rows : {1, 17, 256}) {
+    for (int64_t cols : {1, 300, 5000}) {
+      const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
+      const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
+      auto da = put(ctx, a);
       auto dbias = put(ctx, bias);
-      auto ddz = put(ctx, dz);
-      auto didx = put(ctx, x.indices);
-      Buffer<float> dh(ctx, MemTag::workspace, rows * out);
-      ops::csr_dense_forward(ctx, {dip.data(), didx.data(), dval.data(), rows, cols}, dw.data(),
-                             dbias.data(), true, Matrix(dh.data(), rows, out));
-      std::vector<double> h(rows * out);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < out; ++j) {
-          double s = bias[j];
-          for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k)
-            s += double(x.values[k]) * w[x.indices[k] * out + j];
-          h[r * out + j] = std::max(0.0, s);
-        }
-      expect_close("", get(dh, h.size()), h, 1e-6, 1e-5);
-      // g [U×out]: row u = Σ_{entries of column cols[u]} value · dz[row].
-      auto dcols = put(ctx, xt.cols);
-      auto dstart = put(ctx, xt.start);
-      auto drows = put(ctx, xt.rows);
-      auto dtv = put(ctx, xt.values);
-      const int64_t u = xt.count();
-      Buffer<float> dgr(ctx, MemTag::workspace, u * out);
-      ops::csr_column_grad(ctx, {dcols.data(), dstart.data(), drows.data(), dtv.data(), u},
-                           ConstMatrix(ddz.data(), rows, out), Matrix(dgr.data(), u, out));
-      std::vector<double> gr(u * out, 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k) {
-          const auto q = std::lower_bound(xt.cols.begin(), xt.cols.end(), x.indices[k]) -
-                         xt.cols.begin();
-          for (int64_t j = 0; j < out; ++j) gr[q * out + j] += double(x.values[k]) * dz[r * out + j];
-        }
-      expect_close("", get(dgr, gr.size()), gr, 1e-6, 1e-5);
+      Buffer<float> dsum(ctx, MemTag::workspace, cols);
+      ops::column_sums(ctx, ConstMatrix(da.data(), rows, cols), dsum.data());
+      std::vector<double> sums(cols, 0.0);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) sums[j] += a[i * cols + j];
+      expect_close("column_sums " + tag, get(dsum, cols), sums, 1e-5 * rows, 1e-5);
+      ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+      expect_close("add_row_vector " + tag, get(da, a.size()), add_ref(a, bias), 0, 0);
+    }
+  }
+  for (int64_t rows : {65535, 65536, 70001}) {
+    const int64_t cols = 3;
+    const std::string tag = std::to_string(rows) + "x" + std::to_string(cols);
+    const auto a = random_floats(rng, rows * cols), bias = random_floats(rng, cols);
+    auto da = put(ctx, a);
+    auto dbias = put(ctx, bias);
+    ops::add_row_vector(ctx, Matrix(da.data(), rows, cols), dbias.data());
+    const auto want = add_ref(a, bias);
+    expect_close("add_row_vector " + tag, get(da, a.size()), want, 0, 0);
+    Buffer<gpu::Bf16> d16(ctx, MemTag::workspace, a.size());
+    const gpu::Bf16Matrix m16(d16.data(), rows, cols);
+    if (ctx.on_gpu()) {
+      ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16);
+      expect_close("to_bf16 " + tag, widen(get(d16, a.size())), rounded(want), 0, 0);
+    } else {
+      CHECK_THROWS_AS(ops::to_bf16(ctx, ConstMatrix(da.data(), rows, cols), m16), Error);
     }
   }
 }
 
-TEST_CASE("the lazy row update equals OptimizerStep::apply per row, other rows untouched") {
-  for (Device dev : test_devices()) {
-    for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(type)) {
-        Context ctx(dev);
-        Rng rng(11);
-        const OptimizerConfig cfg = optimizer_with_decay(type);
-        const int64_t n = 31, width = 17;
-        const std::vector<uint32_t> ids = {0, 4, 5, 17, 30};
-        const auto count = static_cast<int64_t>(ids.size());
-        auto [p, s1, s2] = random_opt_arrays(rng, n * width);
-        const auto grad = random_floats(rng, count * width);
-        auto dp = put(ctx, p);
-        auto ds1 = put(ctx, s1);
-        auto ds2 = put(ctx, s2);
-        auto dgrad = put(ctx, grad);
-        auto dids = put(ctx, ids);
-        const int states = optimizer_state_arrays(cfg);
-        optimizer_update_rows(ctx, cfg, 0.05, 3, dp.data(), dgrad.data(),
-                              states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr,
-                              dids.data(), count, width);
-        const OptimizerStep st(cfg, 0.05, 3);
-        for (int64_t u = 0; u < count; ++u) {
-          const int64_t o = int64_t{ids[u]} * width;
-          st.apply(p.data() + o, grad.data() + u * width, states >= 1 ? s1.data() + o : nullptr,
-                   states >= 2 ? s2.data() + o : nullptr, width);
-        }
-        // Untouched rows stay bit-identical; touched ones within the fp32 formulas' rounding.
-        expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
-        if (states >= 1)
-          expect_close("", get(ds1, s1.size()), std::vector<double>(s1.begin(), s1.end()), 1e-8, 1e-6);
-        const auto got = get(dp, p.size());
-        int changed_untouched = 0;
-        for (int64_t r = 0; r < n; ++r)
-          if (!std::binary_search(ids.begin(), ids.end(), static_cast<uint32_t>(r)))
-            for (int64_t j = 0; j < width; ++j)
-              changed_untouched += got[r * width + j] != p[r * width + j];
-        CHECK(changed_untouched == 0);
+DEVICE_TEST("mask multiply (with and without a mask), set_zero, ReLU gradient", "[dense]") {
+  Rng rng(5);
+  const auto x = random_floats(rng, kM * kN), mask = random_floats(rng, kM * kN),
+             g = random_floats(rng, kM * kN);
+  auto dx = put(ctx, x);
+  auto dmask = put(ctx, mask);
+  auto dg = put(ctx, g);
+  Buffer<float> dy(ctx, MemTag::workspace, kM * kN);
+  const Matrix y(dy.data(), kM, kN);
+  ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), dmask.data(), y);
+  std::vector<double> ref(kM * kN);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = double(x[i]) * mask[i];
+  expect_close("", get(dy, ref.size()), ref, 0, 1e-7);
+  ops::multiply_mask(ctx, ConstMatrix(dx.data(), kM, kN), nullptr, y);
+  expect_close("", get(dy, ref.size()), std::vector<double>(x.begin(), x.end()), 0, 0);
+  ops::activation_grad(ctx, true, ConstMatrix(dx.data(), kM, kN), ConstMatrix(dg.data(), kM, kN),
+                       y);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = x[i] > 0 ? g[i] : 0.0;
+  expect_close("", get(dy, ref.size()), ref, 0, 0);
+  ops::set_zero(ctx, y);
+  expect_close("", get(dy, ref.size()), std::vector<double>(ref.size(), 0.0), 0, 0);
+}
+
+DEVICE_TEST("the sparse-input layer's forward and weight gradient", "[encoder]") {
+  Rng rng(7);
+  const int64_t rows = 11, cols = 41, out = 19;
+  CsrMatrix x;
+  x.rows = rows;
+  x.cols = cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (uint32_t c = 0; c < cols; ++c)
+      if (rng.below(5) == 0) {
+        x.indices.push_back(c);
+        x.values.push_back(2.0f * rng.uniformf() - 1.0f);
       }
+    x.indptr.push_back(x.nnz());
+  }
+  CsrByColumn xt;
+  group_by_column(x, xt);
+  const auto w = random_floats(rng, cols * out), bias = random_floats(rng, out),
+             dz = random_floats(rng, rows * out);
+  auto dip = put(ctx, x.indptr);
+  auto dval = put(ctx, x.values);
+  auto dw = put(ctx, w);
+  auto dbias = put(ctx, bias);
+  auto ddz = put(ctx, dz);
+  auto didx = put(ctx, x.indices);
+  Buffer<float> dh(ctx, MemTag::workspace, rows * out);
+  ops::csr_dense_forward(ctx, {dip.data(), didx.data(), dval.data(), rows, cols}, dw.data(),
+                         dbias.data(), true, Matrix(dh.data(), rows, out));
+  std::vector<double> h(rows * out);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < out; ++j) {
+      double s = bias[j];
+      for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k)
+        s += double(x.values[k]) * w[x.indices[k] * out + j];
+      h[r * out + j] = std::max(0.0, s);
+    }
+  expect_close("", get(dh, h.size()), h, 1e-6, 1e-5);
+  // g [U×out]: row u = Σ_{entries of column cols[u]} value · dz[row].
+  auto dcols = put(ctx, xt.cols);
+  auto dstart = put(ctx, xt.start);
+  auto drows = put(ctx, xt.rows);
+  auto dtv = put(ctx, xt.values);
+  const int64_t u = xt.count();
+  Buffer<float> dgr(ctx, MemTag::workspace, u * out);
+  ops::csr_column_grad(ctx, {dcols.data(), dstart.data(), drows.data(), dtv.data(), u},
+                       ConstMatrix(ddz.data(), rows, out), Matrix(dgr.data(), u, out));
+  std::vector<double> gr(u * out, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k) {
+      const auto q =
+          std::lower_bound(xt.cols.begin(), xt.cols.end(), x.indices[k]) - xt.cols.begin();
+      for (int64_t j = 0; j < out; ++j) gr[q * out + j] += double(x.values[k]) * dz[r * out + j];
+    }
+  expect_close("", get(dgr, gr.size()), gr, 1e-6, 1e-5);
+}
+
+DEVICE_TEST("the lazy row update equals OptimizerStep::apply per row, other rows untouched",
+            "[optimizer]") {
+  for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
+    DYNAMIC_SECTION(to_string(type)) {
+      Rng rng(11);
+      const OptimizerConfig cfg = optimizer_with_decay(type);
+      const int64_t n = 31, width = 17;
+      const std::vector<uint32_t> ids = {0, 4, 5, 17, 30};
+      const auto count = static_cast<int64_t>(ids.size());
+      auto [p, s1, s2] = random_opt_arrays(rng, n * width);
+      const auto grad = random_floats(rng, count * width);
+      auto dp = put(ctx, p);
+      auto ds1 = put(ctx, s1);
+      auto ds2 = put(ctx, s2);
+      auto dgrad = put(ctx, grad);
+      auto dids = put(ctx, ids);
+      const int states = optimizer_state_arrays(cfg);
+      optimizer_update_rows(ctx, cfg, 0.05, 3, dp.data(), dgrad.data(),
+                            states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr,
+                            dids.data(), count, width);
+      const OptimizerStep st(cfg, 0.05, 3);
+      for (int64_t u = 0; u < count; ++u) {
+        const int64_t o = int64_t{ids[u]} * width;
+        st.apply(p.data() + o, grad.data() + u * width, states >= 1 ? s1.data() + o : nullptr,
+                 states >= 2 ? s2.data() + o : nullptr, width);
+      }
+      // Untouched rows stay bit-identical; touched ones within the fp32 formulas' rounding.
+      expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
+      if (states >= 1)
+        expect_close("", get(ds1, s1.size()), std::vector<double>(s1.begin(), s1.end()), 1e-8,
+                     1e-6);
+      const auto got = get(dp, p.size());
+      int changed_untouched = 0;
+      for (int64_t r = 0; r < n; ++r)
+        if (!std::binary_search(ids.begin(), ids.end(), static_cast<uint32_t>(r)))
+          for (int64_t j = 0; j < width; ++j)
+            changed_untouched += got[r * width + j] != p[r * width + j];
+      CHECK(changed_untouched == 0);
     }
   }
 }
@@ -423,157 +411,155 @@ FanInRef fan_in_ref(const std::vector<uint32_t>& idx, const std::vector<float>& 
 
 }  // namespace
 
-TEST_CASE("fixed fan-in and group-shared ops and the transpose against one reference") {
-  for (Device dev : test_devices()) {
-    for (int64_t group : {int64_t{1}, int64_t{4}, int64_t{16}}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", group " << group) {
-        Context ctx(dev);
-        Rng rng(13);
-        const int64_t b = 21, m = 45, n = 71, f = 9, k = (n + group - 1) / group;
-        std::vector<uint32_t> idx(k * f);
-        for (int64_t q = 0; q < k; ++q) {  // distinct inputs per set
-          std::vector<uint32_t> all(m);
-          std::iota(all.begin(), all.end(), 0u);
-          for (int64_t j = 0; j < f; ++j) std::swap(all[j], all[j + rng.below(m - j)]);
-          std::sort(all.begin(), all.begin() + f);
-          std::copy(all.begin(), all.begin() + f, idx.begin() + q * f);
-        }
-        const auto w = random_floats(rng, n * f), bias = random_floats(rng, n),
-                   u = random_floats(rng, b * m), du0 = random_floats(rng, b * m);
-        auto g = random_floats(rng, b * n);
-        for (int64_t l = 0; l < n; l += 5)  // all-zero columns, and scattered zeros
-          for (int64_t s = 0; s < b; ++s) g[s * n + l] = 0.0f;
-        for (size_t i = 1; i < g.size(); i += 7) g[i] = 0.0f;
-        const FanInRef ref = fan_in_ref(idx, w, bias, u, g, du0, n, group, f, b, m);
-        auto didx = put(ctx, idx);
-        auto dw = put(ctx, w);
-        auto dbias = put(ctx, bias);
-        auto du = put(ctx, u);
-        auto dg = put(ctx, g);
-        auto ddu = put(ctx, du0);
-        Buffer<float> dut(ctx, MemTag::workspace, m * b);
-        ops::transpose(ctx, ConstMatrix(du.data(), b, m), Matrix(dut.data(), m, b));
-        std::vector<double> ut_ref(m * b);
-        for (int64_t s = 0; s < b; ++s)
-          for (int64_t i = 0; i < m; ++i) ut_ref[i * b + s] = u[s * m + i];
-        expect_close("", get(dut, ut_ref.size()), ut_ref, 0, 0);
-        const ConstMatrix ut(dut.data(), m, b);
-        const ConstMatrix gm(dg.data(), b, n);
-        Buffer<float> dz(ctx, MemTag::workspace, b * n), ddw(ctx, MemTag::workspace, n * f),
-            ddb(ctx, MemTag::workspace, n);
-        if (group == 1) {
-          Buffer<unsigned long long> zl(ctx, MemTag::workspace, 1);
-          ops::fixed_fanin_forward(ctx, didx.data(), dw.data(), dbias.data(), n, f, ut,
-                                   Matrix(dz.data(), b, n));
-          ops::fixed_fanin_weight_grad(ctx, didx.data(), n, f, gm, ut, ddw.data(), ddb.data(),
-                                       zl.data());
-          ops::fixed_fanin_input_grad(ctx, didx.data(), dw.data(), n, f, gm,
-                                      Matrix(ddu.data(), b, m));
-          CHECK(get(zl, 1)[0] == static_cast<unsigned long long>(ref.zero_labels));
-        } else {
-          ops::group_shared_forward(ctx, didx.data(), dw.data(), dbias.data(), n, group, f, ut,
-                                    Matrix(dz.data(), b, n));
-          ops::group_shared_weight_grad(ctx, didx.data(), n, group, f, gm, ut, ddw.data(),
-                                        ddb.data());
-          ops::group_shared_input_grad(ctx, didx.data(), dw.data(), n, group, f, gm,
-                                       Matrix(ddu.data(), b, m));
-        }
-        expect_close("", get(dz, ref.z.size()), ref.z, 1e-5, 1e-5);
-        expect_close("", get(ddw, ref.dw.size()), ref.dw, 1e-5, 1e-5);
-        expect_close("", get(ddb, ref.db.size()), ref.db, 1e-5, 1e-5);
-        expect_close("", get(ddu, ref.du.size()), ref.du, 1e-5, 1e-5);
+DEVICE_TEST("fixed fan-in and group-shared ops and the transpose against one reference",
+            "[fanin]") {
+  for (int64_t group : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+    DYNAMIC_SECTION("group " << group) {
+      Rng rng(13);
+      const int64_t b = 21, m = 45, n = 71, f = 9, k = (n + group - 1) / group;
+      std::vector<uint32_t> idx(k * f);
+      for (int64_t q = 0; q < k; ++q) {  // distinct inputs per set
+        std::vector<uint32_t> all(m);
+        std::iota(all.begin(), all.end(), 0u);
+        for (int64_t j = 0; j < f; ++j) std::swap(all[j], all[j + rng.below(m - j)]);
+        std::sort(all.begin(), all.begin() + f);
+        std::copy(all.begin(), all.begin() + f, idx.begin() + q * f);
       }
+      const auto w = random_floats(rng, n * f), bias = random_floats(rng, n),
+                 u = random_floats(rng, b * m), du0 = random_floats(rng, b * m);
+      auto g = random_floats(rng, b * n);
+      for (int64_t l = 0; l < n; l += 5)  // all-zero columns, and scattered zeros
+        for (int64_t s = 0; s < b; ++s) g[s * n + l] = 0.0f;
+      for (size_t i = 1; i < g.size(); i += 7) g[i] = 0.0f;
+      const FanInRef ref = fan_in_ref(idx, w, bias, u, g, du0, n, group, f, b, m);
+      auto didx = put(ctx, idx);
+      auto dw = put(ctx, w);
+      auto dbias = put(ctx, bias);
+      auto du = put(ctx, u);
+      auto dg = put(ctx, g);
+      auto ddu = put(ctx, du0);
+      Buffer<float> dut(ctx, MemTag::workspace, m * b);
+      ops::transpose(ctx, ConstMatrix(du.data(), b, m), Matrix(dut.data(), m, b));
+      std::vector<double> ut_ref(m * b);
+      for (int64_t s = 0; s < b; ++s)
+        for (int64_t i = 0; i < m; ++i) ut_ref[i * b + s] = u[s * m + i];
+      expect_close("", get(dut, ut_ref.size()), ut_ref, 0, 0);
+      const ConstMatrix ut(dut.data(), m, b);
+      const ConstMatrix gm(dg.data(), b, n);
+      Buffer<float> dz(ctx, MemTag::workspace, b * n), ddw(ctx, MemTag::workspace, n * f),
+          ddb(ctx, MemTag::workspace, n);
+      if (group == 1) {
+        Buffer<unsigned long long> zl(ctx, MemTag::workspace, 1);
+        ops::fixed_fanin_forward(ctx, didx.data(), dw.data(), dbias.data(), n, f, ut,
+                                 Matrix(dz.data(), b, n));
+        ops::fixed_fanin_weight_grad(ctx, didx.data(), n, f, gm, ut, ddw.data(), ddb.data(),
+                                     zl.data());
+        ops::fixed_fanin_input_grad(ctx, didx.data(), dw.data(), n, f, gm,
+                                    Matrix(ddu.data(), b, m));
+        CHECK(get(zl, 1)[0] == static_cast<unsigned long long>(ref.zero_labels));
+      } else {
+        ops::group_shared_forward(ctx, didx.data(), dw.data(), dbias.data(), n, group, f, ut,
+                                  Matrix(dz.data(), b, n));
+        ops::group_shared_weight_grad(ctx, didx.data(), n, group, f, gm, ut, ddw.data(),
+                                      ddb.data());
+        ops::group_shared_input_grad(ctx, didx.data(), dw.data(), n, group, f, gm,
+                                     Matrix(ddu.data(), b, m));
+      }
+      expect_close("", get(dz, ref.z.size()), ref.z, 1e-5, 1e-5);
+      expect_close("", get(ddw, ref.dw.size()), ref.dw, 1e-5, 1e-5);
+      expect_close("", get(ddb, ref.db.size()), ref.db, 1e-5, 1e-5);
+      expect_close("", get(ddu, ref.du.size()), ref.du, 1e-5, 1e-5);
     }
   }
 }
 
-TEST_CASE("losses on the device (bias first, loss and zero count accumulated) against a reference") {
-  for (Device dev : test_devices()) {
-    for (LossType type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(type)) {
-        Context ctx(dev);
-        Rng rng(17);
-        const int64_t b = 13, c = 57, lo = 5, labels = lo + c + 3;
-        CsrMatrix t;
-        t.rows = b;
-        t.cols = labels;
-        for (int64_t r = 0; r < b; ++r) {
-          if (r != 2)  // row 2: no positives
-            for (uint32_t l = 0; l < labels; ++l)
-              if (rng.below(9) == 0) t.indices.push_back(l);
-          t.indptr.push_back(t.nnz());
-        }
-        auto z = random_floats(rng, b * c, 2.5f);
-        const auto bias = random_floats(rng, c, 0.5f);
-        for (size_t i = 0; i < z.size(); i += 11) z[i] = 3.0f - bias[i % c];  // hinge margin met
-        auto dz = put(ctx, z);
-        auto dbias = put(ctx, bias);
-        LossTargets targets(ctx, b);
-        targets.assign(t);
-        LossAccumulator acc(ctx);
-        acc.reset();
-        const Matrix zm(dz.data(), b, c);
-        if (type == LossType::softmax) {
-          SoftmaxState st(ctx, b);
-          st.reset(b);
-          // Two chunks of the same labels' logits: accumulate both, then the gradient of each.
-          const int64_t c1 = 20;
-          softmax_accumulate(ctx, Matrix(dz.data(), b, c1, c), dbias.data(), st);
-          softmax_accumulate(ctx, Matrix(dz.data() + c1, b, c - c1, c), dbias.data() + c1, st);
-          auto dz2 = put(ctx, z);  // pass 2 on fresh logits (pass 1 may have added the bias)
-          softmax_loss_grad(ctx, Matrix(dz2.data(), b, c1, c), dbias.data(), st, targets, lo, b, acc);
-          softmax_loss_grad(ctx, Matrix(dz2.data() + c1, b, c - c1, c), dbias.data() + c1, st,
-                            targets, lo + c1, b, acc);
-          dz = std::move(dz2);
-        } else {
-          elementwise_loss_grad(ctx, type, zm, dbias.data(), targets, lo, b, acc);
-        }
-        const gpu::LossAccum a = acc.read();
-        // Reference in double; positives of row r among labels [lo, lo+c).
-        std::vector<double> gref(b * c, 0.0);
-        double lref = 0.0;
-        for (int64_t r = 0; r < b; ++r) {
-          std::vector<char> pos(c, 0);
-          int64_t np = 0;
-          for (int64_t k = t.indptr[r]; k < t.indptr[r + 1]; ++k)
-            if (t.indices[k] >= lo && t.indices[k] < lo + c) {
-              pos[t.indices[k] - lo] = 1;
-              ++np;
-            }
-          if (type == LossType::softmax) {
-            const int64_t npos = t.indptr[r + 1] - t.indptr[r];
-            if (npos == 0) continue;
-            double mx = -1e300, se = 0.0;
-            for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(z[r * c + j]) + bias[j]);
-            for (int64_t j = 0; j < c; ++j) se += std::exp(double(z[r * c + j]) + bias[j] - mx);
-            const double lse = mx + std::log(se), tt = 1.0 / npos;
-            for (int64_t j = 0; j < c; ++j) {
-              const double x = double(z[r * c + j]) + bias[j];
-              if (pos[j]) lref += tt * (lse - x);
-              gref[r * c + j] = (std::exp(x - lse) - (pos[j] ? tt : 0.0)) / b;
-            }
-            continue;
+DEVICE_TEST(
+    "losses on the device (bias first, loss and zero count accumulated) against a reference",
+    "[dense][loss]") {
+  for (LossType type : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    DYNAMIC_SECTION(to_string(type)) {
+      Rng rng(17);
+      const int64_t b = 13, c = 57, lo = 5, labels = lo + c + 3;
+      CsrMatrix t;
+      t.rows = b;
+      t.cols = labels;
+      for (int64_t r = 0; r < b; ++r) {
+        if (r != 2)  // row 2: no positives
+          for (uint32_t l = 0; l < labels; ++l)
+            if (rng.below(9) == 0) t.indices.push_back(l);
+        t.indptr.push_back(t.nnz());
+      }
+      auto z = random_floats(rng, b * c, 2.5f);
+      const auto bias = random_floats(rng, c, 0.5f);
+      for (size_t i = 0; i < z.size(); i += 11) z[i] = 3.0f - bias[i % c];  // hinge margin met
+      auto dz = put(ctx, z);
+      auto dbias = put(ctx, bias);
+      LossTargets targets(ctx, b);
+      targets.assign(t);
+      LossAccumulator acc(ctx);
+      acc.reset();
+      const Matrix zm(dz.data(), b, c);
+      if (type == LossType::softmax) {
+        SoftmaxState st(ctx, b);
+        st.reset(b);
+        // Two chunks of the same labels' logits: accumulate both, then the gradient of each.
+        const int64_t c1 = 20;
+        softmax_accumulate(ctx, Matrix(dz.data(), b, c1, c), dbias.data(), st);
+        softmax_accumulate(ctx, Matrix(dz.data() + c1, b, c - c1, c), dbias.data() + c1, st);
+        auto dz2 = put(ctx, z);  // pass 2 on fresh logits (pass 1 may have added the bias)
+        softmax_loss_grad(ctx, Matrix(dz2.data(), b, c1, c), dbias.data(), st, targets, lo, b, acc);
+        softmax_loss_grad(ctx, Matrix(dz2.data() + c1, b, c - c1, c), dbias.data() + c1, st,
+                          targets, lo + c1, b, acc);
+        dz = std::move(dz2);
+      } else {
+        elementwise_loss_grad(ctx, type, zm, dbias.data(), targets, lo, b, acc);
+      }
+      const gpu::LossAccum a = acc.read();
+      // Reference in double; positives of row r among labels [lo, lo+c).
+      std::vector<double> gref(b * c, 0.0);
+      double lref = 0.0;
+      for (int64_t r = 0; r < b; ++r) {
+        std::vector<char> pos(c, 0);
+        int64_t np = 0;
+        for (int64_t k = t.indptr[r]; k < t.indptr[r + 1]; ++k)
+          if (t.indices[k] >= lo && t.indices[k] < lo + c) {
+            pos[t.indices[k] - lo] = 1;
+            ++np;
           }
+        if (type == LossType::softmax) {
+          const int64_t npos = t.indptr[r + 1] - t.indptr[r];
+          if (npos == 0) continue;
+          double mx = -1e300, se = 0.0;
+          for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(z[r * c + j]) + bias[j]);
+          for (int64_t j = 0; j < c; ++j) se += std::exp(double(z[r * c + j]) + bias[j] - mx);
+          const double lse = mx + std::log(se), tt = 1.0 / npos;
           for (int64_t j = 0; j < c; ++j) {
             const double x = double(z[r * c + j]) + bias[j];
-            const double y = pos[j] ? 1.0 : -1.0;
-            if (type == LossType::bce) {
-              lref += std::log1p(std::exp(-y * x));
-              gref[r * c + j] = -y / (1.0 + std::exp(y * x)) / b;
-            } else {
-              const double mg = std::max(0.0, 1.0 - y * x);
-              lref += mg * mg;
-              gref[r * c + j] = -2.0 * y * mg / b;
-            }
+            if (pos[j]) lref += tt * (lse - x);
+            gref[r * c + j] = (std::exp(x - lse) - (pos[j] ? tt : 0.0)) / b;
+          }
+          continue;
+        }
+        for (int64_t j = 0; j < c; ++j) {
+          const double x = double(z[r * c + j]) + bias[j];
+          const double y = pos[j] ? 1.0 : -1.0;
+          if (type == LossType::bce) {
+            lref += std::log1p(std::exp(-y * x));
+            gref[r * c + j] = -y / (1.0 + std::exp(y * x)) / b;
+          } else {
+            const double mg = std::max(0.0, 1.0 - y * x);
+            lref += mg * mg;
+            gref[r * c + j] = -2.0 * y * mg / b;
           }
         }
-        CHECK(a.loss == Approx(lref).epsilon(1e-5));
-        expect_close("", get(dz, gref.size()), gref, 1e-6, 1e-4);
-        if (type == LossType::squared_hinge) {
-          const auto g = get(dz, gref.size());
-          CHECK(a.zero_grads == static_cast<unsigned long long>(std::count(g.begin(), g.end(), 0.0f)));
-          CHECK(a.zero_grads > 0);
-        }
+      }
+      CHECK(a.loss == Approx(lref).epsilon(1e-5));
+      expect_close("", get(dz, gref.size()), gref, 1e-6, 1e-4);
+      if (type == LossType::squared_hinge) {
+        const auto g = get(dz, gref.size());
+        CHECK(a.zero_grads ==
+              static_cast<unsigned long long>(std::count(g.begin(), g.end(), 0.0f)));
+        CHECK(a.zero_grads > 0);
       }
     }
   }
@@ -586,155 +572,181 @@ TEST_CASE("losses on the device (bias first, loss and zero count accumulated) ag
 // rounded to nearest even, bit for bit. The reference adds the bias in float (as both
 // devices do), then works in double: the hinge's margin test is exact in float, so its
 // zero count is exact; bce's gradient underflows at a slightly different logit in float.
-TEST_CASE("losses over sizes and label chunks, with the bf16 gradient copy on CUDA") {
+// Also against the CPU op on the same inputs, at the parity binary's tolerances: gradients
+// 1e-7 + 1e-5 relative (softmax 1e-4), losses 1e-6 (softmax 1e-5) + 1e-5 relative, zero
+// counts exact for the hinge, the softmax's per-row logsumexp after pass 1 (1e-5 + 1e-5).
+DEVICE_TEST("losses over sizes and label chunks, with the bf16 gradient copy on CUDA",
+            "[dense][loss]") {
   struct Size {
     int64_t b, c, lo, chunks;
   };
-  for (Device dev : test_devices()) {
-    for (Size s : {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3},
-                   Size{256, 3000, 7, 2}, Size{70001, 3, 2, 2}}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", " << s.b << "x" << s.c << " from " << s.lo
-                                << " in " << s.chunks << " chunks") {
-        Context ctx(dev);
-        Rng rng(31);
-        const bool cuda = dev == Device::cuda;
-        const int64_t b = s.b, c = s.c, labels = s.lo + s.c * s.chunks + 11;
-        const auto n = static_cast<size_t>(b * c);
-        const CsrMatrix t = random_targets(rng, b, labels, 6);
-        // Logits of scale 3: the squared hinge meets the margin on a good share of entries.
-        std::vector<std::vector<float>> z, bias, x;
-        for (int64_t k = 0; k < s.chunks; ++k) {
-          z.push_back(random_floats(rng, n, 3.0f));
-          bias.push_back(random_floats(rng, c, 0.5f));
-          x.push_back(z.back());
-          for (size_t i = 0; i < n; ++i) x.back()[i] += bias.back()[i % c];
-        }
-        // pos[k][r·c + j]: label lo + k·c + j is a positive of row r.
-        std::vector<std::vector<char>> pos(s.chunks, std::vector<char>(n, 0));
-        for (int64_t r = 0; r < b; ++r)
-          for (int64_t e = t.indptr[r]; e < t.indptr[r + 1]; ++e) {
-            const int64_t l = int64_t{t.indices[e]} - s.lo;
-            if (l >= 0 && l < c * s.chunks) pos[l / c][r * c + l % c] = 1;
-          }
-        LossTargets targets(ctx, b);
-        targets.assign(t);
-        LossAccumulator acc(ctx);
-        const double gabs = 1e-5 / static_cast<double>(b);
-        // The chunk's gradient (in dz) against gref, and on CUDA its bf16 copy.
-        Buffer<gpu::Bf16> g16(ctx, MemTag::workspace, cuda ? n : 0);
-        const gpu::Bf16Matrix g16m = cuda ? gpu::Bf16Matrix(g16.data(), b, c) : gpu::Bf16Matrix{};
-        auto check_chunk = [&](const std::string& name, const Buffer<float>& dz,
-                               const std::vector<double>& gref) {
-          const auto got = get(dz, n);
-          expect_close(name + " gradient", got, gref, gabs, 1e-4);
-          if (cuda)
-            expect_close(name + " bf16 gradient copy", widen(get(g16, n)), rounded(got), 0, 0);
-        };
-        for (LossType type : {LossType::bce, LossType::squared_hinge}) {
-          acc.reset();
-          double lref = 0.0;
-          int64_t zref = 0;
-          for (int64_t k = 0; k < s.chunks; ++k) {
-            const std::string name = std::string(to_string(type)) + " chunk " + std::to_string(k);
-            auto dz = put(ctx, z[k]);
-            auto db = put(ctx, bias[k]);
-            elementwise_loss_grad(ctx, type, Matrix(dz.data(), b, c), db.data(), targets,
-                                  s.lo + k * c, b, acc, g16m);
-            std::vector<double> gref(n);
-            for (size_t i = 0; i < n; ++i) {
-              const double xi = x[k][i], y = pos[k][i] ? 1.0 : -1.0;
-              if (type == LossType::bce) {
-                lref += std::log1p(std::exp(-y * xi));
-                gref[i] = -y / (1.0 + std::exp(y * xi)) / static_cast<double>(b);
-              } else {
-                const double mg = std::max(0.0, 1.0 - y * xi);
-                lref += mg * mg;
-                gref[i] = -2.0 * y * mg / static_cast<double>(b);
-              }
-              zref += gref[i] == 0.0;
-            }
-            check_chunk(name, dz, gref);
-          }
-          const gpu::LossAccum a = acc.read();
-          INFO(to_string(type));
-          CHECK(a.loss == Approx(lref).epsilon(1e-5).margin(1e-6));
-          const auto total = static_cast<double>(n) * static_cast<double>(s.chunks);
-          const double zero_tol = type == LossType::squared_hinge ? 0.0 : 1e-3 * total + 2;
-          CHECK(std::abs(static_cast<double>(a.zero_grads) - static_cast<double>(zref)) <=
-                zero_tol);
-          if (type == LossType::squared_hinge && total > 100) CHECK(a.zero_grads > 0);
-        }
-        // Softmax: pass 1 over every chunk, then pass 2 (on fresh logits: the CPU's pass 1
-        // adds the bias into its logits), t = 1/(the row's positives over all labels).
-        SoftmaxState st(ctx, b);
-        st.reset(b);
-        for (int64_t k = 0; k < s.chunks; ++k) {
-          auto dz = put(ctx, z[k]);
-          auto db = put(ctx, bias[k]);
-          softmax_accumulate(ctx, Matrix(dz.data(), b, c), db.data(), st);
-        }
-        std::vector<double> lse(b, 0.0);
-        for (int64_t r = 0; r < b; ++r) {
-          double mx = -1e300, se = 0.0;
-          for (const auto& xk : x)
-            for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(xk[r * c + j]));
-          for (const auto& xk : x)
-            for (int64_t j = 0; j < c; ++j) se += std::exp(double(xk[r * c + j]) - mx);
-          lse[r] = mx + std::log(se);
-        }
-        acc.reset();
-        double lref = 0.0;
-        for (int64_t k = 0; k < s.chunks; ++k) {
-          auto dz = put(ctx, z[k]);
-          auto db = put(ctx, bias[k]);
-          softmax_loss_grad(ctx, Matrix(dz.data(), b, c), db.data(), st, targets, s.lo + k * c, b,
-                            acc, g16m);
-          std::vector<double> gref(n, 0.0);
-          for (int64_t r = 0; r < b; ++r) {
-            const int64_t npos = t.indptr[r + 1] - t.indptr[r];
-            if (npos == 0) continue;
-            const double tt = 1.0 / static_cast<double>(npos);
-            for (int64_t j = 0; j < c; ++j) {
-              const size_t i = static_cast<size_t>(r * c + j);
-              const double xi = x[k][i];
-              if (pos[k][i]) lref += tt * (lse[r] - xi);
-              gref[i] = (std::exp(xi - lse[r]) - (pos[k][i] ? tt : 0.0)) / static_cast<double>(b);
-            }
-          }
-          check_chunk("softmax chunk " + std::to_string(k), dz, gref);
-        }
-        CHECK(acc.read().loss == Approx(lref).epsilon(1e-5).margin(1e-6));
+  for (Size s : {Size{1, 1, 0, 1}, Size{5, 37, 3, 2}, Size{64, 1000, 100, 3}, Size{256, 3000, 7, 2},
+                 Size{70001, 3, 2, 2}}) {
+    DYNAMIC_SECTION(s.b << "x" << s.c << " from " << s.lo << " in " << s.chunks << " chunks") {
+      Rng rng(31);
+      const bool cuda = ctx.on_gpu();
+      const int64_t b = s.b, c = s.c, labels = s.lo + s.c * s.chunks + 11;
+      const auto n = static_cast<size_t>(b * c);
+      const CsrMatrix t = random_targets(rng, b, labels, 6);
+      // Logits of scale 3: the squared hinge meets the margin on a good share of entries.
+      std::vector<std::vector<float>> z, bias, x;
+      for (int64_t k = 0; k < s.chunks; ++k) {
+        z.push_back(random_floats(rng, n, 3.0f));
+        bias.push_back(random_floats(rng, c, 0.5f));
+        x.push_back(z.back());
+        for (size_t i = 0; i < n; ++i) x.back()[i] += bias.back()[i % c];
       }
+      // pos[k][r·c + j]: label lo + k·c + j is a positive of row r.
+      std::vector<std::vector<char>> pos(s.chunks, std::vector<char>(n, 0));
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t e = t.indptr[r]; e < t.indptr[r + 1]; ++e) {
+          const int64_t l = int64_t{t.indices[e]} - s.lo;
+          if (l >= 0 && l < c * s.chunks) pos[l / c][r * c + l % c] = 1;
+        }
+      LossTargets targets(ctx, b);
+      targets.assign(t);
+      LossAccumulator acc(ctx);
+      Context cpu;  // the CPU op on the same inputs
+      LossTargets cpu_targets(cpu, b);
+      cpu_targets.assign(t);
+      LossAccumulator cpu_acc(cpu);
+      const double gabs = 1e-5 / static_cast<double>(b);
+      // The chunk's gradient (in dz) against gref and against the CPU op's (cpu_g, with
+      // the parity binary's tolerance cpu_rel), and on CUDA its bf16 copy.
+      Buffer<gpu::Bf16> g16(ctx, MemTag::workspace, cuda ? n : 0);
+      const gpu::Bf16Matrix g16m = cuda ? gpu::Bf16Matrix(g16.data(), b, c) : gpu::Bf16Matrix{};
+      auto check_chunk = [&](const std::string& name, const Buffer<float>& dz,
+                             const std::vector<double>& gref, const std::vector<float>& cpu_g,
+                             double cpu_rel) {
+        const auto got = get(dz, n);
+        expect_close(name + " gradient", got, gref, gabs, 1e-4);
+        expect_close(name + " gradient against the CPU op", got, cpu_g, 1e-7, cpu_rel);
+        if (cuda)
+          expect_close(name + " bf16 gradient copy", widen(get(g16, n)), rounded(got), 0, 0);
+      };
+      for (LossType type : {LossType::bce, LossType::squared_hinge}) {
+        acc.reset();
+        cpu_acc.reset();
+        double lref = 0.0;
+        int64_t zref = 0;
+        for (int64_t k = 0; k < s.chunks; ++k) {
+          const std::string name = std::string(to_string(type)) + " chunk " + std::to_string(k);
+          auto dz = put(ctx, z[k]);
+          auto db = put(ctx, bias[k]);
+          elementwise_loss_grad(ctx, type, Matrix(dz.data(), b, c), db.data(), targets,
+                                s.lo + k * c, b, acc, g16m);
+          std::vector<float> cpu_g = z[k];
+          elementwise_loss_grad(cpu, type, Matrix(cpu_g.data(), b, c), bias[k].data(), cpu_targets,
+                                s.lo + k * c, b, cpu_acc);
+          std::vector<double> gref(n);
+          for (size_t i = 0; i < n; ++i) {
+            const double xi = x[k][i], y = pos[k][i] ? 1.0 : -1.0;
+            if (type == LossType::bce) {
+              lref += std::log1p(std::exp(-y * xi));
+              gref[i] = -y / (1.0 + std::exp(y * xi)) / static_cast<double>(b);
+            } else {
+              const double mg = std::max(0.0, 1.0 - y * xi);
+              lref += mg * mg;
+              gref[i] = -2.0 * y * mg / static_cast<double>(b);
+            }
+            zref += gref[i] == 0.0;
+          }
+          check_chunk(name, dz, gref, cpu_g, 1e-5);
+        }
+        const gpu::LossAccum a = acc.read();
+        const gpu::LossAccum ca = cpu_acc.read();
+        INFO(to_string(type));
+        CHECK(a.loss == Approx(lref).epsilon(1e-5).margin(1e-6));
+        expect_close("loss against the CPU op", a.loss, ca.loss, 1e-6, 1e-5);
+        const auto total = static_cast<double>(n) * static_cast<double>(s.chunks);
+        const double zero_tol = type == LossType::squared_hinge ? 0.0 : 1e-3 * total + 2;
+        CHECK(std::abs(static_cast<double>(a.zero_grads) - static_cast<double>(zref)) <= zero_tol);
+        expect_close("zero gradients against the CPU op", static_cast<double>(a.zero_grads),
+                     static_cast<double>(ca.zero_grads), zero_tol, 0);
+        if (type == LossType::squared_hinge && total > 100) CHECK(a.zero_grads > 0);
+      }
+      // Softmax: pass 1 over every chunk, then pass 2 (on fresh logits: the CPU's pass 1
+      // adds the bias into its logits), t = 1/(the row's positives over all labels).
+      SoftmaxState st(ctx, b), cpu_st(cpu, b);
+      st.reset(b);
+      cpu_st.reset(b);
+      for (int64_t k = 0; k < s.chunks; ++k) {
+        auto dz = put(ctx, z[k]);
+        auto db = put(ctx, bias[k]);
+        softmax_accumulate(ctx, Matrix(dz.data(), b, c), db.data(), st);
+        std::vector<float> zc = z[k];
+        softmax_accumulate(cpu, Matrix(zc.data(), b, c), bias[k].data(), cpu_st);
+      }
+      std::vector<double> lse(b, 0.0);
+      for (int64_t r = 0; r < b; ++r) {
+        double mx = -1e300, se = 0.0;
+        for (const auto& xk : x)
+          for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(xk[r * c + j]));
+        for (const auto& xk : x)
+          for (int64_t j = 0; j < c; ++j) se += std::exp(double(xk[r * c + j]) - mx);
+        lse[r] = mx + std::log(se);
+      }
+      const std::vector<float> got_lse = logsumexp(st, b);
+      expect_close("softmax logsumexp", got_lse, lse, 1e-5, 1e-5);
+      expect_close("softmax logsumexp against the CPU op", got_lse, logsumexp(cpu_st, b), 1e-5,
+                   1e-5);
+      acc.reset();
+      cpu_acc.reset();
+      double lref = 0.0;
+      for (int64_t k = 0; k < s.chunks; ++k) {
+        auto dz = put(ctx, z[k]);
+        auto db = put(ctx, bias[k]);
+        softmax_loss_grad(ctx, Matrix(dz.data(), b, c), db.data(), st, targets, s.lo + k * c, b,
+                          acc, g16m);
+        std::vector<float> cpu_g = z[k];
+        softmax_loss_grad(cpu, Matrix(cpu_g.data(), b, c), bias[k].data(), cpu_st, cpu_targets,
+                          s.lo + k * c, b, cpu_acc);
+        std::vector<double> gref(n, 0.0);
+        for (int64_t r = 0; r < b; ++r) {
+          const int64_t npos = t.indptr[r + 1] - t.indptr[r];
+          if (npos == 0) continue;
+          const double tt = 1.0 / static_cast<double>(npos);
+          for (int64_t j = 0; j < c; ++j) {
+            const size_t i = static_cast<size_t>(r * c + j);
+            const double xi = x[k][i];
+            if (pos[k][i]) lref += tt * (lse[r] - xi);
+            gref[i] = (std::exp(xi - lse[r]) - (pos[k][i] ? tt : 0.0)) / static_cast<double>(b);
+          }
+        }
+        check_chunk("softmax chunk " + std::to_string(k), dz, gref, cpu_g, 1e-4);
+      }
+      const double loss = acc.read().loss;
+      CHECK(loss == Approx(lref).epsilon(1e-5).margin(1e-6));
+      expect_close("softmax loss against the CPU op", loss, cpu_acc.read().loss, 1e-5, 1e-5);
     }
   }
 }
 
-TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply") {
-  for (Device dev : test_devices()) {
-    for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(type)) {
-        Context ctx(dev);
-        Rng rng(19);
-        const OptimizerConfig cfg = optimizer_with_decay(type);
-        const int64_t n = 1031;
-        auto [p, s1, s2] = random_opt_arrays(rng, n);
-        const auto grad = random_floats(rng, n);
-        auto dp = put(ctx, p);
-        auto ds1 = put(ctx, s1);
-        auto ds2 = put(ctx, s2);
-        auto dgrad = put(ctx, grad);
-        const int states = optimizer_state_arrays(cfg);
-        for (int64_t step = 1; step <= 3; ++step) {
-          optimizer_update(ctx, cfg, 0.05, step, dp.data(), dgrad.data(),
-                           states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr, n);
-          OptimizerStep(cfg, 0.05, step)
-              .apply(p.data(), grad.data(), states >= 1 ? s1.data() : nullptr,
-                     states >= 2 ? s2.data() : nullptr, n);
-        }
-        expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
-        if (states >= 2)
-          expect_close("", get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9, 1e-6);
+DEVICE_TEST("the dense optimizer update on the device equals OptimizerStep::apply",
+            "[dense][optimizer]") {
+  for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
+    DYNAMIC_SECTION(to_string(type)) {
+      Rng rng(19);
+      const OptimizerConfig cfg = optimizer_with_decay(type);
+      const int64_t n = 1031;
+      auto [p, s1, s2] = random_opt_arrays(rng, n);
+      const auto grad = random_floats(rng, n);
+      auto dp = put(ctx, p);
+      auto ds1 = put(ctx, s1);
+      auto ds2 = put(ctx, s2);
+      auto dgrad = put(ctx, grad);
+      const int states = optimizer_state_arrays(cfg);
+      for (int64_t step = 1; step <= 3; ++step) {
+        optimizer_update(ctx, cfg, 0.05, step, dp.data(), dgrad.data(),
+                         states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr, n);
+        OptimizerStep(cfg, 0.05, step)
+            .apply(p.data(), grad.data(), states >= 1 ? s1.data() : nullptr,
+                   states >= 2 ? s2.data() : nullptr, n);
       }
+      expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
+      if (states >= 2)
+        expect_close("", get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9,
+                     1e-6);
     }
   }
 }
@@ -745,84 +757,78 @@ TEST_CASE("the dense optimizer update on the device equals OptimizerStep::apply"
 // both states. On CUDA also bf16 weights, each step against the fp32 update of the current
 // bf16 values: rounded to nearest (within half a bf16 ulp, 2^-9 relative, plus slack) and
 // stochastically (one of the two bf16 neighbours of the fp32 update).
-TEST_CASE("the dense optimizer update over sizes with fresh gradients, bf16 weights on CUDA") {
-  for (Device dev : test_devices()) {
-    for (const OptimizerConfig& cfg : testcases::optimizers()) {
-      for (int64_t n : {1, 1031, 100003}) {
-        DYNAMIC_SECTION("device " << to_string(dev) << ", " << to_string(cfg.type)
-                                  << (cfg.momentum != 0.0 ? "+momentum" : "") << ", n=" << n) {
-          Context ctx(dev);
-          Rng rng(37);
-          const bool cuda = dev == Device::cuda;
-          const int states = optimizer_state_arrays(cfg);
-          if (cfg.type == OptimizerType::sgd && cfg.momentum == 0.0) CHECK(states == 0);
-          const auto un = static_cast<size_t>(n);
-          auto p = random_floats(rng, un);
-          std::vector<float> s1(un, 0.0f), s2(un, 0.0f);
-          auto dp = put(ctx, p);
-          auto ds1 = put(ctx, s1);
-          auto ds2 = put(ctx, s2);
-          auto st = [&](Buffer<float>& b, int i) { return states >= i ? b.data() : nullptr; };
-          // bf16 weights (CUDA): nearest and stochastic rounding from the same start, each
-          // with its own state.
-          const size_t n16 = cuda ? un : 0;
-          Buffer<gpu::Bf16> dp16(ctx, MemTag::workspace, n16), dp16s(ctx, MemTag::workspace, n16);
-          Buffer<float> b1(ctx, MemTag::workspace, n16), b2(ctx, MemTag::workspace, n16),
-              c1(ctx, MemTag::workspace, n16), c2(ctx, MemTag::workspace, n16);
-          if (cuda) {
-            dp16.copy_from_host(to_bf16(p).data(), un);
-            dp16s.copy_from_host(to_bf16(p).data(), un);
+DEVICE_TEST("the dense optimizer update over sizes with fresh gradients, bf16 weights on CUDA",
+            "[dense][optimizer]") {
+  for (const OptimizerConfig& cfg : testcases::optimizers()) {
+    for (int64_t n : {1, 1000, 1031, 100003}) {
+      DYNAMIC_SECTION(to_string(cfg.type)
+                      << (cfg.momentum != 0.0 ? "+momentum" : "") << ", n=" << n) {
+        Rng rng(37);
+        const bool cuda = ctx.on_gpu();
+        const int states = optimizer_state_arrays(cfg);
+        if (cfg.type == OptimizerType::sgd && cfg.momentum == 0.0) CHECK(states == 0);
+        const auto un = static_cast<size_t>(n);
+        auto p = random_floats(rng, un);
+        std::vector<float> s1(un, 0.0f), s2(un, 0.0f);
+        auto dp = put(ctx, p);
+        auto ds1 = put(ctx, s1);
+        auto ds2 = put(ctx, s2);
+        auto st = [&](Buffer<float>& b, int i) { return states >= i ? b.data() : nullptr; };
+        // bf16 weights (CUDA): nearest and stochastic rounding from the same start, each
+        // with its own state.
+        const size_t n16 = cuda ? un : 0;
+        Buffer<gpu::Bf16> dp16(ctx, MemTag::workspace, n16), dp16s(ctx, MemTag::workspace, n16);
+        Buffer<float> b1(ctx, MemTag::workspace, n16), b2(ctx, MemTag::workspace, n16),
+            c1(ctx, MemTag::workspace, n16), c2(ctx, MemTag::workspace, n16);
+        if (cuda) {
+          dp16.copy_from_host(to_bf16(p).data(), un);
+          dp16s.copy_from_host(to_bf16(p).data(), un);
+        }
+        for (int64_t step = 1; step <= 3; ++step) {
+          INFO("step " << step);
+          const auto g = random_floats(rng, un, 0.5f);
+          auto dg = put(ctx, g);
+          optimizer_update(ctx, cfg, cfg.lr, step, dp.data(), dg.data(), st(ds1, 1), st(ds2, 2), n);
+          optimizer_update(cfg, cfg.lr, step, p.data(), g.data(), states >= 1 ? s1.data() : nullptr,
+                           states >= 2 ? s2.data() : nullptr, n);
+          expect_close("params", get(dp, un), p, 1e-6, 1e-5);
+          if (states >= 1) expect_close("state1", get(ds1, un), s1, 1e-6, 1e-5);
+          if (states >= 2) expect_close("state2", get(ds2, un), s2, 1e-7, 1e-5);
+          if (!cuda) continue;
+          // This step's update of the current bf16 values (and states) in fp32.
+          auto want16 = widen(get(dp16, un)), want16s = widen(get(dp16s, un));
+          auto h1 = get(b1, un), h2 = get(b2, un), hs1 = get(c1, un), hs2 = get(c2, un);
+          optimizer_update(cfg, cfg.lr, step, want16.data(), g.data(),
+                           states >= 1 ? h1.data() : nullptr, states >= 2 ? h2.data() : nullptr, n);
+          optimizer_update(cfg, cfg.lr, step, want16s.data(), g.data(),
+                           states >= 1 ? hs1.data() : nullptr, states >= 2 ? hs2.data() : nullptr,
+                           n);
+          optimizer_update(ctx, cfg, cfg.lr, step, dp16.data(), dg.data(), st(b1, 1), st(b2, 2), n);
+          optimizer_update(ctx, cfg, cfg.lr, step, dp16s.data(), dg.data(), st(c1, 1), st(c2, 2), n,
+                           0x1234u + static_cast<uint64_t>(step));
+          expect_close("bf16 params (nearest)", widen(get(dp16, un)), want16, 1e-6, 1.0 / 256);
+          const auto gots = widen(get(dp16s, un));
+          int64_t outside = 0;
+          for (size_t i = 0; i < un; ++i) {
+            const float x = want16s[i];
+            uint32_t u;
+            std::memcpy(&u, &x, 4);
+            const float down = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>(u >> 16)});
+            const float up = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>((u >> 16) + 1)});
+            const float tol = 1e-6f + std::abs(x) * 1e-5f;
+            if (!(gots[i] >= std::min(down, up) - tol && gots[i] <= std::max(down, up) + tol))
+              ++outside;
           }
-          for (int64_t step = 1; step <= 3; ++step) {
-            INFO("step " << step);
-            const auto g = random_floats(rng, un, 0.5f);
-            auto dg = put(ctx, g);
-            optimizer_update(ctx, cfg, cfg.lr, step, dp.data(), dg.data(), st(ds1, 1), st(ds2, 2),
-                             n);
-            optimizer_update(cfg, cfg.lr, step, p.data(), g.data(),
-                             states >= 1 ? s1.data() : nullptr, states >= 2 ? s2.data() : nullptr,
-                             n);
-            expect_close("params", get(dp, un), p, 1e-6, 1e-5);
-            if (states >= 1) expect_close("state1", get(ds1, un), s1, 1e-6, 1e-5);
-            if (states >= 2) expect_close("state2", get(ds2, un), s2, 1e-7, 1e-5);
-            if (!cuda) continue;
-            // This step's update of the current bf16 values (and states) in fp32.
-            auto want16 = widen(get(dp16, un)), want16s = widen(get(dp16s, un));
-            auto h1 = get(b1, un), h2 = get(b2, un), hs1 = get(c1, un), hs2 = get(c2, un);
-            optimizer_update(cfg, cfg.lr, step, want16.data(), g.data(),
-                             states >= 1 ? h1.data() : nullptr, states >= 2 ? h2.data() : nullptr,
-                             n);
-            optimizer_update(cfg, cfg.lr, step, want16s.data(), g.data(),
-                             states >= 1 ? hs1.data() : nullptr, states >= 2 ? hs2.data() : nullptr,
-                             n);
-            optimizer_update(ctx, cfg, cfg.lr, step, dp16.data(), dg.data(), st(b1, 1), st(b2, 2),
-                             n);
-            optimizer_update(ctx, cfg, cfg.lr, step, dp16s.data(), dg.data(), st(c1, 1), st(c2, 2),
-                             n, 0x1234u + static_cast<uint64_t>(step));
-            expect_close("bf16 params (nearest)", widen(get(dp16, un)), want16, 1e-6, 1.0 / 256);
-            const auto gots = widen(get(dp16s, un));
-            int64_t outside = 0;
-            for (size_t i = 0; i < un; ++i) {
-              const float x = want16s[i];
-              uint32_t u;
-              std::memcpy(&u, &x, 4);
-              const float down = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>(u >> 16)});
-              const float up = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>((u >> 16) + 1)});
-              const float tol = 1e-6f + std::abs(x) * 1e-5f;
-              if (!(gots[i] >= std::min(down, up) - tol && gots[i] <= std::max(down, up) + tol))
-                ++outside;
-            }
-            INFO(outside
-                 << " stochastically rounded bf16 params outside their fp32 update's neighbours");
-            CHECK(outside == 0);
-          }
-          if (!cuda) {  // bf16 weights exist only on the GPU
-            Buffer<gpu::Bf16> w16(ctx, MemTag::workspace, un);
-            auto dg = put(ctx, random_floats(rng, un));
-            CHECK_THROWS_AS(optimizer_update(ctx, cfg, cfg.lr, 1, w16.data(), dg.data(), st(ds1, 1),
-                                             st(ds2, 2), n),
-                            Error);
-          }
+          INFO(outside
+               << " stochastically rounded bf16 params outside their fp32 update's neighbours");
+          CHECK(outside == 0);
+        }
+        if (!cuda) {  // bf16 weights exist only on the GPU
+          Buffer<gpu::Bf16> w16(ctx, MemTag::workspace, un);
+          auto dg = put(ctx, random_floats(rng, un));
+          CHECK_THROWS_AS(optimizer_update(ctx, cfg, cfg.lr, 1, w16.data(), dg.data(), st(ds1, 1),
+                                           st(ds2, 2), n),
+                          Error);
         }
       }
     }
@@ -835,7 +841,7 @@ TEST_CASE("the dense optimizer update over sizes with fresh gradients, bf16 weig
 // (past a CUDA grid.y). Rows in one block (no begin_block) and in three; each chunk copied
 // from the host scores into the workspace. The lists must equal one TopKAccumulator over
 // the whole matrix exactly: labels, tie order, NaN ranked as -inf, pads (NaN == NaN).
-TEST_CASE("top-k streamed over label chunks") {
+DEVICE_TEST("top-k streamed over label chunks", "[dense][topk]") {
   struct Case {
     int k;
     int64_t rows, cols, chunk;
@@ -845,44 +851,109 @@ TEST_CASE("top-k streamed over label chunks") {
       {1, 1, 3000, 700, false},   {5, 40, 3000, 700, false}, {64, 40, 3000, 700, false},
       {5, 2, 3, 3, false},        {5, 3, 7, 2, false},       {8, 9, 500, 64, true},
       {100, 17, 2000, 300, true}, {300, 4, 1000, 128, true}, {1, 70001, 5, 5, false}};
-  for (Device dev : test_devices()) {
-    for (const Case& c : cases) {
-      DYNAMIC_SECTION("device " << to_string(dev) << ", k=" << c.k << " rows=" << c.rows
-                                << " cols=" << c.cols << " chunk=" << c.chunk
-                                << (c.specials ? " nan/-inf" : "")) {
-        Context ctx(dev);
-        Rng rng(41);
-        std::vector<float> s(static_cast<size_t>(c.rows * c.cols));
-        for (auto& x : s) {
-          x = static_cast<float>(rng.below(40)) / 4.0f;
-          if (c.specials && rng.below(10) == 0)
-            x = rng.below(2) ? std::numeric_limits<float>::quiet_NaN()
-                             : -std::numeric_limits<float>::infinity();
-        }
-        const int64_t offset = 11;
-        TopKAccumulator acc(c.rows, c.k);
-        acc.add_chunk(ConstMatrix(s.data(), c.rows, c.cols), offset);
-        const TopK want = acc.result();
-        for (int64_t block_rows : {c.rows, (c.rows + 2) / 3}) {
-          INFO("blocks of " << block_rows << " rows");
-          int64_t r0 = 0;
-          std::vector<float> part;
-          auto score = [&](int64_t c0, Matrix z) {
-            part.resize(static_cast<size_t>(z.rows * z.cols));
-            for (int64_t r = 0; r < z.rows; ++r)
-              std::copy_n(s.begin() + (r0 + r) * c.cols + c0, z.cols, part.begin() + r * z.cols);
-            ops::copy_from_host(ctx, part.data(), z);
-          };
-          const TopK got = block_rows == c.rows
-                               ? stream_topk(ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,
-                                             nullptr, score)
-                               : stream_topk(
-                                     ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,
-                                     [&](int64_t b0, int64_t) { r0 = b0; }, score);
-          CHECK(got.rows == c.rows);
-          CHECK(got.k == c.k);
-          CHECK(got.labels == want.labels);
-          CHECK(same_scores(got.scores, want.scores));
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION("k=" << c.k << " rows=" << c.rows << " cols=" << c.cols << " chunk=" << c.chunk
+                         << (c.specials ? " nan/-inf" : "")) {
+      Rng rng(41);
+      std::vector<float> s(static_cast<size_t>(c.rows * c.cols));
+      for (auto& x : s) {
+        x = static_cast<float>(rng.below(40)) / 4.0f;
+        if (c.specials && rng.below(10) == 0)
+          x = rng.below(2) ? std::numeric_limits<float>::quiet_NaN()
+                           : -std::numeric_limits<float>::infinity();
+      }
+      const int64_t offset = 11;
+      TopKAccumulator acc(c.rows, c.k);
+      acc.add_chunk(ConstMatrix(s.data(), c.rows, c.cols), offset);
+      const TopK want = acc.result();
+      for (int64_t block_rows : {c.rows, (c.rows + 2) / 3}) {
+        INFO("blocks of " << block_rows << " rows");
+        int64_t r0 = 0;
+        std::vector<float> part;
+        auto score = [&](int64_t c0, Matrix z) {
+          part.resize(static_cast<size_t>(z.rows * z.cols));
+          for (int64_t r = 0; r < z.rows; ++r)
+            std::copy_n(s.begin() + (r0 + r) * c.cols + c0, z.cols, part.begin() + r * z.cols);
+          ops::copy_from_host(ctx, part.data(), z);
+        };
+        const TopK got =
+            block_rows == c.rows
+                ? stream_topk(ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset, nullptr, score)
+                : stream_topk(
+                      ctx, c.rows, c.k, block_rows, c.cols, c.chunk, offset,
+                      [&](int64_t b0, int64_t) { r0 = b0; }, score);
+        CHECK(got.rows == c.rows);
+        CHECK(got.k == c.k);
+        CHECK(got.labels == want.labels);
+        CHECK(same_scores(got.scores, want.scores));
+      }
+    }
+  }
+}
+
+// One row shorter than k, with a NaN (the former parity binary's case): the list is the
+// three labels by score, NaN ranked as -inf (after 0.5), then pads — no label repeated.
+DEVICE_TEST("top-k of a row shorter than k ends in pads, NaN ranked last", "[dense][topk]") {
+  const std::vector<float> s = {0.5f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  auto score = [&](int64_t, Matrix z) { ops::copy_from_host(ctx, s.data(), z); };
+  const TopK got = stream_topk(ctx, 1, 5, 1, 3, 3, 0, nullptr, score);
+  CHECK(got.labels == std::vector<uint32_t>{2, 0, 1, TopK::kNoLabel, TopK::kNoLabel});
+  TopKAccumulator acc(1, 5);
+  acc.add_chunk(ConstMatrix(s.data(), 1, 3), 0);
+  CHECK(acc.result().labels == got.labels);
+}
+
+// The row-gathered update of the sampled layers (the former parity binary's test): the four
+// update rules, rows of width 1, 37 and 130, three steps, each on a random subset of distinct
+// rows in shuffled order, against OptimizerStep::apply per row: the touched rows within the
+// fp32 formulas' rounding (params 1e-6 + 1e-5, states 1e-7 / 1e-9 + 1e-5 relative), the
+// untouched rows bit-identical to the device's own values before the call (not to the
+// host's: a row touched at an earlier step carries that step's rounding difference).
+DEVICE_TEST("the lazy row update over widths and steps, untouched rows unchanged", "[optimizer]") {
+  const int64_t n = 50;
+  for (const OptimizerConfig& cfg : testcases::optimizers()) {
+    for (int64_t width : {int64_t{1}, int64_t{37}, int64_t{130}}) {
+      DYNAMIC_SECTION(to_string(cfg.type)
+                      << (cfg.momentum != 0.0 ? "+momentum" : "") << " width " << width) {
+        Rng rng(43);
+        const auto total = static_cast<size_t>(n * width);
+        std::vector<float> p = random_floats(rng, total), s1(total, 0.0f), s2(total, 0.0f);
+        const int states = optimizer_state_arrays(cfg);
+        auto dp = put(ctx, p), d1 = put(ctx, s1), d2 = put(ctx, s2);
+        for (int64_t step = 1; step <= 3; ++step) {
+          INFO("step " << step);
+          std::vector<uint32_t> rows;
+          for (uint32_t r = 0; r < n; ++r)
+            if (rng.below(3) == 0) rows.push_back(r);
+          for (size_t i = rows.size(); i > 1; --i) std::swap(rows[i - 1], rows[rng.below(i)]);
+          const auto count = static_cast<int64_t>(rows.size());
+          const std::vector<float> g = random_floats(rng, static_cast<size_t>(count * width), 0.5f);
+          const OptimizerStep os(cfg, cfg.lr, step);
+          for (int64_t u = 0; u < count; ++u) {
+            const int64_t o = int64_t{rows[static_cast<size_t>(u)]} * width;
+            os.apply(p.data() + o, g.data() + u * width, states >= 1 ? s1.data() + o : nullptr,
+                     states >= 2 ? s2.data() + o : nullptr, width);
+          }
+          auto dg = put(ctx, g);
+          auto drows = put(ctx, rows);
+          const auto before = get(dp, total);
+          optimizer_update_rows(ctx, cfg, cfg.lr, step, dp.data(), dg.data(),
+                                states >= 1 ? d1.data() : nullptr,
+                                states >= 2 ? d2.data() : nullptr, drows.data(), count, width);
+          const auto got = get(dp, total);
+          expect_close("params", got, p, 1e-6, 1e-5);
+          if (states >= 1) expect_close("state1", get(d1, total), s1, 1e-7, 1e-5);
+          if (states >= 2) expect_close("state2", get(d2, total), s2, 1e-9, 1e-5);
+          std::vector<char> hit(static_cast<size_t>(n), 0);
+          for (uint32_t r : rows) hit[r] = 1;
+          int64_t changed_untouched = 0;
+          for (int64_t r = 0; r < n; ++r)
+            if (!hit[static_cast<size_t>(r)])
+              for (int64_t j = 0; j < width; ++j) {
+                const auto i = static_cast<size_t>(r * width + j);
+                changed_untouched += got[i] != before[i];
+              }
+          CHECK(changed_untouched == 0);
         }
       }
     }

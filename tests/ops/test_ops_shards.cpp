@@ -14,11 +14,11 @@
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "layers/dense_block.h"
-#include "ops_test_util.h"
+#include "support/device_test.h"
 #include "support/thread_comm.h"
 
 using namespace xmc;
-using namespace xmc::opstest;
+using namespace xmc::test;
 
 namespace {
 
@@ -44,31 +44,30 @@ void on_ranks(int ranks, F f) {
 
 }  // namespace
 
-TEST_CASE("label shards: allreduce_sum_in sums a buffer in each rank's device memory") {
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      constexpr size_t kN = 1000;
-      std::vector<std::vector<float>> got(3);
-      on_ranks(3, [&](Comm& comm) {
-        Context ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
-        const GpuAttachment attached(&comm, ctx);
-        std::vector<float> mine(kN);
-        for (size_t i = 0; i < kN; ++i) mine[i] = static_cast<float>(i) * (comm.rank() + 1);
-        Buffer<float> b = put(ctx, mine);
-        for (int round = 0; round < 2; ++round)  // the second reuses the staging buffer
-          comm.allreduce_sum_in(ctx, std::span<float>(b.data(), kN));
-        got[static_cast<size_t>(comm.rank())] = get(b, kN);
-      });
-      for (const auto& g : got)
-        for (size_t i = 0; i < kN; ++i) {
-          // Round 1: i·(1+2+3) = 6i on every rank; round 2 sums three of those: 18i.
-          REQUIRE(g[i] == static_cast<float>(18 * i));
-        }
+DEVICE_TEST("label shards: allreduce_sum_in sums a buffer in each rank's device memory",
+            "[shards]") {
+  const Device dev = ctx.device();
+  constexpr size_t kN = 1000;
+  std::vector<std::vector<float>> got(3);
+  on_ranks(3, [&](Comm& comm) {
+    Context rank_ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
+    const GpuAttachment attached(&comm, rank_ctx);
+    std::vector<float> mine(kN);
+    for (size_t i = 0; i < kN; ++i) mine[i] = static_cast<float>(i) * (comm.rank() + 1);
+    Buffer<float> b = put(rank_ctx, mine);
+    for (int round = 0; round < 2; ++round)  // the second reuses the staging buffer
+      comm.allreduce_sum_in(rank_ctx, std::span<float>(b.data(), kN));
+    got[static_cast<size_t>(comm.rank())] = get(b, kN);
+  });
+  for (const auto& g : got)
+    for (size_t i = 0; i < kN; ++i) {
+      // Round 1: i·(1+2+3) = 6i on every rank; round 2 sums three of those: 18i.
+      REQUIRE(g[i] == static_cast<float>(18 * i));
     }
-  }
 }
 
-TEST_CASE("label shards: a softmax DenseBlock split over two ranks equals one block") {
+DEVICE_TEST("label shards: a softmax DenseBlock split over two ranks equals one block",
+            "[shards]") {
   constexpr int64_t kD = 24, kL = 70, kB = 9, kChunk = 16;
   constexpr int kSteps = 3;
   OptimizerConfig optim;
@@ -91,76 +90,67 @@ TEST_CASE("label shards: a softmax DenseBlock split over two ranks equals one bl
     targets.push_back(std::move(t));
   }
   const int64_t half = 33;  // uneven shards: [0, 33) and [33, 70)
+  const Device dev = ctx.device();
 
-  for (Device dev : test_devices()) {
-    DYNAMIC_SECTION("device " << to_string(dev)) {
-      // One block over all labels.
-      std::vector<double> loss_one;
-      std::vector<std::vector<float>> dh_one;
-      std::vector<float> scores_one;
-      {
-        Context ctx(dev, 1);
-        DenseBlock block(ctx, kD, 0, kL, kB, kChunk, LossType::softmax, optim, 11);
-        Buffer<float> dh(ctx, MemTag::workspace, static_cast<size_t>(kB * kD));
-        for (int s = 0; s < kSteps; ++s) {
-          Buffer<float> h = put(ctx, hs[static_cast<size_t>(s)]);
-          loss_one.push_back(block
-                                 .train_step(targets[static_cast<size_t>(s)],
-                                             ConstMatrix(h.data(), kB, kD),
-                                             Matrix(dh.data(), kB, kD), {0.05, s + 1})
-                                 .loss);
-          dh_one.push_back(get(dh, static_cast<size_t>(kB * kD)));
-        }
-        Buffer<float> h = put(ctx, hs[0]);
-        Buffer<float> out(ctx, MemTag::workspace, static_cast<size_t>(kB * kL));
-        block.scores(ConstMatrix(h.data(), kB, kD), 0, Matrix(out.data(), kB, kL));
-        scores_one = get(out, static_cast<size_t>(kB * kL));
-      }
-      // Two ranks, each a block over its labels; dh and the loss summed over the ranks.
-      std::vector<double> loss_two(kSteps);
-      std::vector<std::vector<float>> dh_two(kSteps);
-      std::vector<float> scores_two(static_cast<size_t>(kB * kL));
-      on_ranks(2, [&](Comm& comm) {
-        Context ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
-        const GpuAttachment attached(&comm, ctx);
-        const int64_t lo = comm.rank() == 0 ? 0 : half, n = comm.rank() == 0 ? half : kL - half;
-        DenseBlock block(ctx, kD, lo, n, kB, kChunk, LossType::softmax, optim, 11);
-        block.set_comm(&comm);
-        Buffer<float> dh(ctx, MemTag::workspace, static_cast<size_t>(kB * kD));
-        for (int s = 0; s < kSteps; ++s) {
-          Buffer<float> h = put(ctx, hs[static_cast<size_t>(s)]);
-          double loss = block
-                            .train_step(targets[static_cast<size_t>(s)],
-                                        ConstMatrix(h.data(), kB, kD), Matrix(dh.data(), kB, kD),
-                                        {0.05, s + 1})
-                            .loss;
-          comm.allreduce_sum_in(ctx, std::span<float>(dh.data(), static_cast<size_t>(kB * kD)));
-          comm.allreduce_sum(std::span<double>(&loss, 1));
-          if (comm.rank() == 0) {
-            loss_two[static_cast<size_t>(s)] = loss;
-            dh_two[static_cast<size_t>(s)] = get(dh, static_cast<size_t>(kB * kD));
-          }
-        }
-        Buffer<float> h = put(ctx, hs[0]);
-        Buffer<float> out(ctx, MemTag::workspace, static_cast<size_t>(kB * n));
-        block.scores(ConstMatrix(h.data(), kB, kD), lo, Matrix(out.data(), kB, n));
-        const std::vector<float> part = get(out, static_cast<size_t>(kB * n));
-        for (int64_t r = 0; r < kB; ++r)  // disjoint columns: no race
-          std::copy(part.begin() + r * n, part.begin() + (r + 1) * n,
-                    scores_two.begin() + r * kL + lo);
-      });
-      for (int s = 0; s < kSteps; ++s) {
-        INFO("step " << s + 1);
-        CHECK(loss_two[static_cast<size_t>(s)] ==
-              Approx(loss_one[static_cast<size_t>(s)]).epsilon(1e-5));
-        expect_close("dh", dh_two[static_cast<size_t>(s)],
-                     std::vector<double>(dh_one[static_cast<size_t>(s)].begin(),
-                                         dh_one[static_cast<size_t>(s)].end()),
-                     1e-6, 1e-4);
-      }
-      // After three updates the weights (the scores) are those of the one block.
-      expect_close("scores", scores_two, std::vector<double>(scores_one.begin(), scores_one.end()),
-                   1e-5, 1e-4);
+  // One block over all labels.
+  std::vector<double> loss_one;
+  std::vector<std::vector<float>> dh_one;
+  std::vector<float> scores_one;
+  {
+    Context one(dev, 1);
+    DenseBlock block(one, kD, 0, kL, kB, kChunk, LossType::softmax, optim, 11);
+    Buffer<float> dh(one, MemTag::workspace, static_cast<size_t>(kB * kD));
+    for (int s = 0; s < kSteps; ++s) {
+      Buffer<float> h = put(one, hs[static_cast<size_t>(s)]);
+      loss_one.push_back(block
+                             .train_step(targets[static_cast<size_t>(s)],
+                                         ConstMatrix(h.data(), kB, kD), Matrix(dh.data(), kB, kD),
+                                         {0.05, s + 1})
+                             .loss);
+      dh_one.push_back(get(dh, static_cast<size_t>(kB * kD)));
     }
+    Buffer<float> h = put(one, hs[0]);
+    Buffer<float> out(one, MemTag::workspace, static_cast<size_t>(kB * kL));
+    block.scores(ConstMatrix(h.data(), kB, kD), 0, Matrix(out.data(), kB, kL));
+    scores_one = get(out, static_cast<size_t>(kB * kL));
   }
+  // Two ranks, each a block over its labels; dh and the loss summed over the ranks.
+  std::vector<double> loss_two(kSteps);
+  std::vector<std::vector<float>> dh_two(kSteps);
+  std::vector<float> scores_two(static_cast<size_t>(kB * kL));
+  on_ranks(2, [&](Comm& comm) {
+    Context rank_ctx(dev, 1, dev == Device::cuda ? rank_gpu(&comm) : 0);
+    const GpuAttachment attached(&comm, rank_ctx);
+    const int64_t lo = comm.rank() == 0 ? 0 : half, n = comm.rank() == 0 ? half : kL - half;
+    DenseBlock block(rank_ctx, kD, lo, n, kB, kChunk, LossType::softmax, optim, 11);
+    block.set_comm(&comm);
+    Buffer<float> dh(rank_ctx, MemTag::workspace, static_cast<size_t>(kB * kD));
+    for (int s = 0; s < kSteps; ++s) {
+      Buffer<float> h = put(rank_ctx, hs[static_cast<size_t>(s)]);
+      double loss = block
+                        .train_step(targets[static_cast<size_t>(s)], ConstMatrix(h.data(), kB, kD),
+                                    Matrix(dh.data(), kB, kD), {0.05, s + 1})
+                        .loss;
+      comm.allreduce_sum_in(rank_ctx, std::span<float>(dh.data(), static_cast<size_t>(kB * kD)));
+      comm.allreduce_sum(std::span<double>(&loss, 1));
+      if (comm.rank() == 0) {
+        loss_two[static_cast<size_t>(s)] = loss;
+        dh_two[static_cast<size_t>(s)] = get(dh, static_cast<size_t>(kB * kD));
+      }
+    }
+    Buffer<float> h = put(rank_ctx, hs[0]);
+    Buffer<float> out(rank_ctx, MemTag::workspace, static_cast<size_t>(kB * n));
+    block.scores(ConstMatrix(h.data(), kB, kD), lo, Matrix(out.data(), kB, n));
+    const std::vector<float> part = get(out, static_cast<size_t>(kB * n));
+    for (int64_t r = 0; r < kB; ++r)  // disjoint columns: no race
+      std::copy(part.begin() + r * n, part.begin() + (r + 1) * n, scores_two.begin() + r * kL + lo);
+  });
+  for (int s = 0; s < kSteps; ++s) {
+    INFO("step " << s + 1);
+    CHECK(loss_two[static_cast<size_t>(s)] ==
+          Approx(loss_one[static_cast<size_t>(s)]).epsilon(1e-5));
+    expect_close("dh", dh_two[static_cast<size_t>(s)], dh_one[static_cast<size_t>(s)], 1e-6, 1e-4);
+  }
+  // After three updates the weights (the scores) are those of the one block.
+  expect_close("scores", scores_two, scores_one, 1e-5, 1e-4);
 }

@@ -1,6 +1,6 @@
 // The sparse op families (transposes, fixed fan-in, group-shared fp32 and bf16, sampled
-// scoring) on every device this machine has (the CPU always, CUDA where a GPU is visible;
-// bf16 only on CUDA): the former CPU-vs-CUDA parity binary test_parity_sparse as shared
+// scoring) on every device (DEVICE_TEST: the CPU always, CUDA where a GPU is visible; bf16
+// only on CUDA): the former CPU-vs-CUDA parity binary test_parity_sparse as shared
 // test bodies. Every op runs on fresh random inputs at several sizes, odd ones included
 // (n not a multiple of G or of the label tile, B not a multiple of the batch tile, F up to
 // 256, all-zero gradient columns and tiles), and is compared element-wise with
@@ -31,13 +31,13 @@
 #include "ops/fixed_fanin.h"
 #include "ops/group_shared.h"
 #include "ops/sampled.h"
-#include "ops_test_util.h"
+#include "support/device_test.h"
 
 namespace {
 
 using namespace xmc;
 using gpu::Bf16;
-using namespace xmc::opstest;
+using namespace xmc::test;
 
 // rows index sets of `fan_in` distinct inputs from [0, m).
 std::vector<uint32_t> random_index_sets(Rng& rng, int64_t rows, int64_t fan_in, int64_t m) {
@@ -444,25 +444,25 @@ void body_shape_checks(Context& ctx) {
 }
 }  // namespace
 
-// One Catch2 test per family, each looping over the devices ([sparse]: the GPU kit's
-// racecheck runs these).
-#define XMC_SPARSE_TEST(title, body)                                   \
-  TEST_CASE(title, "[sparse]") {                                     \
-    for (Device dev : test_devices()) {                            \
-      DYNAMIC_SECTION("device " << to_string(dev)) {                 \
-        Context ctx(dev);                                            \
-        Rng rng(2024);                                               \
-        body;                                                        \
-      }                                                              \
-    }                                                                \
-  }
-
-XMC_SPARSE_TEST("transposes, fp32 and (CUDA) bf16, at odd sizes", body_transpose(ctx, rng))
-XMC_SPARSE_TEST("fixed fan-in forward, weight and input gradients against the CPU ops",
-                body_fixed_fanin(ctx, rng))
-XMC_SPARSE_TEST("group-shared ops, fp32 and (CUDA) bf16, against a naive reference",
-                body_group_shared(ctx, rng))
-XMC_SPARSE_TEST("sampled scoring, gradients and row gather against a naive reference, grouping a partition",
-                body_sampled(ctx, rng))
-XMC_SPARSE_TEST("bad shapes are refused with an error before any work",
-                (void)rng; body_shape_checks(ctx))
+// One DEVICE_TEST per family ([sparse]: the GPU kit's racecheck runs these).
+DEVICE_TEST("transposes, fp32 and (CUDA) bf16, at odd sizes", "[sparse]") {
+  Rng rng(2024);
+  body_transpose(ctx, rng);
+}
+DEVICE_TEST("fixed fan-in forward, weight and input gradients against the CPU ops", "[sparse]") {
+  Rng rng(2024);
+  body_fixed_fanin(ctx, rng);
+}
+DEVICE_TEST("group-shared ops, fp32 and (CUDA) bf16, against a naive reference", "[sparse]") {
+  Rng rng(2024);
+  body_group_shared(ctx, rng);
+}
+DEVICE_TEST(
+    "sampled scoring, gradients and row gather against a naive reference, grouping a partition",
+    "[sparse]") {
+  Rng rng(2024);
+  body_sampled(ctx, rng);
+}
+DEVICE_TEST("bad shapes are refused with an error before any work", "[sparse]") {
+  body_shape_checks(ctx);
+}
