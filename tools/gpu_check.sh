@@ -10,18 +10,20 @@
 # Checks, in this order, each under its own time limit; a check not started when the
 # budget (XMC_GPU_BUDGET_S, default 540 s) is spent is listed as "not run" (run those in a
 # second call with XMC_GPU_ONLY, a regex over the check names):
-#   1. parity: the four CPU-vs-CUDA parity binaries (all six backends, the encoder, the
-#      dense ops); a skip (exit 77: no GPU seen by CUDA) is a failure here; then test_ops, the
-#      shared op bodies on the CPU and on CUDA (XMC_TEST_REQUIRE_CUDA: no GPU is a failure)
+#   1. parity: test_parity's GPU-only test cases ([cuda]: each CPU-vs-CUDA comparison of
+#      the layers of all six backends, the encoder, the models, and whole trainings of the
+#      shipped configs), one check per family (dense, fixed_fanin, group_shared, sampled,
+#      training); then test_ops, the shared op bodies on the CPU and on CUDA. All with
+#      XMC_TEST_REQUIRE_CUDA=1: a GPU that CUDA does not see fails them (exit 1), never a skip
 #   2. benches: bench_dense_cuda (dense step per op, fp32/bf16, vs the GEMM ceilings) and
 #      bench_sparse_cuda (fixed fan-in and group-shared kernels vs the FLOPs-matched GEMM),
 #      with the targets of docs/gpu.md evaluated from their JSON
 #   3. cli: a short synthetic training per backend on cpu and on cuda through the CLI
 #      (P@1 and P@5 within 0.01, fixed_fanin 0.02); dist: GPU ranks, mpirun -np 2 on cuda
 #      against one process (P@1 within 0.005) for dense softmax and group_shared
-#   4. sanitizers: compute-sanitizer memcheck on every parity binary and on test_ops,
-#      racecheck on test_parity's ops and test_ops's sparse families (trainer-level tests
-#      skipped there: XMC_PARITY_SKIP=training)
+#   4. sanitizers: compute-sanitizer memcheck on test_parity's families (not the trainings:
+#      [training] is left out) and on test_ops, racecheck on the dense block cases of
+#      test_parity and test_ops's dense and sparse families
 #   5. epoch: one dense epoch at L=670091, d=768, B=256, fp32 and bf16 (SYNTH_TRAIN points)
 # Output: logs, JSON and run results in $XMC_GPU_WORK (default /tmp/xmc-gpu-check); into
 # $OUT (default: that folder) at most 8 files: summary.txt (the pass/fail table and the
@@ -76,6 +78,7 @@ check() {
   detail=$(grep -v '^\s*$' "$log" | tail -1 | cut -c1-120 | tr '\t' ' ')
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && detail="timed out after ${limit}s; $detail"
   [ "$rc" -eq 77 ] && detail="skipped by the binary (no GPU seen by CUDA); $detail"
+  # (the test binaries run with XMC_TEST_REQUIRE_CUDA=1: no GPU is exit 1 with the reason)
   printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$(($(date +%s) - start))" "exit $rc: $detail" \
     >>"$results"
   echo "   $status (exit $rc) $detail"
@@ -128,13 +131,21 @@ cat "$work/logs/gpu.log"
 xmc="$bin_dir/xmctrain"
 
 # --- 1. parity -------------------------------------------------------------------------
-parity_bins=(test_cuda_parity test_cuda_parity_sampled test_cuda_parity_fixed_fanin
-  test_cuda_parity_group_shared)
-for p in "${parity_bins[@]}"; do
-  check "parity:${p#test_cuda_}" 300 "$bin_dir/$p"
+# test_parity's GPU-only cases by family (Catch2 test specs: [a][b] = both tags, ',' = or).
+declare -A parity_sets=(
+  [dense]='[cuda][dense],[cuda][encoder]'
+  [fixed_fanin]='[cuda][fixed_fanin]'
+  [group_shared]='[cuda][group_shared]'
+  [sampled]='[cuda][sampled]'
+  [training]='[cuda][training]'
+)
+parity_families=(dense fixed_fanin group_shared sampled training)
+export XMC_TEST_REQUIRE_CUDA=1
+for f in "${parity_families[@]}"; do
+  check "parity:$f" 300 "$bin_dir/test_parity" "${parity_sets[$f]}"
 done
 # The shared op bodies (tests/ops): every op on the CPU and on CUDA against one reference.
-check "ops:cpu+cuda" 300 env XMC_TEST_REQUIRE_CUDA=1 "$bin_dir/test_ops"
+check "ops:cpu+cuda" 300 "$bin_dir/test_ops"
 
 # --- 2. benches ------------------------------------------------------------------------
 check bench:dense 150 "$bin_dir/bench_dense_cuda" --labels "${BENCH_LABELS:-131072,670091,3000000}" \
@@ -295,16 +306,19 @@ check dist:group_shared 150 dist_pair group_shared --set model.output.type=group
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
   /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
 if [ -n "$sanitizer" ]; then
-  for p in "${parity_bins[@]}"; do
-    check "memcheck:${p#test_cuda_}" 120 env XMC_PARITY_SKIP=training "$sanitizer" \
-      --tool memcheck --error-exitcode 3 --print-limit 20 "$bin_dir/$p"
+  for f in dense fixed_fanin group_shared sampled; do
+    check "memcheck:parity_$f" 120 "$sanitizer" --tool memcheck --error-exitcode 3 \
+      --print-limit 20 "$bin_dir/test_parity" "${parity_sets[$f]}"
   done
-  check "racecheck:parity" 120 env XMC_PARITY_SKIP=training,"model step",encoder \
-    "$sanitizer" --tool racecheck --error-exitcode 3 --print-limit 20 "$bin_dir/test_cuda_parity"
-  check "racecheck:ops_sparse" 120 env XMC_TEST_REQUIRE_CUDA=1 "$sanitizer" --tool racecheck \
-    --error-exitcode 3 --print-limit 20 "$bin_dir/test_ops" "[sparse]"
-  check "memcheck:ops" 120 env XMC_TEST_REQUIRE_CUDA=1 "$sanitizer" --tool memcheck \
-    --error-exitcode 3 --print-limit 20 "$bin_dir/test_ops"
+  # The dense block's steps, top-k and memory (not the encoder and model steps).
+  check "racecheck:parity" 120 "$sanitizer" --tool racecheck --error-exitcode 3 \
+    --print-limit 20 "$bin_dir/test_parity" "[cuda][dense]~[model]"
+  check "racecheck:ops_dense" 120 "$sanitizer" --tool racecheck --error-exitcode 3 \
+    --print-limit 20 "$bin_dir/test_ops" "[cuda][dense]"
+  check "racecheck:ops_sparse" 120 "$sanitizer" --tool racecheck --error-exitcode 3 \
+    --print-limit 20 "$bin_dir/test_ops" "[cuda][sparse]"
+  check "memcheck:ops" 120 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$bin_dir/test_ops" "[cuda]"
 elif [ -z "${XMC_GPU_ONLY:-}" ] || [[ sanitizers =~ $XMC_GPU_ONLY ]]; then
   printf 'sanitizers\tFAIL\t0\tcompute-sanitizer not on PATH\n' >>"$results"
 fi

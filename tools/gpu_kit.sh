@@ -15,8 +15,10 @@
 #   tools/gpu_kit.sh selftest        proof without a GPU that the unpacked kit needs nothing
 #                                    from the dev packages: in a chroot holding only glibc,
 #                                    the CUDA runtime + cuBLAS and the kit, every binary
-#                                    starts and reaches its "no GPU" exit, and a CPU training
-#                                    runs (needs root for unshare/chroot; CI runs it)
+#                                    starts and reaches its "no GPU" exit (the test binaries'
+#                                    GPU-only cases: 77), the test bodies' CPU side passes,
+#                                    and a CPU training runs (needs root for unshare/chroot;
+#                                    CI runs it)
 # On the GPU machine, from the repository root, with .gpu-kit carried along:
 #   tools/gpu_kit.sh run             unpack and run tools/gpu_check.sh --bin on the kit:
 #                                    parity of all six backends, both benches, CPU-vs-CUDA
@@ -28,9 +30,7 @@ cd "$(dirname "$0")/.."
 kit_dir=.gpu-kit
 kit_file=$kit_dir/xmc-gpu-kit.tar.xz
 kit_max_bytes=$((40 * 1024 * 1024))
-binaries=(app/xmctrain tests/cuda/test_cuda_parity
-  tests/cuda/test_cuda_parity_sampled tests/cuda/test_cuda_parity_fixed_fanin
-  tests/cuda/test_cuda_parity_group_shared tests/cuda/bench_dense_cuda
+binaries=(app/xmctrain tests/cuda/test_parity tests/cuda/bench_dense_cuda
   tests/cuda/bench_sparse_cuda tests/ops/test_ops)
 # Libraries the GPU machine provides: glibc, the NVIDIA driver, the CUDA runtime and cuBLAS.
 provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so)'
@@ -97,9 +97,8 @@ cmd_build() {
   bash tools/build.sh "$dir" -DXMC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DXMC_SHARED_LIB=ON \
     -DXMC_MARCH=x86-64-v3 -DXMC_BUILD_TESTS=ON -DXMC_MPI=ON
   # The kit's binaries (the test suite's other targets are built by tools/build.sh too).
-  cmake --build "$dir" -j "$(nproc)" --target xmctrain test_cuda_parity \
-    test_cuda_parity_sampled test_cuda_parity_fixed_fanin test_cuda_parity_group_shared \
-    bench_dense_cuda bench_sparse_cuda test_ops
+  cmake --build "$dir" -j "$(nproc)" --target xmctrain test_parity bench_dense_cuda \
+    bench_sparse_cuda test_ops
 }
 
 cmd_pack() {
@@ -233,11 +232,19 @@ for b in "$root"/kit/bin/*; do
     printf '  %-44s ok\n' "$n: libraries resolve in the chroot"
   fi
 done
-for n in test_cuda_parity test_cuda_parity_sampled \
-  test_cuda_parity_fixed_fanin test_cuda_parity_group_shared bench_dense_cuda bench_sparse_cuda; do
+for n in bench_dense_cuda bench_sparse_cuda; do
   run 77 "$n: no GPU -> exit 77" -- "/kit/bin/$n"
 done
+# The test binaries: their GPU-only cases ([cuda]) skip without a GPU (77), fail with
+# XMC_TEST_REQUIRE_CUDA (as gpu_check.sh runs them); their CPU cases pass.
+for n in test_parity test_ops; do
+  run 77 "$n [cuda]: no GPU -> exit 77" -- "/kit/bin/$n" "[cuda]"
+done
+run_env=(XMC_TEST_REQUIRE_CUDA=1)
+run 1 "test_parity [cuda], GPU required: exit 1" -- /kit/bin/test_parity "[cuda]"
+run_env=()
 run 0 "test_ops: the op bodies on the CPU" -- /kit/bin/test_ops
+run 0 "test_parity: the layer bodies on the CPU" -- /kit/bin/test_parity "~[cuda]~[training]"
 run 0 "xmctrain --help" -- /kit/bin/xmctrain --help
 run 2 "xmctrain train --device cuda: no GPU -> exit 2" -- /kit/bin/xmctrain train /tmp/tiny.yaml \
   --device cuda --out /tmp/run_cuda

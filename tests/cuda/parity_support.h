@@ -1,95 +1,44 @@
 #pragma once
-// The check-and-count harness shared by the CPU-vs-CUDA parity binaries (tests/cuda/
-// test_parity*.cpp). Those are plain main()s, not Catch2: without a CUDA GPU they print
-// "no CUDA GPU: skipped" and exit 77 (CTest: skipped, never passed); with one, every
-// expect_* below counts a check, prints "FAIL ..." for a miss, and main() exits 1 when
-// g_failures > 0.
+// What the layer-level CPU-vs-device tests (tests/cuda/test_parity_*.cpp, DEVICE_TEST
+// bodies: support/device_test.h) share: configs from YAML text, random batches, a layer's
+// state copied to the host by name and compared (or loaded into another layer: a
+// checkpoint round trip without the file), one train step on two layers compared, scores
+// and top-k compared allowing ties across devices.
+//
+// Each body builds its reference on a CPU Context and the layer under test on the body's
+// `ctx`: on CUDA the comparisons are CPU against GPU, on the (cpu) run CPU against CPU
+// (bit-identical, so every tolerance holds and the body's own code is exercised).
+// Configs are written as YAML and read through the config loader, as a user's config is.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <exception>
-#include <functional>
-#include <nlohmann/json.hpp>
+#include <map>
 #include <string>
-#include <utility>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
-#include "../support/op_cases.h"
-#include "core/cuda_context.h"
-#include "core/gpu.h"
-#include "core/memory_ledger.h"
+#include "config/config_loader.h"
+#include "core/buffer.h"
+#include "core/context.h"
 #include "core/rng.h"
+#include "data/batch.h"
+#include "layers/output_layer.h"
+#include "layers/registry.h"
 #include "ops/optimizer.h"
+#include "support/device_test.h"
+#include "support/op_cases.h"
 
 namespace xmc::parity {
 
-inline int g_checks = 0;
-inline int g_failures = 0;
+using namespace xmc::test;
+using testcases::optimizers;
+using testcases::random_targets;
 
-inline void fail(const std::string& what) {
-  ++g_failures;
-  std::printf("FAIL %s\n", what.c_str());
+inline std::string describe(const OptimizerConfig& o) {
+  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
 }
 
-// Every element: |got - ref| <= abs + |ref|·rel (NaN counts as outside). Reports how many
-// missed and the worst one.
-template <class T>
-void expect_close(const std::string& name, const std::vector<T>& got, const std::vector<T>& ref,
-                  double abs, double rel) {
-  ++g_checks;
-  if (got.size() != ref.size()) {
-    fail(name + ": size " + std::to_string(got.size()) + " vs " + std::to_string(ref.size()));
-    return;
-  }
-  int64_t bad = 0;
-  size_t worst_i = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double r = static_cast<double>(ref[i]);
-    const double excess = std::abs(static_cast<double>(got[i]) - r) - (abs + std::abs(r) * rel);
-    if (!(excess <= 0.0)) {
-      ++bad;
-      if (!(excess <= worst)) {
-        worst = excess;
-        worst_i = i;
-      }
-    }
-  }
-  if (bad) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "%s: %lld of %zu outside tolerance, e.g. [%zu] got %.9g ref %.9g (abs %.3g rel %.3g)",
-                  name.c_str(), static_cast<long long>(bad), got.size(), worst_i,
-                  static_cast<double>(got[worst_i]), static_cast<double>(ref[worst_i]), abs, rel);
-    fail(buf);
-  }
-}
-
-inline void expect_scalar(const std::string& name, double got, double ref, double abs, double rel) {
-  ++g_checks;
-  if (!(std::abs(got - ref) <= abs + std::abs(ref) * rel)) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%s: got %.12g ref %.12g (abs %.3g rel %.3g)", name.c_str(), got,
-                  ref, abs, rel);
-    fail(buf);
-  }
-}
-
-inline void expect_true(const std::string& name, bool ok) {
-  ++g_checks;
-  if (!ok) fail(name);
-}
-
-// n values uniform in [-scale, scale).
-inline std::vector<float> random_vec(Rng& rng, size_t n, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = (2.0f * rng.uniformf() - 1.0f) * scale;
-  return v;
-}
-
-// The four update rules (sgd, sgd + momentum, adam, adamw) with weight decay.
 // Adam's update lr·m̂/(√v̂ + eps) is ill-conditioned where a weight's gradient nearly
 // cancels (|g| ~ eps): there the devices' float sums (cuBLAS and OpenBLAS add in other
 // orders) move the update by a few thousandths of lr although m and v agree to 1e-3.
@@ -102,72 +51,275 @@ inline double adam_weight_allowance(const OptimizerConfig& cfg, int64_t steps) {
   return adam ? 1e-2 * cfg.lr * static_cast<double>(steps) : 0.0;
 }
 
-using testcases::optimizers;
-using testcases::random_targets;
-
-inline std::string describe(const OptimizerConfig& o) {
-  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
+// --- configs ---------------------------------------------------------------------------
+// An experiment config whose model.output is `output` (a YAML flow map) and model.encoder
+// `encoder`, Adam at 0.01 for both, batches of up to batch_size (the data paths lead
+// nowhere: nothing here reads data).
+inline ExperimentConfig experiment_config(const std::string& output,
+                                          const std::string& encoder = "[]",
+                                          int64_t batch_size = 128) {
+  const std::string text =
+      "name: parity\nseed: 7\nthreads: 2\n"
+      "data:\n"
+      "  train: {features: /nonexistent/trn_X.npy, labels: /nonexistent/trn_X_Y.txt}\n"
+      "  test: {features: /nonexistent/tst_X.npy, labels: /nonexistent/tst_X_Y.txt}\n"
+      "model:\n  encoder: " +
+      encoder + "\n  output: " + output +
+      "\n"
+      "optim:\n  encoder: {type: adam, lr: 0.01}\n  output: {type: adam, lr: 0.01}\n"
+      "train: {batch_size: " +
+      std::to_string(batch_size) + "}\n";
+  return parse_config(text, "parity.yaml", {}, output_types());
+}
+// A backend's layer from its YAML (`{type: fixed_fanin, fan_in: 5, ...}`), built by the
+// registry as the trainer builds it, as the concrete class.
+template <class Layer>
+std::unique_ptr<Layer> make_layer(const LayerInit& init, const std::string& output_yaml) {
+  std::unique_ptr<OutputLayer> l =
+      create_output_layer(init, experiment_config(output_yaml).model.output);
+  auto* p = dynamic_cast<Layer*>(l.get());
+  REQUIRE(p != nullptr);
+  l.release();
+  return std::unique_ptr<Layer>(p);
 }
 
-// results.json metrics: "P@1", ...
-inline double metric(const nlohmann::json& r, const char* key, int at) {
-  return r["metrics"][std::string(key) + "@" + std::to_string(at)].get<double>();
+// --- batches ---------------------------------------------------------------------------
+// `rows` points with 1..max_pos random positives each over [0, labels) (row 1 without
+// any); ids 0..rows-1, or drawn from [0, n_train) when n_train > 0. No features.
+inline Batch random_batch(Rng& rng, int64_t rows, int64_t labels, int max_pos,
+                          int64_t n_train = 0) {
+  Batch b;
+  b.sparse = false;
+  b.labels = random_targets(rng, rows, labels, max_pos);
+  for (int64_t r = 0; r < rows; ++r)
+    b.ids.push_back(n_train > 0 ? static_cast<int64_t>(rng.below(static_cast<uint64_t>(n_train)))
+                                : r);
+  return b;
 }
 
-using ParityTest = std::pair<const char*, std::function<void(gpu::CudaContext&, Rng&)>>;
-
-// Names listed in the environment variable XMC_PARITY_SKIP (comma-separated): the GPU kit
-// skips the trainer-level tests under compute-sanitizer, where they would take too long.
-// A skipped test is printed as such and counts neither as passed nor as failed.
-inline bool parity_skipped(const std::string& name) {
-  const char* env = std::getenv("XMC_PARITY_SKIP");
-  if (env == nullptr) return false;
-  const std::string list = std::string(",") + env + ",";
-  return list.find("," + name + ",") != std::string::npos;
-}
-
-// The whole main() of a parity binary: exit 77 without a CUDA GPU; otherwise print the
-// GPU, run every test with its own Rng (seeded by its name) on one CudaContext, an
-// exception counting as a failure, print "name ok|FAILED|skipped" per test and the totals,
-// and return 0 only when at least one check ran and none failed.
-inline int run_parity_main(const std::vector<ParityTest>& tests) {
-  std::vector<gpu::DeviceInfo> devices;
-  try {
-    devices = gpu::query_devices();
-  } catch (const std::exception& e) {
-    std::printf("no CUDA GPU: skipped (%s)\n", e.what());
-    return 77;
+// `rows` points of dimension dim (sparse: about 12 distinct features per row, values in
+// [0.1, 1.1); dense: uniform in [-1, 1)) with 1..4 positives over [0, labels).
+inline Batch feature_batch(Rng& rng, bool sparse, int64_t rows, int64_t dim, int64_t labels) {
+  Batch b;
+  b.sparse = sparse;
+  for (int64_t i = 0; i < rows; ++i) b.ids.push_back(i);
+  if (sparse) {
+    b.sparse_x.rows = rows;
+    b.sparse_x.cols = dim;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint32_t> idx;
+      for (int k = 0; k < 12; ++k)
+        idx.push_back(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(dim))));
+      std::sort(idx.begin(), idx.end());
+      idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+      for (auto i : idx) {
+        b.sparse_x.indices.push_back(i);
+        b.sparse_x.values.push_back(0.1f + rng.uniformf());
+      }
+      b.sparse_x.indptr.push_back(static_cast<int64_t>(b.sparse_x.indices.size()));
+    }
+  } else {
+    b.dense_x = DenseMatrix(rows, dim);
+    for (auto& v : b.dense_x.values) v = 2.0f * rng.uniformf() - 1.0f;
   }
-  if (devices.empty()) {
-    std::printf("no CUDA GPU: skipped\n");
-    return 77;
+  b.labels = random_targets(rng, rows, labels, 4);
+  return b;
+}
+
+// --- state -----------------------------------------------------------------------------
+struct Tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::variant<std::vector<float>, std::vector<uint32_t>, std::vector<int64_t>> values;
+};
+using Snapshot = std::vector<Tensor>;
+
+// Host copies of a state list (in its order).
+inline Snapshot copy_tensors(const std::vector<TensorRef>& refs) {
+  Snapshot s;
+  for (const TensorRef& t : refs) {
+    Tensor c{t.name, t.shape, {}};
+    std::visit([&](auto* p) { c.values = std::vector(p, p + t.numel()); }, t.data);
+    s.push_back(std::move(c));
   }
-  std::printf("GPU: %s (cc %d.%d, %d SMs)\n", devices[0].name.c_str(), devices[0].cc_major,
-              devices[0].cc_minor, devices[0].multiprocessors);
-  int width = 0;
-  for (const auto& t : tests) width = std::max(width, static_cast<int>(std::string(t.first).size()));
-  MemoryLedger ledger;
-  try {
-    gpu::CudaContext ctx(ledger, 0);
-    for (const auto& [name, fn] : tests) {
-      if (parity_skipped(name)) {
-        std::printf("%-*s skipped (XMC_PARITY_SKIP)\n", width + 1, name);
+  return s;
+}
+// The state of a layer, encoder or dense block (a device-resident one staged through host
+// copies and released).
+template <class Owner>
+Snapshot snapshot(Owner& o) {
+  o.sync_state(StateSync::to_host);
+  Snapshot s;
+  if constexpr (requires { o.state(""); })
+    s = copy_tensors(o.state(""));
+  else
+    s = copy_tensors(o.state());
+  o.sync_state(StateSync::release);
+  return s;
+}
+// One float tensor of a snapshot (empty when there is none of that name).
+inline std::vector<float> floats(const Snapshot& s, const std::string& name) {
+  for (const Tensor& t : s)
+    if (t.name == name) return std::get<std::vector<float>>(t.values);
+  return {};
+}
+
+// Tolerances of a state comparison: float tensors within |got - ref| <= abs + |ref|·rel;
+// parameters (names without "opt") get weight_abs more (adam_weight_allowance), second
+// moments ("opt2") opt2_abs / opt2_rel instead when set (>= 0); integer tensors (indices,
+// tables) equal on at least min_equal of their entries.
+struct StateTolerance {
+  double abs = 0.0, rel = 0.0;
+  double weight_abs = 0.0;
+  double opt2_abs = -1.0, opt2_rel = -1.0;
+  double min_equal = 1.0;
+};
+inline constexpr StateTolerance kExact{};
+
+// got against ref: the same tensors (names, shapes, types, in order), then each within tol.
+inline void compare_state(const std::string& what, const Snapshot& got, const Snapshot& ref,
+                          const StateTolerance& tol) {
+  INFO(what);
+  REQUIRE(got.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const Tensor &g = got[i], &r = ref[i];
+    INFO("tensor " << r.name);
+    REQUIRE(g.name == r.name);
+    REQUIRE(g.shape == r.shape);
+    REQUIRE(g.values.index() == r.values.index());
+    if (const auto* rf = std::get_if<std::vector<float>>(&r.values)) {
+      const bool moment = r.name.find("opt") != std::string::npos;
+      const bool second = r.name.find("opt2") != std::string::npos;
+      const double abs =
+          second && tol.opt2_abs >= 0 ? tol.opt2_abs : tol.abs + (moment ? 0.0 : tol.weight_abs);
+      const double rel = second && tol.opt2_rel >= 0 ? tol.opt2_rel : tol.rel;
+      expect_close(what + " " + r.name, std::get<std::vector<float>>(g.values), *rf, abs, rel);
+      continue;
+    }
+    std::visit(
+        [&](const auto& rv) {
+          using V = std::decay_t<decltype(rv)>;
+          const V& gv = std::get<V>(g.values);
+          int64_t same = 0;
+          for (size_t j = 0; j < rv.size(); ++j) same += gv[j] == rv[j];
+          const double frac = rv.empty() ? 1.0 : static_cast<double>(same) / rv.size();
+          INFO(same << " of " << rv.size() << " entries equal, at least " << tol.min_equal
+                    << " needed");
+          CHECK(frac >= tol.min_equal);
+        },
+        r.values);
+  }
+}
+
+// Writes src's tensors (same names and sizes) into a layer's state and uploads them: the
+// checkpoint load path (sync_state to_host, fill state(), to_device) without the file.
+inline void load_state(OutputLayer& dst, const Snapshot& src) {
+  dst.sync_state(StateSync::to_host);
+  for (const TensorRef& t : dst.state()) {
+    const auto it =
+        std::find_if(src.begin(), src.end(), [&](const Tensor& s) { return s.name == t.name; });
+    INFO("state tensor " << t.name);
+    REQUIRE(it != src.end());
+    REQUIRE(it->values.index() == t.data.index());
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          const auto& v = std::get<std::vector<T>>(it->values);
+          REQUIRE(static_cast<int64_t>(v.size()) == t.numel());
+          std::copy(v.begin(), v.end(), p);
+        },
+        t.data);
+  }
+  dst.sync_state(StateSync::to_device);
+}
+
+// The host + device bytes recorded in a Context's ledger.
+inline int64_t ledger_total(const Context& ctx) {
+  return ctx.ledger().total_current(MemSpace::host) + ctx.ledger().total_current(MemSpace::device);
+}
+
+// --- steps, scores, top-k --------------------------------------------------------------
+// One train_step of the reference (on the CPU) and of the layer under test (on got_ctx)
+// with the same batch, h and rate: loss within 1e-5 + 1e-4 relative, the gradient count
+// equal, exact-zero gradients within 1e-3 of the count + 2 (logits at the hinge may differ
+// in the last bit), dh within 1e-6 + 1e-3 relative (dh is overwritten: both start at 7).
+inline void compare_step(const std::string& what, OutputLayer& ref, OutputLayer& got,
+                         Context& got_ctx, const Batch& batch, const std::vector<float>& h,
+                         const LrState& lr) {
+  const int64_t rows = batch.size(), d = ref.input_dim();
+  std::vector<float> dh_ref(h.size(), 7.0f);
+  auto dh_got = put(got_ctx, std::vector<float>(h.size(), 7.0f));
+  auto h_got = put(got_ctx, h);
+  const StepStats rs =
+      ref.train_step(batch, ConstMatrix(h.data(), rows, d), Matrix(dh_ref.data(), rows, d), lr);
+  const StepStats gs =
+      got.train_step(batch, ConstMatrix(h_got.data(), rows, d), Matrix(dh_got.data(), rows, d), lr);
+  expect_close(what + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
+  expect_close(what + " gradients", static_cast<double>(gs.grads), static_cast<double>(rs.grads), 0,
+               0);
+  expect_close(what + " zero gradients", static_cast<double>(gs.zero_grads),
+               static_cast<double>(rs.zero_grads), 1e-3 * static_cast<double>(rs.grads) + 2, 0);
+  expect_close(what + " dh", get(dh_got, h.size()), dh_ref, 1e-6, 1e-3);
+}
+
+// scores [rows×L] of a layer on its Context for host h [rows×d], on the host.
+inline std::vector<float> layer_scores(const OutputLayer& layer, Context& ctx,
+                                       const std::vector<float>& h, int64_t rows) {
+  const int64_t d = layer.input_dim(), n = layer.label_hi() - layer.label_lo();
+  auto hd = put(ctx, h);
+  Buffer<float> out(ctx, MemTag::workspace, static_cast<size_t>(rows * n));
+  layer.scores(ConstMatrix(hd.data(), rows, d), Matrix(out.data(), rows, n));
+  return get(out, static_cast<size_t>(rows * n));
+}
+
+// Top-k lists of the layer under test (have) against the CPU's (want), with `all` the CPU
+// scores [rows×n] of every label: scores differ by rounding across devices, so near-ties
+// may swap. At each position the score matches the CPU's within tol_abs + |ref|·tol_rel,
+// the label is the CPU's or one the CPU scores equally (within twice that: a tie partner,
+// not a wrong label); pads at the same places; no label twice in a row.
+inline void compare_topk(const std::string& what, const TopK& want, const TopK& have,
+                         const std::vector<float>& all, int64_t n, double tol_abs = 1e-5,
+                         double tol_rel = 1e-4) {
+  INFO(what);
+  REQUIRE(have.rows == want.rows);
+  REQUIRE(have.k == want.k);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < want.rows; ++r) {
+    for (int j = 0; j < want.k; ++j) {
+      const float ws = want.row_scores(r)[j], hs = have.row_scores(r)[j];
+      const uint32_t wl = want.row_labels(r)[j], hl = have.row_labels(r)[j];
+      if (wl == TopK::kNoLabel || hl == TopK::kNoLabel) {
+        bad += wl != hl;
         continue;
       }
-      const int before = g_failures;
-      Rng rng(std::hash<std::string>{}(name));
-      try {
-        fn(ctx, rng);
-      } catch (const std::exception& e) {
-        fail(std::string(name) + ": exception: " + e.what());
-      }
-      std::printf("%-*s %s\n", width + 1, name, g_failures == before ? "ok" : "FAILED");
+      const double tol = tol_abs + std::abs(ws) * tol_rel;
+      const bool score_ok = std::abs(hs - ws) <= tol;
+      const bool label_ok =
+          hl == wl || (hl < static_cast<uint32_t>(n) &&
+                       std::abs(all[static_cast<size_t>(r * n + hl)] - ws) <= 2 * tol);
+      bad += !(score_ok && label_ok);
     }
-  } catch (const std::exception& e) {
-    fail(std::string("context: ") + e.what());
+    std::vector<uint32_t> l(have.row_labels(r), have.row_labels(r) + have.k);
+    std::sort(l.begin(), l.end());
+    l.erase(std::remove(l.begin(), l.end(), TopK::kNoLabel), l.end());
+    bad += std::adjacent_find(l.begin(), l.end()) != l.end();
   }
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 && g_checks > 0 ? 0 : 1;
+  INFO(bad << " entries differ beyond ties");
+  CHECK(bad == 0);
+}
+
+// compare_topk of the two layers' top-k for host h [rows×d], k labels.
+inline void compare_layer_topk(const std::string& what, const OutputLayer& ref,
+                               const OutputLayer& got, Context& got_ctx,
+                               const std::vector<float>& h, int64_t rows, int k) {
+  Context cpu;
+  const std::vector<float> all = layer_scores(ref, cpu, h, rows);
+  const int64_t d = ref.input_dim();
+  const TopK want = ref.topk(ConstMatrix(h.data(), rows, d), k);
+  auto hd = put(got_ctx, h);
+  const TopK have = got.topk(ConstMatrix(hd.data(), rows, d), k);
+  compare_topk(what + " top-" + std::to_string(k), want, have, all,
+               ref.label_hi() - ref.label_lo());
 }
 
 }  // namespace xmc::parity
