@@ -4,7 +4,8 @@
 //   - a selection of [cuda] cases only: nothing runs, exit 77 (CTest: SKIP_RETURN_CODE 77,
 //     reported as skipped, never as passed);
 //   - a selection with other cases too: those run, the [cuda] ones are left out (and said so).
-// Listing, help and selections without [cuda] cases run as Catch2 would.
+// Listing, help and selections without [cuda] cases run as Catch2 would, except that a
+// selection matching no test case fails (exit 2) instead of passing with nothing run.
 #define CATCH_CONFIG_RUNNER
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -61,6 +62,10 @@ int main(int argc, char* argv[]) {
   Catch::Config& config = session.config();
   const std::vector<Catch::TestCase> selected =
       Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config);
+  if (config.testSpec().hasFilters() && selected.empty()) {  // a typo, not a pass
+    std::printf("no test case matches the selection\n");
+    return 2;
+  }
   const auto cuda_cases = std::count_if(selected.begin(), selected.end(), gpu_only);
   if (cuda_cases == 0) return session.run();
   std::string why;

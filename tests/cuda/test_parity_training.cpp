@@ -20,6 +20,7 @@
 // kept on the other); bf16 0.03. Losses 2% (5% with rewiring or semantic grouping, whose
 // discrete choices may differ at near-ties, and in bf16).
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -198,8 +199,11 @@ DEVICE_TEST(
         cpu_runs.emplace(key, train(row, {}, Device::cpu,
                                     dir.path() / ("cpu-" + std::to_string(cpu_runs.size()))));
       const Trained& ref = cpu_runs.at(key);
+      std::string folder = "dev-" + row.name;
+      for (char& ch : folder)
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') ch = '_';
       const Trained got =
-          ctx.on_gpu() ? train(row, row.device_only, dev, dir.path() / ("dev-" + row.name)) : ref;
+          ctx.on_gpu() ? train(row, row.device_only, dev, dir.path() / folder) : ref;
       INFO(row.name << ": P@1 " << metric(ref.results, 1) << " / " << metric(got.results, 1)
                     << ", P@5 " << metric(ref.results, 5) << " / " << metric(got.results, 5)
                     << " (cpu / " << to_string(dev) << ")");
