@@ -29,6 +29,12 @@ void insert_sorted(std::vector<uint32_t>& v, uint32_t x) {
   v.insert(std::upper_bound(v.begin(), v.end(), x), x);
 }
 
+// Entries per point reserved up front: k_h + k_r + a few positives (this process's share).
+int64_t per_point_entries(const LayerShape& s, const AnnsSampledConfig& cfg) {
+  return std::min(s.labels(),
+                  s.shard_share(cfg.hard_negatives) + s.shard_share(cfg.random_negatives) + 8);
+}
+
 }  // namespace
 
 AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfig& cfg)
@@ -53,8 +59,8 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   auto& ledger = ctx_->ledger();
   // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
-  const int64_t per_point = std::min(n, k_h_ + k_r_ + 8);
-  block_ = SampledBlock(*ctx_, init.optim, label_lo(), n, d_, seed_, batch, chunk_, batch * per_point);
+  block_ = SampledBlock(*ctx_, init.optim, label_lo(), n, d_, seed_, batch, chunk_,
+                        batch * per_point_entries(shape(), cfg));
   set_device_views(ctx_->on_gpu());
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
@@ -368,7 +374,26 @@ void AnnsSampledLayer::sync_state_impl(StateSync s) {
 }
 
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {
-  return block_.analytic_bytes() + 2 * 4 * n_train_ * k_h_;
+  return planned_bytes(shape(), cfg_).rounded();
+}
+
+StepWork AnnsSampledLayer::planned_step(const LayerShape& s, const AnnsSampledConfig& cfg) {
+  const double entries = std::min(
+      static_cast<double>(s.labels()),
+      static_cast<double>(s.shard_share(cfg.hard_negatives) + s.shard_share(cfg.random_negatives)) +
+          s.labels_per_point);
+  return SampledBlock::planned_step(s.optim, s.labels(), s.input_dim,
+                                    static_cast<double>(std::max<int64_t>(s.batch, 1)) * entries);
+}
+
+LayerBytes AnnsSampledLayer::planned_bytes(const LayerShape& s, const AnnsSampledConfig& cfg) {
+  const int64_t batch = std::max<int64_t>(s.batch, 1);
+  LayerBytes bytes = SampledBlock::planned_bytes(s.gpu, s.optim, s.labels(), s.input_dim, batch,
+                                                 batch * per_point_entries(s, cfg));
+  // The two hard-negative tables [N×k_h] (front and back, uint32).
+  bytes.params += 8.0 * static_cast<double>(s.num_train) *
+                  static_cast<double>(s.shard_share(cfg.hard_negatives));
+  return bytes;
 }
 
 }  // namespace xmc

@@ -148,6 +148,13 @@ class AnnsSampledLayer final : public OutputLayer {
   // Tests: the worker pauses this long halfway through writing a new set, so a swap
   // before completion would expose a half-written set.
   void set_refresh_pause_for_testing(int milliseconds) { pause_ms_ = milliseconds; }
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h): the sampled block and the stale hard-negative tables (the HNSW
+  // index of a refresh is not counted: it lives while a refresh runs).
+  static LayerBytes planned_bytes(const LayerShape& shape, const AnnsSampledConfig& cfg);
+  // One step: the sampled block over B × (k_h + k_r + the mean positives) entries. The
+  // refreshes (index build and retrieval, every refresh_every epochs) are not included.
+  static StepWork planned_step(const LayerShape& shape, const AnnsSampledConfig& cfg);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

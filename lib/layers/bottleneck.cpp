@@ -11,6 +11,7 @@ namespace xmc {
 BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& cfg)
     : OutputLayer(init),
       ctx_(init.ctx),
+      cfg_(cfg),
       block_(*init.ctx, cfg.dim, init.label_lo, init.label_end() - init.label_lo, init.batch_size,
              cfg.chunk_size, cfg.loss, init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)),
@@ -25,6 +26,18 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
     proj_.set_comm(c);
   }
   if (init.ctx->on_gpu()) set_device_views(true);
+}
+
+LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckConfig& cfg) {
+  return DenseBlock::planned_bytes(s.gpu, cfg.dim, s.labels(), s.batch, cfg.chunk_size, cfg.loss,
+                                   s.optim, cfg.precision == Precision::bf16) +
+         Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim,
+                                   s.batch);
+}
+
+StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
+  return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim) +
+         Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch);
 }
 
 StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

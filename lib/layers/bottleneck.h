@@ -39,6 +39,10 @@ struct BottleneckConfig {
 class BottleneckLayer final : public OutputLayer {
  public:
   BottleneckLayer(const LayerInit& init, const BottleneckConfig& cfg);
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h): the dense block over b and the projection.
+  static LayerBytes planned_bytes(const LayerShape& shape, const BottleneckConfig& cfg);
+  static StepWork planned_step(const LayerShape& shape, const BottleneckConfig& cfg);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -47,9 +51,10 @@ class BottleneckLayer final : public OutputLayer {
   TopK topk_impl(ConstMatrix h, int k) const override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
-  int64_t analytic_bytes_impl() const override { return block_.analytic_bytes() + proj_.bytes(); }
+  int64_t analytic_bytes_impl() const override { return planned_bytes(shape(), cfg_).rounded(); }
 
   Context* ctx_;
+  BottleneckConfig cfg_;
   DenseBlock block_;
   Projection proj_;  // P [b×d], its optimizer state and workspaces
 };

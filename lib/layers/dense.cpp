@@ -4,6 +4,7 @@ namespace xmc {
 
 DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
     : OutputLayer(init),
+      cfg_(cfg),
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
              init.batch_size, cfg.chunk_size, cfg.loss, init.optim, init.seed,
              dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)) {
@@ -19,6 +20,15 @@ StepStats DenseLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix 
 
 void DenseLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
   block_.scores(h, lo, out);
+}
+
+LayerBytes DenseLayer::planned_bytes(const LayerShape& s, const DenseConfig& cfg) {
+  return DenseBlock::planned_bytes(s.gpu, s.input_dim, s.labels(), s.batch, cfg.chunk_size,
+                                   cfg.loss, s.optim, cfg.precision == Precision::bf16);
+}
+
+StepWork DenseLayer::planned_step(const LayerShape& s, const DenseConfig& cfg) {
+  return DenseBlock::planned_step(s.input_dim, s.labels(), s.batch, cfg.loss, s.optim);
 }
 
 TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows()); }

@@ -31,6 +31,10 @@ struct DenseConfig {
 class DenseLayer final : public OutputLayer {
  public:
   DenseLayer(const LayerInit& init, const DenseConfig& cfg);
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h).
+  static LayerBytes planned_bytes(const LayerShape& shape, const DenseConfig& cfg);
+  static StepWork planned_step(const LayerShape& shape, const DenseConfig& cfg);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
@@ -39,8 +43,9 @@ class DenseLayer final : public OutputLayer {
   TopK topk_impl(ConstMatrix h, int k) const override;
   std::vector<TensorRef> state_impl() override { return block_.state("output/"); }
   void sync_state_impl(StateSync s) override { block_.sync_state(s); }
-  int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
+  int64_t analytic_bytes_impl() const override { return planned_bytes(shape(), cfg_).rounded(); }
 
+  DenseConfig cfg_;
   DenseBlock block_;
 };
 

@@ -41,7 +41,7 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
             "stochastic rounding needs bf16 weights (precision fp32 given)");
   // The host memory budget (a device block's weights live in GPU memory).
   if (!ctx.on_gpu())
-    check_memory_plan(planned_bytes(d, n, max_batch, chunk, optim),
+    check_memory_plan(planned_bytes(false, d, n, max_batch, chunk, loss, optim).total(),
                       fmt::format("a dense output block of {} labels × d = {} (weights, {} "
                                   "optimizer state arrays, workspace)",
                                   n, d, optimizer_state_arrays(optim)),
@@ -192,21 +192,35 @@ std::vector<TensorRef> DenseBlock::state(const std::string& prefix) { return p_.
 
 void DenseBlock::sync_state(StateSync s) { p_.sync(s); }
 
-double DenseBlock::planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
-                                 const OptimizerConfig& optim) {
-  const double dd = static_cast<double>(d), nn = static_cast<double>(n);
+LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch,
+                                     int64_t chunk, LossType loss, const OptimizerConfig& optim,
+                                     bool bf16) {
+  const double dd = static_cast<double>(d), b = static_cast<double>(max_batch);
   const double c = static_cast<double>(std::min(chunk, n));
-  const double params = nn * dd + nn;
-  const double states = optimizer_state_arrays(optim);
-  const double workspace = static_cast<double>(max_batch) * c + c * dd + c;
-  return 4.0 * (params * (1.0 + states) + workspace);
+  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
+  bytes.workspace = 4.0 * (b * c + c * dd + c);                      // z, dW_c, db_c
+  if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);               // G, h rounded
+  if (gpu) {
+    if (loss == LossType::softmax) bytes.workspace += 8.0 * b;  // row max, sum
+    bytes.workspace += sizeof(gpu::LossAccum) + 8.0 * (b + 1);  // the step's loss, target rows
+  }
+  return bytes;
+}
+
+StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
+                                  const OptimizerConfig& optim) {
+  const double b = static_cast<double>(batch), nd = static_cast<double>(n) * static_cast<double>(d);
+  const double passes = loss == LossType::softmax ? 4.0 : 3.0;  // softmax: logits twice
+  // GEMMs: the logits, dh += G·W_c, dW_c = Gᵀ·h. Bytes: the loss pass over the logits (read,
+  // write; softmax's first pass reads them once more), their column sums, and the update
+  // (read W and dW, write W, read and write each state array).
+  return StepWork::of(2.0 * b * nd * passes,
+                      4.0 * (b * static_cast<double>(n) * passes +
+                             nd * (3.0 + 2.0 * optimizer_state_arrays(optim))));
 }
 
 int64_t DenseBlock::analytic_bytes() const {
-  int64_t bytes = p_.bytes();                                         // W, b, their state
-  bytes += 4 * (max_batch_ * chunk_ + chunk_ * d_ + chunk_);          // z, dW_c, db_c
-  bytes += static_cast<int64_t>(g16_.bytes() + h16_.bytes());         // bf16: G, h
-  return bytes + smax_.bytes() + acc_.bytes() + targets_.analytic_bytes();
+  return planned_bytes(ctx_->on_gpu(), d_, n_, max_batch_, chunk_, loss_, optim_, bf16()).rounded();
 }
 
 }  // namespace xmc

@@ -87,12 +87,17 @@ class DenseBlock {
   void set_comm(Comm* comm);
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
-  int64_t analytic_bytes() const;
-  // analytic_bytes() of an fp32 CPU block with these sizes, before it is built (a double:
-  // hostile sizes must not overflow). The CPU constructor checks it against the memory
-  // budget.
-  static double planned_bytes(int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
-                              const OptimizerConfig& optim);
+  int64_t analytic_bytes() const;  // planned_bytes of this block
+  // The bytes of a block with these sizes, before it is built (layers/layer_bytes.h): W, b
+  // and their state, the chunk workspaces, and on a CUDA Context (gpu) the bf16 copies of
+  // G and h, softmax's statistics, the loss accumulator and the targets' row pointers. The
+  // CPU constructor checks the total against the memory budget.
+  static LayerBytes planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
+                                  LossType loss, const OptimizerConfig& optim, bool bf16 = false);
+  // The work of one step (layers/layer_bytes.h): the GEMMs, the loss pass over the logits,
+  // the update of W, b and their state.
+  static StepWork planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
+                               const OptimizerConfig& optim);
   int64_t chunk() const { return chunk_; }
 
  private:

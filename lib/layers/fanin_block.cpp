@@ -330,13 +330,55 @@ void FaninBlock::sync_state(StateSync s) {
 }
 
 int64_t FaninBlock::analytic_bytes() const {
-  const int64_t bsz = max_batch_;
-  int64_t bytes = cfg_.dropout > 0.0 ? mask_.bytes() + 4 * bsz * d_ : 0;  // mask (GPU: + host), x
-  if (n_ == 0) return bytes;
-  bytes += 4 * sets_ * f_ + p_.bytes() + proj_.bytes();  // indices, parameters, state
-  // ut, z, dw, db
-  bytes += (p_.w.bf16() ? 2 : 4) * m_ * bsz + 4 * (bsz * chunk_ + chunk_ * f_ + chunk_);
-  return bytes + acc_.bytes() + targets_.analytic_bytes();  // GPU: the step's loss, target rows
+  return planned_bytes(ctx_->on_gpu(), d_, max_batch_, optim_, cfg_, layout_).rounded();
+}
+
+StepWork FaninBlock::planned_step(int64_t d, int64_t batch, const OptimizerConfig& optim,
+                                  const FaninConfig& cfg, const FaninLayout& layout) {
+  const double b = static_cast<double>(batch);
+  StepWork w;
+  if (cfg.dropout > 0.0) w.bytes += 3.0 * 4.0 * b * static_cast<double>(d);  // mask, x
+  if (layout.labels == 0) return w;
+  const int64_t sets = (layout.labels + layout.group - 1) / layout.group;
+  const auto m = static_cast<double>(cfg.projection > 0 ? cfg.projection : d);
+  const double n = static_cast<double>(layout.labels), f = static_cast<double>(cfg.fan_in);
+  w += Projection::planned_step(d, cfg.projection, Projection::Kind::relu, optim, batch);
+  // The three ops' multiply-adds (their gathers of the sets' F rows of uᵀ are in the
+  // measured rate of the op family).
+  w.fanin_flops += 6.0 * b * n * f;
+  w.fanin = {.batch = batch,
+             .inputs = cfg.projection > 0 ? cfg.projection : d,
+             .fan_in = cfg.fan_in,
+             .group = layout.group_ops ? layout.group : 1};
+  w.bytes += 4.0 * (static_cast<double>(sets) * f  // the index sets
+                    + 2.0 * b * m                  // the transpose
+                    + 2.0 * b * n                  // the loss pass
+                    + n * f * (3.0 + 2.0 * optimizer_state_arrays(optim)));
+  return w;
+}
+
+LayerBytes FaninBlock::planned_bytes(bool gpu, int64_t d, int64_t max_batch,
+                                     const OptimizerConfig& optim, const FaninConfig& cfg,
+                                     const FaninLayout& layout) {
+  const double b = static_cast<double>(max_batch), dd = static_cast<double>(d);
+  LayerBytes bytes;
+  // The mask (on the GPU also its host draw) and the dropped-out input x.
+  if (cfg.dropout > 0.0) bytes.workspace = 4.0 * b * dd * (gpu ? 3.0 : 2.0);
+  if (layout.labels == 0) return bytes;
+  // As the constructor sizes them: sets, m, the chunk (a multiple of the group).
+  const int64_t group = layout.group, sets = (layout.labels + group - 1) / group;
+  const int64_t m = cfg.projection > 0 ? cfg.projection : d;
+  const auto chunk =
+      static_cast<double>(std::min(std::max(group, cfg.chunk_size / group * group), sets * group));
+  const auto f = static_cast<double>(cfg.fan_in);
+  bytes.params += 4.0 * static_cast<double>(sets) * f;  // index sets
+  bytes += LabelParams::planned_bytes(optim, layout.labels, cfg.fan_in, layout.precision.bf16);
+  bytes += Projection::planned_bytes(d, cfg.projection, Projection::Kind::relu, optim, max_batch);
+  // ut [m×B] (bf16 with bf16 weights), z [B×chunk], dW [chunk×F], db [chunk]
+  bytes.workspace += (layout.precision.bf16 ? 2.0 : 4.0) * static_cast<double>(m) * b +
+                     4.0 * (b * chunk + chunk * f + chunk);
+  if (gpu) bytes.workspace += sizeof(gpu::LossAccum) + 8.0 * (b + 1);  // loss, target rows
+  return bytes;
 }
 
 }  // namespace xmc

@@ -190,7 +190,17 @@ class FaninBlock {
   // `projection`; host arrays (sync_state(to_host) first on the GPU).
   void append_state(std::vector<TensorRef>& out, const std::string& projection);
   void sync_state(StateSync s);
-  int64_t analytic_bytes() const;
+  int64_t analytic_bytes() const;  // planned_bytes of this block
+  // The bytes of a block over inputs of width d for batches of up to max_batch rows, before
+  // it is built (layers/layer_bytes.h): dropout's mask and input, the index sets, the
+  // weights, biases and their state, the projection, the evaluation-free workspaces.
+  static LayerBytes planned_bytes(bool gpu, int64_t d, int64_t max_batch,
+                                  const OptimizerConfig& optim, const FaninConfig& cfg,
+                                  const FaninLayout& layout);
+  // The work of one training step: dropout, the projection, the multiply-adds of the three
+  // sparse ops (fixed fan-in or group-shared), the transpose, the loss pass, the update.
+  static StepWork planned_step(int64_t d, int64_t batch, const OptimizerConfig& optim,
+                               const FaninConfig& cfg, const FaninLayout& layout);
 
  private:
   void forward(int64_t r0, const float* ut, const gpu::Bf16* ut16, Matrix z) const;

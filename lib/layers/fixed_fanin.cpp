@@ -21,17 +21,28 @@ constexpr uint64_t kInterStream = 0xf1f0'0003ULL;
 constexpr uint64_t kDropoutStream = 0xf1f0'0004ULL;
 constexpr uint64_t kRewireStream = 0xf1f0'0005ULL;
 
+// The sparse part: this process's labels [lo, hi), one index set each.
+FaninLayout layout(const LayerShape& s, const FixedFaninConfig& cfg) {
+  return {.name = "fixed_fanin",
+          .labels = s.labels(),
+          .first = s.label_lo,
+          .projection_stream = kInterStream,
+          .time_ops = !s.gpu || cfg.gpu_timing,
+          .sync_ops = true};
+}
+
 }  // namespace
 
+StepWork FixedFaninLayer::planned_step(const LayerShape& s, const FixedFaninConfig& cfg) {
+  return FaninBlock::planned_step(s.input_dim, s.batch, s.optim, cfg, layout(s, cfg));
+}
+
+LayerBytes FixedFaninLayer::planned_bytes(const LayerShape& s, const FixedFaninConfig& cfg) {
+  return FaninBlock::planned_bytes(s.gpu, s.input_dim, s.batch, s.optim, cfg, layout(s, cfg));
+}
+
 FixedFaninLayer::FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg)
-    : OutputLayer(init),
-      block_(init, cfg,
-             {.name = "fixed_fanin",
-              .labels = init.label_end() - init.label_lo,
-              .first = init.label_lo,
-              .projection_stream = kInterStream,
-              .time_ops = !init.ctx->on_gpu() || cfg.gpu_timing,
-              .sync_ops = true}) {
+    : OutputLayer(init), cfg_(cfg), block_(init, cfg, layout(shape(), cfg)) {
   // Label-sharded (mpirun): this process's labels [lo, lo + n); every per-label draw uses
   // the global label id, so a shard starts as the same rows of a one-process layer.
   const int64_t d = init.input_dim, n = shard_labels(), f = block_.fan_in(), lo = label_lo();

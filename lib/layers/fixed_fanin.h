@@ -44,6 +44,10 @@ struct FixedFaninConfig : FaninConfig {
 class FixedFaninLayer final : public OutputLayer {
  public:
   FixedFaninLayer(const LayerInit& init, const FixedFaninConfig& cfg);
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h).
+  static LayerBytes planned_bytes(const LayerShape& shape, const FixedFaninConfig& cfg);
+  static StepWork planned_step(const LayerShape& shape, const FixedFaninConfig& cfg);
 
   // The sparse layer: F, its input width m (the intermediate size, or d), timings, rewiring.
   const FaninBlock& fanin() const { return block_; }
@@ -59,8 +63,9 @@ class FixedFaninLayer final : public OutputLayer {
   void on_epoch_impl(const TrainerView& t) override;
   std::vector<TensorRef> state_impl() override;
   void sync_state_impl(StateSync s) override;
-  int64_t analytic_bytes_impl() const override { return block_.analytic_bytes(); }
+  int64_t analytic_bytes_impl() const override { return planned_bytes(shape(), cfg_).rounded(); }
 
+  FixedFaninConfig cfg_;
   FaninBlock block_;
 };
 

@@ -53,6 +53,17 @@ void fisher_yates(T* a, int64_t n, Rng rng) {
   for (int64_t i = n - 1; i > 0; --i) std::swap(a[i], a[rng.below(static_cast<uint64_t>(i) + 1)]);
 }
 
+// The tail's place: this process's tail labels, groups of G, the group-shared ops.
+FaninLayout tail_layout(const GroupSharedSplit& split, int64_t group, DensePrecision precision) {
+  return {.name = "group_shared",
+          .labels = split.tail,
+          .group = group,
+          .group_ops = true,
+          .first = split.group0 * group,
+          .projection_stream = kGsProjStream + 1,
+          .precision = precision};
+}
+
 GroupSharedSplit group_shared_split(int64_t num_labels, double head_fraction, int64_t group,
                                     int shard, int shards) {
   GroupSharedSplit s;
@@ -90,7 +101,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
       groups_(split_.groups),
       grouping_(cfg.grouping),
       beta_(cfg.beta),
-      kmeans_iters_(static_cast<int>(cfg.kmeans_iters)) {
+      kmeans_iters_(static_cast<int>(cfg.kmeans_iters)),
+      cfg_(cfg) {
   // Label-sharded (mpirun): this process holds its part of the one-process arrangement
   // (split_: a slice of the head, whole groups of the tail), every array drawn as the
   // one-process layer draws those rows and groups; the projections and the dropout masks
@@ -143,14 +155,7 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
 
   // Tail: shared index sets, per-label weights and biases, optional ReLU projection; the
   // initial sets and weights drawn on the host (the moments start at zero).
-  block_ = FaninBlock(init, cfg,
-                      {.name = "group_shared",
-                       .labels = t,
-                       .group = g,
-                       .group_ops = true,
-                       .first = split_.group0 * g,
-                       .projection_stream = kGsProjStream + 1,
-                       .precision = precision});
+  block_ = FaninBlock(init, cfg, tail_layout(split_, g, precision));
   if (t > 0) {
     draw_tail_indices(block_.indices().stage_for_write());
     block_.indices().commit();
@@ -466,9 +471,42 @@ void GroupSharedLayer::sync_state_impl(StateSync s) {
 }
 
 int64_t GroupSharedLayer::analytic_bytes_impl() const {
-  int64_t bytes = 4 * (2 * num_labels() + 1);  // label order, positions, semantic flag (host)
-  if (head_block_) bytes += head_block_->analytic_bytes() + head_proj_.bytes();
-  return bytes + block_.analytic_bytes();  // the tail, its projection, dropout
+  return planned_bytes(shape(), cfg_).rounded();
+}
+
+StepWork GroupSharedLayer::planned_step(const LayerShape& s, const GroupSharedConfig& cfg) {
+  const GroupSharedSplit split =
+      group_shared_split(s.num_labels, cfg.head_fraction, cfg.group_size, s.shard, s.shards);
+  const DensePrecision precision{.bf16 = cfg.precision == Precision::bf16};
+  StepWork w;
+  if (split.head > 0) {
+    w += DenseBlock::planned_step(cfg.head_dim > 0 ? cfg.head_dim : s.input_dim, split.head,
+                                  s.batch, cfg.loss, s.optim);
+    w += Projection::planned_step(s.input_dim, cfg.head_dim, Projection::Kind::affine, s.optim,
+                                  s.batch);
+  }
+  return w + FaninBlock::planned_step(s.input_dim, s.batch, s.optim, cfg,
+                                      tail_layout(split, cfg.group_size, precision));
+}
+
+LayerBytes GroupSharedLayer::planned_bytes(const LayerShape& s, const GroupSharedConfig& cfg) {
+  const GroupSharedSplit split =
+      group_shared_split(s.num_labels, cfg.head_fraction, cfg.group_size, s.shard, s.shards);
+  const DensePrecision precision{.bf16 = cfg.precision == Precision::bf16,
+                                 .stochastic_rounding = cfg.stochastic_rounding};
+  LayerBytes bytes;
+  // label order, positions (host, over all labels), semantic flag
+  bytes.params = 4.0 * (2.0 * static_cast<double>(s.num_labels) + 1.0);
+  if (split.head > 0) {
+    bytes +=
+        DenseBlock::planned_bytes(s.gpu, cfg.head_dim > 0 ? cfg.head_dim : s.input_dim, split.head,
+                                  s.batch, cfg.chunk_size, cfg.loss, s.optim, precision.bf16);
+    bytes += Projection::planned_bytes(s.input_dim, cfg.head_dim, Projection::Kind::affine, s.optim,
+                                       s.batch);
+  }
+  // the tail, its projection, dropout
+  return bytes + FaninBlock::planned_bytes(s.gpu, s.input_dim, s.batch, s.optim, cfg,
+                                           tail_layout(split, cfg.group_size, precision));
 }
 
 }  // namespace xmc

@@ -118,6 +118,10 @@ struct GroupSharedSplit {
 class GroupSharedLayer final : public OutputLayer {
  public:
   GroupSharedLayer(const LayerInit& init, const GroupSharedConfig& cfg);
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h): label maps, the head block and its projection, the tail.
+  static LayerBytes planned_bytes(const LayerShape& shape, const GroupSharedConfig& cfg);
+  static StepWork planned_step(const LayerShape& shape, const GroupSharedConfig& cfg);
 
   int64_t group_size() const { return group_; }
   int64_t head_labels() const { return head_; }
@@ -185,6 +189,7 @@ class GroupSharedLayer final : public OutputLayer {
   GroupingType grouping_;
   double beta_;
   int kmeans_iters_;
+  GroupSharedConfig cfg_;
   HostBuffer<uint32_t> order_, pos_;    // [L] each
   HostBuffer<uint32_t> grouped_;        // [1]: semantic grouping done (checkpointed)
   std::optional<DenseBlock> head_block_;

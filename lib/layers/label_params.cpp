@@ -62,9 +62,11 @@ void LabelParams::sync(StateSync s) {
   for (Buffer<float>* x : {&b, &w_s1, &w_s2, &b_s1, &b_s2}) x->sync(s);
 }
 
-int64_t LabelParams::bytes() const {
-  return w.bytes() + static_cast<int64_t>(b.bytes() + w_s1.bytes() + w_s2.bytes() + b_s1.bytes() +
-                                          b_s2.bytes());
+LayerBytes LabelParams::planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
+                                      bool bf16) {
+  const double n = static_cast<double>(rows), wn = n * static_cast<double>(cols);
+  return {.params = (bf16 ? 2.0 : 4.0) * wn + 4.0 * n,
+          .optimizer = 4.0 * optimizer_state_arrays(optim) * (wn + n)};
 }
 
 }  // namespace xmc

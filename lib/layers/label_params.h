@@ -10,6 +10,7 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/tensor_ref.h"
+#include "layers/layer_bytes.h"
 #include "layers/weight_array.h"
 #include "ops/optimizer.h"
 
@@ -43,8 +44,10 @@ struct LabelParams {
   // exists; host arrays: on a CUDA Context after sync(to_host).
   std::vector<TensorRef> refs(const std::string& prefix = "output/");
   void sync(StateSync s);
-  // Bytes of the weights, the bias and their optimizer state.
-  int64_t bytes() const;
+  // Bytes of the weights and the bias (params) and of their optimizer state, for these
+  // sizes (layers/layer_bytes.h).
+  static LayerBytes planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
+                                  bool bf16);
 };
 
 }  // namespace xmc

@@ -13,6 +13,12 @@ namespace xmc {
 
 class Comm;
 
+// The part of a per-point budget of k labels (drawn over all L labels) that a process
+// holding n of them draws: k itself when n = L, else ⌈k·n/L⌉.
+inline int64_t label_share(int64_t k, int64_t n, int64_t num_labels) {
+  return n == num_labels ? k : (k * n + num_labels - 1) / num_labels;
+}
+
 struct LayerInit {
   Context* ctx = nullptr;
   int64_t input_dim = 0;            // d
@@ -53,9 +59,7 @@ struct LayerInit {
   // process's part of it: k itself in one process, ⌈k·(its labels)/L⌉ in a label-sharded
   // run, so that the processes together draw about k.
   int64_t shard_share(int64_t k) const {
-    const int64_t n = label_end() - label_lo;
-    if (n == num_labels) return k;
-    return (k * n + num_labels - 1) / num_labels;
+    return label_share(k, label_end() - label_lo, num_labels);
   }
   // Rows per evaluation block (scores and top-k): all of them on the CPU, the batch size on
   // the GPU, whose workspaces are sized for it.

@@ -53,6 +53,25 @@ bool uses_tables(const LshSampledConfig& cfg) {
   return cfg.query != LshQuery::none || cfg.eval_search == LshEvalSearch::lsh;
 }
 
+// Entries per point reserved up front: the cap, or the padding target (this process's share).
+int64_t per_point_candidates(const LayerShape& s, const LshSampledConfig& cfg) {
+  return std::min(s.labels(),
+                  std::max(s.shard_share(cfg.max_candidates), s.shard_share(cfg.min_candidates)));
+}
+
+// The tables' parameters of a config (seed: the layer's).
+LshParams lsh_params(const LshSampledConfig& cfg, uint64_t seed) {
+  return {.family = cfg.hash,
+          .k = static_cast<int>(cfg.k),
+          .tables = static_cast<int>(cfg.tables),
+          .capacity = static_cast<int>(cfg.bucket_capacity),
+          .policy = cfg.insertion,
+          .sparse_projection = cfg.projection == LshProjection::sparse,
+          .density = cfg.projection_density,
+          .bin = static_cast<int>(cfg.dwta_bin),
+          .seed = seed ^ 0x15B7AB1E5ULL};
+}
+
 // The host memory the layer allocates, checked before any of it is: the weights and their
 // optimizer state (on the GPU only the initial weights pass through the host) and the
 // LSH tables, whose 2^bits buckets per table grow fastest (k: 24 asks for 2^24 buckets).
@@ -92,23 +111,14 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   // per-point candidate budget (LayerInit::shard_share).
   const int64_t n = shard_labels(), d = init.input_dim;
   auto& ledger = init.ctx->ledger();
-  const LshParams p{.family = cfg.hash,
-                    .k = static_cast<int>(cfg.k),
-                    .tables = static_cast<int>(cfg.tables),
-                    .capacity = static_cast<int>(cfg.bucket_capacity),
-                    .policy = cfg.insertion,
-                    .sparse_projection = cfg.projection == LshProjection::sparse,
-                    .density = cfg.projection_density,
-                    .bin = static_cast<int>(cfg.dwta_bin),
-                    .seed = init.seed ^ 0x15B7AB1E5ULL};
+  const LshParams p = lsh_params(cfg, init.seed);
   check_memory_plan_lsh(init, cfg, p, init.ctx->on_gpu());
   // Per-step entries reserved up front: B points × (the cap, or the padding target).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
   const int64_t max_cand = init.shard_share(cfg.max_candidates);
   const int64_t min_cand = init.shard_share(cfg.min_candidates);
-  const int64_t per_point = std::min(n, std::max(max_cand, min_cand));
   block_ = SampledBlock(*init.ctx, init.optim, label_lo(), n, d, init.seed, batch,
-                        std::min(cfg.chunk_size, n), batch * per_point);
+                        std::min(cfg.chunk_size, n), batch * per_point_candidates(shape(), cfg));
   set_device_views(init.ctx->on_gpu());
   dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
@@ -277,9 +287,34 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
 void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
 
 int64_t LshSampledLayer::analytic_bytes_impl() const {
-  int64_t bytes = block_.analytic_bytes();
-  bytes += 4 * shard_labels() + 16;  // dirty flags, schedule
-  if (tables_) bytes += tables_->bytes();
+  return planned_bytes(shape(), cfg_).rounded();
+}
+
+StepWork LshSampledLayer::planned_step(const LayerShape& s, const LshSampledConfig& cfg) {
+  const double b = static_cast<double>(std::max<int64_t>(s.batch, 1));
+  const double n = static_cast<double>(s.labels()), d = static_cast<double>(s.input_dim);
+  StepWork w = SampledBlock::planned_step(s.optim, s.labels(), s.input_dim,
+                                          b * static_cast<double>(per_point_candidates(s, cfg)));
+  if (!uses_tables(cfg)) return w;
+  const double hash = 2.0 * static_cast<double>(cfg.tables * cfg.k) * d;  // per vector
+  const double queries = cfg.query == LshQuery::label  ? b * s.labels_per_point
+                         : cfg.query == LshQuery::none ? 0.0
+                                                       : b;
+  w.gemm_flops += hash * queries;
+  if (cfg.rebuild_interval > 0) {
+    const double per = 1.0 / static_cast<double>(cfg.rebuild_interval);
+    w.gemm_flops += per * hash * n;
+    w.bytes += per * 4.0 * n * (d + 2.0 * static_cast<double>(cfg.tables));
+  }
+  return w;
+}
+
+LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledConfig& cfg) {
+  const int64_t n = s.labels(), batch = std::max<int64_t>(s.batch, 1);
+  LayerBytes bytes = SampledBlock::planned_bytes(s.gpu, s.optim, n, s.input_dim, batch,
+                                                 batch * per_point_candidates(s, cfg));
+  bytes.params += 4.0 * static_cast<double>(n) + 16.0;  // dirty flags, schedule
+  if (uses_tables(cfg)) bytes.params += LshTables::planned_bytes(n, lsh_params(cfg, 0));
   return bytes;
 }
 

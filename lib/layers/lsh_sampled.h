@@ -122,6 +122,13 @@ class LshSampledLayer final : public OutputLayer {
   // Recall@k of the last lsh-search evaluation against exact (-1 before any).
   double last_eval_recall() const { return last_recall_; }
   int64_t next_refresh_step() const { return sched_[0]; }
+  // analytic_bytes() of a layer with this config and shape, before it is built
+  // (layers/layer_bytes.h): the sampled block, dirty flags and schedule, the LSH tables.
+  static LayerBytes planned_bytes(const LayerShape& shape, const LshSampledConfig& cfg);
+  // One step: the sampled block over B × the reserved entries per point, hashing the
+  // queries (tables × k projections of d, counted as simhash's also for dwta), and the
+  // table rebuilds (every label hashed) spread over rebuild_interval steps.
+  static StepWork planned_step(const LayerShape& shape, const LshSampledConfig& cfg);
 
  private:
   StepStats train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

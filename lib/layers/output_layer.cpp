@@ -14,7 +14,10 @@ OutputLayer::OutputLayer(const LayerInit& init, int64_t lo, int64_t hi)
       num_labels_(init.num_labels),
       lo_(lo),
       hi_(hi),
-      eval_rows_(init.eval_rows()) {
+      eval_rows_(init.eval_rows()),
+      shape_(LayerShape::of(init)) {
+  shape_.label_lo = lo;
+  shape_.label_hi = hi;
   XMC_CHECK(input_dim_ > 0 && num_labels_ > 0 && 0 <= lo && lo < hi && hi <= num_labels_,
             "output layer d={} L={} range [{}, {})", input_dim_, num_labels_, lo, hi);
 }

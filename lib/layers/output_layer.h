@@ -13,6 +13,7 @@
 #include "core/matrix.h"
 #include "core/tensor_ref.h"
 #include "data/batch.h"
+#include "layers/layer_bytes.h"
 #include "layers/layer_init.h"
 #include "ops/topk.h"
 
@@ -78,8 +79,11 @@ class OutputLayer {
   void init_bias(std::span<const float> bias);
   bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
-  // workspace (for the ledger cross-check).
+  // workspace (for the ledger cross-check): the backend's planned_bytes (layer_bytes.h) of
+  // its config and shape(), the formula `xmctrain plan` predicts with.
   int64_t analytic_bytes() const { return analytic_bytes_impl(); }
+  // What the layer was built for besides its config (d, L, the labels held, B, N, optimizer).
+  const LayerShape& shape() const { return shape_; }
 
   int64_t input_dim() const { return input_dim_; }
   int64_t num_labels() const { return num_labels_; }
@@ -128,6 +132,7 @@ class OutputLayer {
   int64_t lo_;
   int64_t hi_;
   int64_t eval_rows_;
+  LayerShape shape_;
   bool device_views_ = false;
   int64_t held_ = -1;
 };

@@ -91,8 +91,31 @@ void Projection::sync_state(StateSync s) {
 }
 
 int64_t Projection::bytes() const {
-  if (out_ <= 0) return 0;
-  return 4 * (pn_ * (2 + optimizer_state_arrays(optim_)) + 2 * max_batch_ * out_);
+  return planned_bytes(in_, out_, kind_, optim_, max_batch_).rounded();
+}
+
+StepWork Projection::planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
+                                  int64_t batch) {
+  if (out <= 0) return {};
+  const double b = static_cast<double>(batch),
+               io = static_cast<double>(in) * static_cast<double>(out);
+  const double pn = io + (kind == Kind::linear ? 0.0 : static_cast<double>(out));
+  // u = x·Pᵀ, dh = du·P, dP = duᵀ·x; the update; the ReLU's passes over u and du
+  return StepWork::of(6.0 * b * io,
+                      4.0 * (pn * (3.0 + 2.0 * optimizer_state_arrays(optim)) +
+                             (kind == Kind::relu ? 3.0 : 0.0) * b * static_cast<double>(out)));
+}
+
+LayerBytes Projection::planned_bytes(int64_t in, int64_t out, Kind kind,
+                                     const OptimizerConfig& optim, int64_t max_batch) {
+  if (out <= 0) return {};
+  const double pn = static_cast<double>(out) * static_cast<double>(in) +
+                    (kind == Kind::linear ? 0.0 : static_cast<double>(out));
+  // P and c; their state; dP and the batch workspaces u, du [B×out]
+  return {
+      .params = 4.0 * pn,
+      .optimizer = 4.0 * optimizer_state_arrays(optim) * pn,
+      .workspace = 4.0 * (pn + 2.0 * static_cast<double>(max_batch) * static_cast<double>(out))};
 }
 
 }  // namespace xmc

@@ -15,6 +15,7 @@
 #include "core/matrix.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
+#include "layers/layer_bytes.h"
 #include "layers/output_layer.h"  // LrState
 #include "ops/optimizer.h"
 
@@ -52,7 +53,13 @@ class Projection {
   // Host copies (sync_state(to_host) first on the GPU).
   void append_state(std::vector<TensorRef>& out, const std::string& prefix);
   void sync_state(StateSync s);
-  int64_t bytes() const;  // analytic size of every buffer above
+  int64_t bytes() const;  // planned_bytes of this projection
+  // Bytes of every buffer above for these sizes (out = 0: none; layers/layer_bytes.h).
+  static LayerBytes planned_bytes(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
+                                  int64_t max_batch);
+  // The work of one training step: forward and backward GEMMs, the update of P and c.
+  static StepWork planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
+                               int64_t batch);
 
  private:
   Context* ctx_ = nullptr;

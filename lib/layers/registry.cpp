@@ -41,6 +41,13 @@ const std::vector<OutputTypeInfo>& output_types() {
   return types;
 }
 
+const OutputBackend& find_output_backend(const std::string& name) {
+  for (const auto& b : output_backends())
+    if (b.config.name == name) return b;
+  (void)find_output_type(output_types(), name);  // the config loader's message
+  throw_error("output type '{}' is registered without a factory", name);
+}
+
 bool backend_has_cuda(const std::string& name) {
   for (const auto& b : output_backends())
     if (b.config.name == name) return b.cuda;
@@ -48,20 +55,15 @@ bool backend_has_cuda(const std::string& name) {
 }
 
 std::unique_ptr<OutputLayer> create_output_layer(const LayerInit& init, const OutputSpec& spec) {
-  for (const auto& b : output_backends()) {
-    if (b.config.name != spec.type) continue;
-    if (init.ctx->on_gpu() && !b.cuda)
-      throw_input("model.output.type '{}' has no CUDA path yet: use device cpu (--device cpu)",
-                  spec.type);
-    auto layer = b.create(init, spec);
-    XMC_CHECK(layer->label_lo() == init.label_lo && layer->label_hi() == init.label_end(),
-              "output '{}' built over labels [{}, {}), asked for [{}, {})", spec.type,
-              layer->label_lo(), layer->label_hi(), init.label_lo, init.label_end());
-    return layer;
-  }
-  // Same message as the config loader gives for an unknown type.
-  (void)find_output_type(output_types(), spec.type);
-  throw_error("output type '{}' is registered without a factory", spec.type);
+  const OutputBackend& b = find_output_backend(spec.type);
+  if (init.ctx->on_gpu() && !b.cuda)
+    throw_input("model.output.type '{}' has no CUDA path yet: use device cpu (--device cpu)",
+                spec.type);
+  auto layer = b.create(init, spec);
+  XMC_CHECK(layer->label_lo() == init.label_lo && layer->label_hi() == init.label_end(),
+            "output '{}' built over labels [{}, {}), asked for [{}, {})", spec.type,
+            layer->label_lo(), layer->label_hi(), init.label_lo, init.label_end());
+  return layer;
 }
 
 }  // namespace xmc

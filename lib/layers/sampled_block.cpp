@@ -35,8 +35,8 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(block_));
   ensure_size(zg_, ctx, MemTag::workspace, hint);
   staging_ = ops::CandidateStaging(ctx, max_batch, hint, std::min(hint, n));
-  reserved_bytes_ =
-      static_cast<int64_t>(zg_.bytes() + dw_.bytes() + db_.bytes()) + staging_.bytes();
+  max_batch_ = max_batch;
+  nnz_hint_ = nnz_hint;
 }
 
 const std::vector<uint32_t>& SampledBlock::train_step(const ops::CandidateCsr& cand, ConstMatrix h,
@@ -121,7 +121,27 @@ std::vector<TensorRef> SampledBlock::state() { return p_.refs(); }
 void SampledBlock::sync_state(StateSync s) { p_.sync(s); }
 
 int64_t SampledBlock::analytic_bytes() const {
-  return p_.bytes() + reserved_bytes_;
+  return planned_bytes(ctx_->on_gpu(), optim_, n_, d_, max_batch_, nnz_hint_).rounded();
+}
+
+StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int64_t d,
+                                    double nnz) {
+  const double dd = static_cast<double>(d), touched = std::min(static_cast<double>(n), nnz);
+  return StepWork::of(6.0 * nnz * dd,
+                      4.0 * (3.0 * nnz * dd + 2.0 * nnz +
+                             touched * (dd + 1.0) * (3.0 + 2.0 * optimizer_state_arrays(optim))));
+}
+
+LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, int64_t n, int64_t d,
+                                       int64_t max_batch, int64_t nnz_hint) {
+  // As the constructor sizes them: the entries reserved, the touched rows per block.
+  const int64_t hint = std::max<int64_t>(nnz_hint, 1);
+  const int64_t block = std::min(n, gpu ? hint : int64_t{1024});
+  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, false);
+  // zg [hint], dW [block×d], db [block], the staged candidates (GPU)
+  bytes.workspace = 4.0 * static_cast<double>(hint + block * d + block) +
+                    ops::CandidateStaging::planned_bytes(gpu, max_batch, hint, std::min(hint, n));
+  return bytes;
 }
 
 }  // namespace xmc

@@ -81,18 +81,23 @@ class SampledBlock {
   std::vector<TensorRef> state();
   void sync_state(StateSync s);
   // Bytes of the long-lived buffers: W, b, optimizer state, the per-step workspaces
-  // reserved at construction (growth past nnz_hint not included).
+  // reserved at construction (growth past nnz_hint not included): planned_bytes.
   int64_t analytic_bytes() const;
+  // The same for a block with these sizes, before it is built (layers/layer_bytes.h).
+  static LayerBytes planned_bytes(bool gpu, const OptimizerConfig& optim, int64_t n, int64_t d,
+                                  int64_t max_batch, int64_t nnz_hint);
+  // The work of one step over nnz candidate entries: scores, dh and dW gather a row of W
+  // (or of h) per entry; the lazy update of the touched rows (at most min(n, nnz)).
+  static StepWork planned_step(const OptimizerConfig& optim, int64_t n, int64_t d, double nnz);
 
  private:
   Context* ctx_ = nullptr;
   OptimizerConfig optim_;
-  int64_t lo_ = 0, n_ = 0, d_ = 0, chunk_ = 0, block_ = 0;
+  int64_t lo_ = 0, n_ = 0, d_ = 0, chunk_ = 0, block_ = 0, max_batch_ = 0, nnz_hint_ = 0;
   LabelParams p_;                      // W [n×d], bias [n], their optimizer state
   Buffer<float> zg_;                   // [nnz capacity] scores, then gradients
   Buffer<float> dw_, db_;              // [block×d], [block]
   ops::CandidateStaging staging_;
-  int64_t reserved_bytes_ = 0;         // workspace bytes at construction
   std::vector<uint32_t> touched_;
 };
 

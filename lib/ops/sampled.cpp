@@ -124,6 +124,10 @@ int64_t pack_words(int64_t rows, int64_t nnz, int64_t groups) {
 }
 }  // namespace
 
+double CandidateStaging::planned_bytes(bool gpu, int64_t rows, int64_t nnz, int64_t groups) {
+  return gpu ? 8.0 * static_cast<double>(std::max<int64_t>(pack_words(rows, nnz, groups), 1)) : 0.0;
+}
+
 CandidateStaging::CandidateStaging(Context& ctx, int64_t rows, int64_t nnz, int64_t groups)
     : ctx_(&ctx) {
   if (ctx.on_gpu()) ensure_size(pack_, ctx, MemTag::workspace, pack_words(rows, nnz, groups));

@@ -113,6 +113,8 @@ class CandidateStaging {
   CandidateCsr stage(const CandidateCsr& cand, const EntryGroupsBuffers* groups,
                      EntryGroups* out_groups);
   int64_t bytes() const { return static_cast<int64_t>(pack_.bytes()); }
+  // bytes() right after construction with these sizes (gpu: on a CUDA Context).
+  static double planned_bytes(bool gpu, int64_t rows, int64_t nnz, int64_t groups);
 
  private:
   Context* ctx_ = nullptr;

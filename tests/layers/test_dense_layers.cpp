@@ -267,7 +267,7 @@ TEST_CASE("dense layer larger than the memory budget is refused before allocatin
   init.num_labels = 1000;
   DenseLayer small(init, DenseConfig{});
   CHECK(static_cast<double>(small.analytic_bytes()) ==
-        DenseBlock::planned_bytes(256, 1000, 64, 8192, init.optim));
+        DenseBlock::planned_bytes(false, 256, 1000, 64, 8192, LossType::bce, init.optim).total());
 }
 
 // Checkpoint format 2 (issue 38) stores bottleneck's P as a Projection; a format-1 file
