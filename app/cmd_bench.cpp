@@ -1,9 +1,13 @@
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
+#include "bench/ceilings.h"
 #include "bench/dense_bench.h"
 #include "bench/fixed_fanin_bench.h"
 #include "bench/group_shared_bench.h"
 #include "commands.h"
+#include "core/context.h"
 #include "core/error.h"
 #include "sampling/lsh_bench.h"
 
@@ -82,7 +86,35 @@ Command register_bench(CLI::App& app) {
   gs->add_option("--iters", gp->iters, "Timed repetitions")->capture_default_str();
   gs->add_option("--threads", gp->threads, "Threads (0 = all cores)");
   gs->add_flag("--json", *json, "Print JSON");
-  return {sub, [p, lp, q, gp, json, dense, lsh, ff, gs, dev, cp]() -> int {
+  auto* ceil = sub->add_subcommand(
+      "ceilings",
+      "Measure this machine's CPU ceilings (sgemm GFLOP/s on 2048³, memory GB/s over 512 MiB) "
+      "and cache them for `xmctrain plan` (--out, default "
+      "$XDG_CACHE_HOME/xmctrain/ceilings-cpu-<threads>t.json, ~/.cache without XDG_CACHE_HOME)");
+  auto ceil_threads = std::make_shared<int>(0);
+  auto ceil_out = std::make_shared<std::string>();
+  ceil->add_option("--threads", *ceil_threads, "Threads (0 = all cores)")->capture_default_str();
+  ceil->add_option("--out", *ceil_out, "Where to write the JSON (default: the cache path)");
+  ceil->add_flag("--json", *json, "Print JSON");
+  return {sub,
+          [p, lp, q, gp, json, dense, lsh, ff, gs, dev, cp, ceil, ceil_threads, ceil_out]() -> int {
+            if (ceil->parsed()) {
+              const Context ctx(Device::cpu, *ceil_threads);
+              const std::string out =
+                  ceil_out->empty() ? bench::ceilings_cache_path(ctx.threads()) : *ceil_out;
+              const auto parent = std::filesystem::path(out).parent_path();
+              std::error_code ec;
+              if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+              std::ofstream f(out);  // opened before the measurement
+              if (!f) throw_input("bench ceilings: cannot write '{}'", out);
+              const nlohmann::json j = bench::measure_ceilings(ctx.threads());
+              f << j.dump(2) << "\n";
+              if (!f.flush()) throw_input("bench ceilings: writing '{}' failed", out);
+              std::cout << (*json ? j.dump(2) + "\n"
+                                  : bench::ceilings_line(j) +
+                                        fmt::format("{} threads, written to {}\n", ctx.threads(),
+                                                    out));
+            }
             if (gs->parsed()) {
               if (gp->batch < 1 || gp->dim < 1 || gp->labels < 1 || gp->chunk < 1 ||
                   gp->iters < 1 || gp->groups.empty() || gp->fan_ins.empty())
@@ -127,7 +159,8 @@ Command register_bench(CLI::App& app) {
                 std::cout << (*json ? j.dump(2) + "\n" : bench::dense_cuda_bench_table(j));
                 return 0;
               }
-              if (*dev != "cpu") throw_input("bench dense: --device must be cpu or cuda, got '{}'", *dev);
+              if (*dev != "cpu")
+                throw_input("bench dense: --device must be cpu or cuda, got '{}'", *dev);
               auto j = bench::bench_dense(*p);
               std::cout << (*json ? j.dump(2) + "\n" : bench::dense_bench_table(j));
             }

@@ -19,5 +19,6 @@ Command register_info(CLI::App& app);
 Command register_synth(CLI::App& app);
 Command register_bench(CLI::App& app);
 Command register_report(CLI::App& app);
+Command register_plan(CLI::App& app);
 
 }  // namespace xmc::app

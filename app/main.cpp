@@ -22,10 +22,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   using Register = xmc::app::Command (*)(CLI::App&);
-  constexpr std::array<Register, 7> table = {
-      xmc::app::register_train, xmc::app::register_eval,  xmc::app::register_predict,
-      xmc::app::register_info,  xmc::app::register_synth, xmc::app::register_bench,
-      xmc::app::register_report};
+  constexpr std::array<Register, 8> table = {xmc::app::register_train,   xmc::app::register_eval,
+                                             xmc::app::register_predict, xmc::app::register_info,
+                                             xmc::app::register_synth,   xmc::app::register_bench,
+                                             xmc::app::register_report,  xmc::app::register_plan};
   std::vector<xmc::app::Command> commands;
   for (auto reg : table) commands.push_back(reg(app));
 

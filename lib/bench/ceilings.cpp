@@ -3,12 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "core/context.h"
 #include "core/resources.h"
 #include "core/rng.h"
 #include "ops/dense.h"
+#include "ops/fixed_fanin.h"
+#include "ops/group_shared.h"
 
 namespace xmc::bench {
 
@@ -50,6 +58,71 @@ double measure_memory_gbps(long long bytes) {
   }
   const double bytes4 = 4.0 * static_cast<double>(n);
   return std::max(2.0 * bytes4 / copy, 3.0 * bytes4 / rmw) / 1e9;
+}
+
+double measure_fanin_gflops(int64_t batch, int64_t inputs, int64_t fan_in, int64_t group,
+                            int64_t labels) {
+  const Context ctx(Device::cpu, 0);  // the threads OpenMP was given by the caller's Context
+  const int64_t b = batch, m = inputs, f = std::min(fan_in, inputs), n = labels;
+  const int64_t chunk = std::max(group, int64_t{4096} / group * group);
+  const int64_t sets = (n + group - 1) / group;
+  Rng rng(4);
+  std::vector<uint32_t> idx(static_cast<size_t>(sets * f));
+  for (auto& i : idx) i = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(m)));
+  std::vector<float> w(static_cast<size_t>(n * f)), bias(static_cast<size_t>(n), 0.0f);
+  std::vector<float> ut(static_cast<size_t>(m * b)), du(static_cast<size_t>(b * m));
+  std::vector<float> z(static_cast<size_t>(b * chunk)), g(z.size()),
+      dw(static_cast<size_t>(chunk * f)), db(static_cast<size_t>(chunk));
+  for (auto* v : {&w, &ut, &g})
+    for (auto& x : *v) x = static_cast<float>(rng.normal());
+  const ConstMatrix utm(ut.data(), m, b);
+  auto step = [&](int64_t c0, int64_t c) {
+    const uint32_t* ic = idx.data() + (c0 / group) * f;
+    const ConstMatrix gc(g.data(), b, c);
+    if (group == 1) {
+      ops::fixed_fanin_forward(ctx, ic, w.data() + c0 * f, bias.data() + c0, c, f, utm,
+                               Matrix(z.data(), b, c));
+      ops::fixed_fanin_weight_grad(ctx, ic, c, f, gc, utm, dw.data(), db.data(), nullptr);
+      ops::fixed_fanin_input_grad(ctx, ic, w.data() + c0 * f, c, f, gc, Matrix(du.data(), b, m));
+    } else {
+      ops::group_shared_forward(ctx, ic, w.data() + c0 * f, bias.data() + c0, c, group, f, utm,
+                                Matrix(z.data(), b, c));
+      ops::group_shared_weight_grad(ctx, ic, c, group, f, gc, utm, dw.data(), db.data());
+      ops::group_shared_input_grad(ctx, ic, w.data() + c0 * f, c, group, f, gc,
+                                   Matrix(du.data(), b, m));
+    }
+  };
+  time_over_blocks(1, n, chunk, step);  // warm-up
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) best = std::min(best, time_over_blocks(1, n, chunk, step));
+  return 6.0 * static_cast<double>(b * n * f) / best / 1e9;
+}
+
+std::string ceilings_cache_path(int threads) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg != nullptr && *xdg != 0 ? std::string(xdg)
+                           : home != nullptr           ? std::string(home) + "/.cache"
+                                                       : std::string(".cache");
+  return fmt::format("{}/xmctrain/ceilings-cpu-{}t.json", base, threads);
+}
+
+nlohmann::json measure_ceilings(int threads) {
+  std::string cpu;
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; cpu.empty() && std::getline(info, line);)
+    if (line.starts_with("model name"))
+      cpu = line.substr(std::min(line.size(), line.find(':') + 2));
+  const double gemm = measure_sgemm_gflops();
+  const double mem = measure_memory_gbps();
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"ceilings", {{"sgemm_gflops", gemm}, {"memory_gbps", mem}}},
+          {"threads", threads},
+          {"device", "cpu"},
+          {"cpu", cpu},
+          {"measured_at", when}};
 }
 
 double time_over_blocks(int iters, int64_t n, int64_t chunk,

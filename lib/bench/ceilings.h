@@ -17,6 +17,21 @@ double measure_sgemm_gflops(int n = 2048);
 // read-modify-write pattern of the optimizer updates and the in-place losses).
 double measure_memory_gbps(long long bytes = 1LL << 29);
 
+// Achieved GFLOP/s of the fan-in ops (forward + weight gradient + input gradient, every
+// output gradient nonzero, 6·B·L·F FLOPs) at batch B, m inputs, fan-in F over `labels`
+// labels: group = 1 times ops::fixed_fanin_*, group > 1 ops::group_shared_* with groups of
+// that size. Best of three.
+double measure_fanin_gflops(int64_t batch, int64_t inputs, int64_t fan_in, int64_t group,
+                            int64_t labels = 8192);
+
+// Where `xmctrain bench ceilings` caches the CPU ceilings measured with `threads` threads
+// and `xmctrain plan` looks for them: $XDG_CACHE_HOME/xmctrain/ceilings-cpu-<threads>t.json
+// (XDG_CACHE_HOME defaulting to ~/.cache).
+std::string ceilings_cache_path(int threads);
+// {"ceilings": {"sgemm_gflops", "memory_gbps"}, "threads", "device": "cpu", "cpu": model
+// name, "measured_at": UTC time}, measured with the calling thread count (`threads`).
+nlohmann::json measure_ceilings(int threads);
+
 // Seconds per repetition of op(c0, c) over the blocks [c0, c0+c) of n labels in blocks of
 // `chunk`, averaged over `iters` repetitions.
 double time_over_blocks(int iters, int64_t n, int64_t chunk,

@@ -23,7 +23,9 @@ std::optional<int64_t> proc_bytes(const char* path, std::string_view key) {
   return std::nullopt;
 }
 
-int64_t parse_memory_limit(const std::string& text) {
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text, std::string_view what) {
   size_t used = 0;
   double v = -1;
   try {
@@ -33,7 +35,8 @@ int64_t parse_memory_limit(const std::string& text) {
   }
   std::string suffix = text.substr(used);
   double scale = 1;
-  if (suffix.size() == 1 || (suffix.size() == 2 && (suffix[1] == 'B' || suffix[1] == 'b'))) {
+  if (suffix.size() == 1 || (suffix.size() == 2 && (suffix[1] == 'B' || suffix[1] == 'b')) ||
+      (suffix.size() == 3 && suffix[1] == 'i' && suffix[2] == 'B')) {
     const std::string units = "KMGT";
     const size_t u = units.find(static_cast<char>(std::toupper(suffix[0])));
     if (u != std::string::npos) {
@@ -43,17 +46,17 @@ int64_t parse_memory_limit(const std::string& text) {
   }
   if (used == 0 || !suffix.empty() || !(v >= 0) || !std::isfinite(v * scale))
     throw_input(
-        "environment variable XMC_MEMORY_LIMIT='{}': expected a size in bytes, "
-        "optionally with a K, M, G or T suffix (e.g. 8G)",
-        text);
+        "{}='{}': expected a size in bytes, optionally with a K, M, G or T suffix "
+        "(powers of 1024; e.g. 8G, 8GB or 8GiB)",
+        what, text);
   return static_cast<int64_t>(v * scale);
 }
 
-}  // namespace
+namespace {}  // namespace
 
 MemoryBudget memory_budget() {
   if (const char* env = std::getenv("XMC_MEMORY_LIMIT"); env && *env)
-    return {parse_memory_limit(env), "XMC_MEMORY_LIMIT"};
+    return {parse_byte_size(env, "environment variable XMC_MEMORY_LIMIT"), "XMC_MEMORY_LIMIT"};
   if (const auto avail = proc_bytes("/proc/meminfo", "MemAvailable:"))
     return {*avail, "MemAvailable"};
   return {};

@@ -20,6 +20,10 @@ struct MemoryBudget {
 };
 MemoryBudget memory_budget();
 
+// A size in bytes with an optional K, M, G or T suffix (powers of 1024), written 8G, 8GB or
+// 8GiB. InputError naming `what` (e.g. "--memory") otherwise.
+int64_t parse_byte_size(const std::string& text, std::string_view what);
+
 // "1.5 GiB", "512.0 MiB", "800 B".
 std::string format_bytes(double bytes);
 
