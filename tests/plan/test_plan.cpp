@@ -15,11 +15,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A small dense synthetic problem (8 steps of 256 points, 3000 labels, d = 64, no
-// encoder), one thread, one epoch, no checkpoint; anns_sampled's first index refresh after
-// the run (a refresh builds an HNSW index the step does not need).
+// A small dense synthetic problem (8 steps of 256 points, 3000 labels, d = 64; dense with
+// a linear encoder, so that plan's encoder part is checked too, the others without), one
+// thread, one epoch, no checkpoint; anns_sampled's first index refresh after the run (a
+// refresh builds an HNSW index the step does not need).
 std::string plan_config(const fs::path& data, const std::string& backend) {
   const std::string extra = backend == "anns_sampled" ? ", start_epoch: 2" : "";
+  const std::string encoder =
+      backend == "dense" ? "[{type: linear, out: 96, activation: relu, dropout: 0.1}]" : "[]";
   return "name: plan-" + backend +
          "\nseed: 1\ndevice: cpu\nthreads: 1\n"
          "data:\n"
@@ -32,10 +35,14 @@ std::string plan_config(const fs::path& data, const std::string& backend) {
          "  synth: {enabled: true, format: dense, train: 2048, test: 500, labels: 3000, "
          "features: 64, clusters: 30, seed: 5}\n"
          "model:\n"
+         "  encoder: " +
+         encoder +
+         "\n"
          "  output: {type: " +
          backend + extra +
          "}\n"
          "optim:\n"
+         "  encoder: {type: adam, lr: 0.01}\n"
          "  output: {type: adam, lr: 0.01}\n"
          "train: {epochs: 1, batch_size: 256, checkpoint_every: 0, log_every_s: 100}\n"
          "eval: {k: 5}\n";
