@@ -62,6 +62,14 @@ void regrow_inputs(uint32_t* idx, int64_t f, const std::vector<int64_t>& slots,
   }
 }
 
+// F must not exceed the m inputs of the sparse part (InputError naming the backend).
+void check_fan_in(const FaninConfig& cfg, const FaninLayout& layout, int64_t m) {
+  if (cfg.fan_in > m)
+    throw_input("{}: fan_in {} exceeds the {} inputs of the sparse part ({})", layout.name,
+                cfg.fan_in, m,
+                cfg.projection > 0 ? "its ReLU projection's width" : "the encoder's output width");
+}
+
 }  // namespace
 
 bool rewire_due(const RewireConfig& cfg, int64_t step, int64_t total_steps) {
@@ -143,9 +151,7 @@ FaninBlock::FaninBlock(const LayerInit& init, const FaninConfig& cfg, const Fani
     xd_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch_ * d_));
   }
   if (n_ == 0) return;
-  if (f_ > m_)
-    throw_input("{}: fan_in {} exceeds the {} inputs of the sparse part ({})", layout_.name, f_, m_,
-                cfg.projection > 0 ? "its ReLU projection's width" : "the encoder's output width");
+  check_fan_in(cfg, layout, m_);
   chunk_ = std::min(std::max(group_, cfg.chunk_size / group_ * group_), sets_ * group_);
   idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(sets_ * f_));
   p_ = LabelParams(ctx, optim_, n_, f_, layout.precision.bf16);
@@ -368,6 +374,7 @@ LayerBytes FaninBlock::planned_bytes(bool gpu, int64_t d, int64_t max_batch,
   // As the constructor sizes them: sets, m, the chunk (a multiple of the group).
   const int64_t group = layout.group, sets = (layout.labels + group - 1) / group;
   const int64_t m = cfg.projection > 0 ? cfg.projection : d;
+  check_fan_in(cfg, layout, m);  // what the constructor refuses, plan refuses too
   const auto chunk =
       static_cast<double>(std::min(std::max(group, cfg.chunk_size / group * group), sets * group));
   const auto f = static_cast<double>(cfg.fan_in);

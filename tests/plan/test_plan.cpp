@@ -125,6 +125,10 @@ TEST_CASE("plan: impossible requests exit 2 with a message") {
   r = run({"--labels", "1000000", "--dim", "768", "--points", "1000", "--memory", "1MiB"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Matchers::Contains("no backend fits the memory budget of 1.0 MiB"));
+  // What the layer's constructor refuses, plan refuses (fixed_fanin's default F is 64).
+  r = run({"--labels", "1000", "--dim", "32", "--points", "1000", "--backend", "fixed_fanin"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("fan_in 64 exceeds the 32 inputs"));
   r = run({"--labels", "1000", "--dim", "64", "--points", "1000", "--memory", "lots"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Matchers::Contains("--memory='lots'"));
