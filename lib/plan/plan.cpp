@@ -182,13 +182,13 @@ BackendPlan plan_backend(const PlanProblem& p, const Ceilings& c, double budget)
     return out;
   }
   if (budget > 0) {
-    out.fits = out.memory.total() <= budget;
+    out.fits = out.memory.budgeted(p.device) <= budget;
     // The largest L within the budget: memory grows with L; bisection on the same formulas.
     auto fits = [&](int64_t labels) {
       PlanProblem q = p;
       q.labels = labels;
       try {
-        return memory_of(q, backend).total() <= budget;
+        return memory_of(q, backend).budgeted(p.device) <= budget;
       } catch (const InputError&) {
         return false;
       }
@@ -236,7 +236,11 @@ std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget
                      gib(m.total()));
   }
   s += "\n## Predicted time and fit\n\n";
-  s += budget > 0 ? fmt::format("Memory budget: {}.\n\n", format_bytes(budget))
+  s += budget > 0 ? fmt::format("Memory budget: {}{}.\n\n", format_bytes(budget),
+                                p.device == Device::cuda
+                                    ? " of device memory (the peak without the data, which stays "
+                                      "in host memory)"
+                                    : "")
                   : "No memory budget given (--memory).\n\n";
   s += "| backend | GEMM GFLOP | fan-in GFLOP (at GFLOP/s) | GB moved | step | epoch | fits | "
        "largest L |\n|---|---:|---:|---:|---:|---:|:---:|---:|\n";
@@ -295,7 +299,8 @@ nlohmann::json plan_json(const PlanProblem& p, const Ceilings& c, double budget,
                    {"encoder", m.encoder},
                    {"data", m.data},
                    {"other", m.other},
-                   {"total", m.total()}};
+                   {"total", m.total()},
+                   {"budgeted", m.budgeted(p.device)}};
     e["time"] = {
         {"gemm_flops", b.time.work.gemm_flops}, {"fanin_flops", b.time.work.fanin_flops},
         {"fanin_gflops", b.time.fanin_gflops},  {"bytes", b.time.work.bytes},

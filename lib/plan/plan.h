@@ -61,6 +61,9 @@ struct MemoryPlan {
   double data = 0.0;          // training and test data (features, labels)
   double other = 0.0;         // the trainer's batch buffers, the evaluation's transient
   double total() const { return output_layer + optimizer + workspace + encoder + data + other; }
+  // What the budget is compared with: the total, but on device cuda the datasets stay in
+  // host memory, so without them.
+  double budgeted(Device device) const { return device == Device::cuda ? total() - data : total(); }
 };
 
 struct TimePlan {
@@ -76,7 +79,7 @@ struct BackendPlan {
   std::string error;  // the backend cannot take this problem (then nothing else is set)
   MemoryPlan memory;
   TimePlan time;
-  bool fits = true;        // memory.total() <= budget (true without a budget)
+  bool fits = true;        // memory.budgeted(device) <= budget (true without a budget)
   int64_t max_labels = 0;  // largest L within the budget (0 without a budget or when none fits)
 };
 
