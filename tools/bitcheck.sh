@@ -6,8 +6,12 @@
 # run it before they land.
 #
 # Usage: tools/bitcheck.sh REF_BINARY NEW_BINARY [CASE...]
-#   CASE: a name from the list below (default: all). Environment: XMC_BITCHECK_DIR (work
-#   folder, default /tmp/xmc-bitcheck; the synthetic data is generated there once).
+#   CASE: a name from the list below (default: all the synthetic ones). The real-data
+#   cases run only when named: wordnet_dense, wordnet_bottleneck, wordnet_fixed_fanin,
+#   wordnet_group_shared, wordnet_lsh, wordnet_anns, wordnet_anns_wide (the shipped
+#   configs/wordnet_*.yaml, which need datasets/wordnet: tools/build_wordnet.py), or
+#   `wordnet` for all seven. Environment: XMC_BITCHECK_DIR (work folder, default
+#   /tmp/xmc-bitcheck; the synthetic data is generated there once).
 # Exit 0 when every case is identical, 1 otherwise (the differing fields are printed).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 REF_BINARY NEW_BINARY [CASE...]" >&2; exit 2; }
@@ -35,7 +39,20 @@ declare -A cases=(
   [lsh_dwta_bce]="lsh_sampled.yaml ${sparse[*]} --set model.output.hash=dwta --set model.output.k=4 --set model.output.loss=bce"
   [dense_softmax]="dense.yaml --set model.output.loss=softmax --set optim.output.type=sgd --set optim.output.momentum=0.9"
 )
-names=("$@")
+wordnet=(wordnet_dense wordnet_bottleneck wordnet_fixed_fanin wordnet_group_shared wordnet_lsh
+  wordnet_anns wordnet_anns_wide)
+for c in "${wordnet[@]}"; do cases[$c]="$c.yaml"; done
+names=()
+for c in "$@"; do
+  if [ "$c" = wordnet ]; then names+=("${wordnet[@]}"); else names+=("$c"); fi
+done
+for c in "${names[@]}"; do
+  if [[ $c == wordnet_* ]]; then
+    [ -f "$repo/datasets/wordnet/train.txt" ] ||
+      { echo "$c needs $repo/datasets/wordnet (tools/build_wordnet.py)" >&2; exit 2; }
+    mkdir -p datasets && ln -sfn "$(realpath "$repo/datasets/wordnet")" datasets/wordnet
+  fi
+done
 [ ${#names[@]} -gt 0 ] || names=(quickstart dense bottleneck fixed_fanin fixed_fanin_bce group_shared
   group_shared_random anns_sampled anns_hnsw lsh_sampled lsh_dwta_bce dense_softmax)
 
