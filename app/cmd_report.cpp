@@ -1,5 +1,7 @@
 // xmctrain report RUN_DIR...: one table over many training runs (a sweep), read from their
 // run directories only.
+#include <fmt/format.h>
+
 #include <iostream>
 
 #include "commands.h"
