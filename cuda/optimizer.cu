@@ -2,7 +2,8 @@
 // the same fp32 formulas as the CPU): one pass reads the parameter, gradient and state and
 // writes parameter and state.
 // bf16 parameters are updated in fp32 and rounded back, to nearest even or
-// stochastically (random bits from a counter-based hash of (seed, step, index)).
+// stochastically (random bits from a counter-based hash of (seed, step, index), the
+// host's gpu::rounding_bits); bf16 state is widened and rounded back to nearest.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -55,27 +56,36 @@ UpdateParams make_params(const OptimizerConfig& cfg, double lr, int64_t step) {
   return p;
 }
 
-__device__ __forceinline__ float update_one(const UpdateParams& p, float w, float g, float* s1,
-                                            float* s2, int64_t i) {
+// One slot's update on registers: w the weight, g its gradient, m and v its state (those
+// the optimizer keeps); returns the new weight.
+__device__ __forceinline__ float update_one(const UpdateParams& p, float w, float g, float& m,
+                                            float& v) {
   switch (p.kind) {
     case 0:
       return w - p.lr * (g + p.wd * w);
     case 1: {
       const float gi = g + p.wd * w;
-      const float v = p.mu * s1[i] + gi;
-      s1[i] = v;
-      return w - p.lr * v;
+      m = p.mu * m + gi;
+      return w - p.lr * m;
     }
     default: {
       const float gi = g + p.l2 * w;
-      const float m = p.b1 * s1[i] + p.one_minus_b1 * gi;
-      const float v = p.b2 * s2[i] + p.one_minus_b2 * gi * gi;
-      s1[i] = m;
-      s2[i] = v;
+      m = p.b1 * m + p.one_minus_b1 * gi;
+      v = p.b2 * v + p.one_minus_b2 * gi * gi;
       const float wi = w * p.decay;
       return wi - p.step_size * m / (sqrtf(v) * p.inv_sqrt_bc2 + p.eps);
     }
   }
+}
+
+// The same on slot i of fp32 state arrays (nullable where the optimizer keeps none).
+__device__ __forceinline__ float update_one(const UpdateParams& p, float w, float g, float* s1,
+                                            float* s2, int64_t i) {
+  float m = s1 ? s1[i] : 0.0f, v = s2 ? s2[i] : 0.0f;
+  const float x = update_one(p, w, g, m, v);
+  if (s1) s1[i] = m;
+  if (s2) s2[i] = v;
+  return x;
 }
 
 __global__ void update_f32_kernel(UpdateParams p, float* __restrict__ w,
@@ -86,31 +96,37 @@ __global__ void update_f32_kernel(UpdateParams p, float* __restrict__ w,
     w[i] = update_one(p, w[i], g[i], s1, s2, i);
 }
 
-// splitmix64 finaliser: a counter-based generator, so the bits do not depend on the launch.
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// State storage of the bf16 update: fp32 as is, bf16 widened and rounded back to nearest.
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void narrow(float& dst, float x) { dst = x; }
+__device__ __forceinline__ void narrow(__nv_bfloat16& dst, float x) {
+  dst = __float2bfloat16_rn(x);
 }
 
-// Unbiased stochastic rounding to bf16: add 16 random bits below the kept mantissa, then
-// truncate. Non-finite values round to nearest.
-__device__ __forceinline__ __nv_bfloat16 round_stochastic(float x, uint32_t bits16) {
+// Unbiased stochastic rounding to bf16 (gpu::bf16_bits_stochastic, the host's rule).
+// Non-finite values round to nearest.
+__device__ __forceinline__ __nv_bfloat16 round_stochastic(float x, uint32_t bits) {
   if (!isfinite(x)) return __float2bfloat16_rn(x);
-  const uint32_t u = (__float_as_uint(x) + (bits16 & 0xffffu)) & 0xffff0000u;
-  return __ushort_as_bfloat16(static_cast<unsigned short>(u >> 16));
+  return __ushort_as_bfloat16(bf16_bits_stochastic(__float_as_uint(x), bits));
 }
 
+// bf16 weights, state S (float or __nv_bfloat16): the fp32 update on the widened values,
+// then the rounding (the weights stochastically when p.seed != 0, with the counter-based
+// bits of gpu::rounding_bits, as the CPU).
+template <class S>
 __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w,
-                                   const float* __restrict__ g, float* __restrict__ s1,
-                                   float* __restrict__ s2, int64_t n) {
-  const uint64_t key = mix64(p.seed ^ (p.step * 0x9E3779B97F4A7C15ULL));
+                                   const float* __restrict__ g, S* __restrict__ s1,
+                                   S* __restrict__ s2, int64_t n) {
+  const uint64_t stream = rounding_stream(p.seed, p.step);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = update_one(p, __bfloat162float(w[i]), g[i], s1, s2, i);
-    w[i] = p.seed != 0
-               ? round_stochastic(x, static_cast<uint32_t>(mix64(key + static_cast<uint64_t>(i))))
-               : __float2bfloat16_rn(x);
+    float m = s1 ? widen(s1[i]) : 0.0f, v = s2 ? widen(s2[i]) : 0.0f;
+    const float x = update_one(p, __bfloat162float(w[i]), g[i], m, v);
+    if (s1) narrow(s1[i], m);
+    if (s2) narrow(s2[i], v);
+    w[i] = p.seed != 0 ? round_stochastic(x, rounding_bits(stream, static_cast<uint64_t>(i)))
+                       : __float2bfloat16_rn(x);
   }
 }
 
@@ -152,8 +168,21 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
-  XMC_CUDA_LAUNCH(update_bf16_kernel, blocks_for(n), kThreads, 0, ctx.stream(), p,
+  XMC_CUDA_LAUNCH(update_bf16_kernel<float>, blocks_for(n), kThreads, 0, ctx.stream(), p,
                   reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2, n);
+}
+
+void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      Bf16* params, const float* grad, Bf16* state1, Bf16* state2, int64_t n,
+                      uint64_t stochastic_seed) {
+  if (n <= 0) return;
+  UpdateParams p = make_params(cfg, lr, step);
+  p.seed = stochastic_seed;
+  p.step = static_cast<uint64_t>(step);
+  XMC_CUDA_LAUNCH(update_bf16_kernel<__nv_bfloat16>, blocks_for(n), kThreads, 0, ctx.stream(), p,
+                  reinterpret_cast<__nv_bfloat16*>(params), grad,
+                  reinterpret_cast<__nv_bfloat16*>(state1),
+                  reinterpret_cast<__nv_bfloat16*>(state2), n);
 }
 
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,

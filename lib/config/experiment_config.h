@@ -116,9 +116,16 @@ struct OptimSpec : OptimizerConfig {
     v.field("momentum", momentum, "sgd: momentum", Range::half_open(0, 1));
     v.field("weight_decay", weight_decay, "sgd: L2 added to the gradient; adamw: decoupled decay",
             Range::at_least(0));
-    v.field("beta1", beta1, "adam/adamw: first-moment decay", Range::half_open(0, 1));
+    v.field("beta1", beta1,
+            "adam/adamw: first-moment decay; 0 keeps no first moment (RMSprop with bias "
+            "correction: one state array instead of two)",
+            Range::half_open(0, 1));
     v.field("beta2", beta2, "adam/adamw: second-moment decay", Range::half_open(0, 1));
     v.field("eps", eps, "adam/adamw: denominator epsilon", Range::greater_than(0));
+    v.field("state_precision", state_precision,
+            "Storage of the optimizer state of the output layer's label weights: fp32 (4 bytes "
+            "per weight per state array) or bf16 (2; needs model.output.precision bf16; "
+            "biases, projections and the encoder keep fp32 state)");
   }
   bool operator==(const OptimSpec&) const = default;
 };

@@ -14,7 +14,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
       cfg_(cfg),
       block_(*init.ctx, cfg.dim, init.label_lo, init.label_end() - init.label_lo, init.batch_size,
              cfg.chunk_size, cfg.loss, init.optim, init.seed,
-             dense_precision(*init.ctx, cfg.precision, cfg.stochastic_rounding)),
+             dense_precision(cfg.precision, cfg.stochastic_rounding)),
       // The same initial P on both devices: drawn on the host (uploaded on the GPU).
       proj_(*init.ctx, init.input_dim, cfg.dim, Projection::Kind::linear, init.optim,
             init.batch_size, Rng::stream(init.seed, 0xb0771e)) {

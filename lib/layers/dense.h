@@ -1,6 +1,6 @@
 #pragma once
 // Backend `dense`: the one-vs-all baseline, W [L×d] + bias, trained in label chunks, on
-// the CPU (fp32) or the GPU (fp32 or bf16 weights; device views, see output_layer.h).
+// the CPU or the GPU (device views, see output_layer.h), with fp32 or bf16 weights.
 #include <limits>
 #include <string>
 
@@ -23,8 +23,8 @@ struct DenseConfig {
     v.field("chunk_size", chunk_size, "Labels processed per chunk (bounds the B×chunk logit workspace)",
             Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,
-            "Weight storage: fp32, or bf16 (device cuda only; fp32 accumulation, half the "
-            "weight memory)");
+                    "Weight storage: fp32, or bf16 (half the weight memory, no fp32 copy; fp32 "
+                    "accumulation: bf16 GEMMs on cuda, each chunk widened to fp32 on the cpu)");
   }
 };
 

@@ -11,10 +11,8 @@
 
 namespace xmc {
 
-DensePrecision dense_precision(const Context& ctx, Precision precision, bool stochastic_rounding) {
+DensePrecision dense_precision(Precision precision, bool stochastic_rounding) {
   DensePrecision p{.bf16 = precision == Precision::bf16};
-  if (p.bf16 && !ctx.on_gpu())
-    throw_input("model.output.precision: bf16 weights need device cuda (the CPU path is fp32)");
   if (stochastic_rounding && !p.bf16)
     throw_input("model.output.stochastic_rounding needs precision bf16 (precision is {})",
                 to_string(precision));
@@ -41,18 +39,19 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
             "stochastic rounding needs bf16 weights (precision fp32 given)");
   // The host memory budget (a device block's weights live in GPU memory).
   if (!ctx.on_gpu())
-    check_memory_plan(planned_bytes(false, d, n, max_batch, chunk, loss, optim).total(),
-                      fmt::format("a dense output block of {} labels × d = {} (weights, {} "
-                                  "optimizer state arrays, workspace)",
-                                  n, d, optimizer_state_arrays(optim)),
-                      "fewer labels, a narrower encoder output (the last model.encoder layer's "
-                      "out) or an optimizer with less state (optim.output.type)");
+    check_memory_plan(
+        planned_bytes(false, d, n, max_batch, chunk, loss, optim, precision.bf16).total(),
+        fmt::format("a dense output block of {} labels × d = {} (weights, {} "
+                    "optimizer state arrays, workspace)",
+                    n, d, optimizer_state_arrays(optim)),
+        "fewer labels, a narrower encoder output (the last model.encoder layer's "
+        "out) or an optimizer with less state (optim.output.type)");
   p_ = LabelParams(ctx, optim, n, d, precision.bf16);
   const auto zn = static_cast<size_t>(max_batch * chunk_);
   z_ = Buffer<float>(ctx, MemTag::workspace, zn);
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * d));
   db_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_));
-  if (bf16()) {
+  if (gpu_bf16()) {
     g16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, zn);
     h16_ = Buffer<gpu::Bf16>(ctx, MemTag::workspace, static_cast<size_t>(max_batch * d));
   }
@@ -66,13 +65,17 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
 }
 
 void DenseBlock::round_h(ConstMatrix h) const {
-  if (bf16()) ops::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
+  if (gpu_bf16()) ops::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
 }
 
 void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
-  if (bf16()) {
+  if (gpu_bf16()) {
     ops::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
                  gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), z);
+  } else if (bf16()) {  // CPU: the chunk widened into dw_, then the fp32 sgemm
+    const Matrix wc(dw_.data(), z.cols, d_);
+    ops::widen_bf16(gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), wc);
+    ops::gemm_nt(*ctx_, h, wc, z);
   } else {
     ops::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + row0 * d_, z.cols, d_), z);
   }
@@ -125,7 +128,8 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     logits(h, c0, z);
     mark(&DenseTimings::forward);
     // z becomes G = dL/dZ (already divided by the batch size), and its bf16 copy.
-    const gpu::Bf16Matrix g16 = bf16() ? gpu::Bf16Matrix(g16_.data(), batch, c) : gpu::Bf16Matrix();
+    const gpu::Bf16Matrix g16 =
+        gpu_bf16() ? gpu::Bf16Matrix(g16_.data(), batch, c) : gpu::Bf16Matrix();
     if (loss_ == LossType::softmax) {
       softmax_loss_grad(ctx, z, p_.b.data() + c0, smax_, targets_, lo_ + c0, batch, acc_, g16);
     } else {
@@ -133,15 +137,17 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     }
     mark(&DenseTimings::loss);
     // dh += G·W_c with the weights before this step's update; dW_c = Gᵀ·h, db_c = column
-    // sums of G; then update the chunk.
+    // sums of G; then update the chunk. CPU bf16: dw_ holds W_c widened by logits() until
+    // dW_c overwrites it.
     const Matrix dw(dw_.data(), c, d_);
-    if (bf16()) {
+    if (gpu_bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
       ops::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       ops::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
     } else {
-      ops::gemm_nn(ctx, z, ConstMatrix(p_.w.f32() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      const float* wc = bf16() ? dw_.data() : p_.w.f32() + c0 * d_;
+      ops::gemm_nn(ctx, z, ConstMatrix(wc, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       ops::gemm_tn(ctx, z, h, dw);
     }
@@ -165,7 +171,7 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
             lo + out.cols, lo_, lo_ + n_);
   XMC_CHECK(h.cols == d_ && out.rows == h.rows, "scores shapes h[{}×{}] out[{}×{}], d={}", h.rows,
             h.cols, out.rows, out.cols, d_);
-  XMC_CHECK(!bf16() || h.rows <= max_batch_, "bf16 scores of {} rows, workspace for {}", h.rows,
+  XMC_CHECK(!gpu_bf16() || h.rows <= max_batch_, "bf16 scores of {} rows, workspace for {}", h.rows,
             max_batch_);
   round_h(h);
   logits(h, r0, out);
@@ -174,7 +180,7 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
 
 TopK DenseBlock::topk(ConstMatrix h, int k, int64_t block_rows) const {
   XMC_CHECK(h.cols == d_, "top-k: h has {} columns, d = {}", h.cols, d_);
-  if (bf16()) block_rows = std::min(block_rows, max_batch_);
+  if (gpu_bf16()) block_rows = std::min(block_rows, max_batch_);
   ConstMatrix hb;
   return stream_topk(
       *ctx_, h.rows, k, block_rows, n_, chunk_, lo_,
@@ -198,9 +204,9 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
   const double dd = static_cast<double>(d), b = static_cast<double>(max_batch);
   const double c = static_cast<double>(std::min(chunk, n));
   LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
-  bytes.workspace = 4.0 * (b * c + c * dd + c);                      // z, dW_c, db_c
-  if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);               // G, h rounded
+  bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (CPU bf16: also W_c widened), db_c
   if (gpu) {
+    if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);        // G, h rounded
     if (loss == LossType::softmax) bytes.workspace += 8.0 * b;  // row max, sum
     bytes.workspace += sizeof(gpu::LossAccum) + 8.0 * (b + 1);  // the step's loss, target rows
   }

@@ -7,9 +7,11 @@
 // One path on the Context's device (ops of ops/dense.h, ops/loss.h,
 // ops/optimizer.h): a CPU Context keeps host arrays and every matrix is a host view; a
 // CUDA Context keeps device arrays and h, dh and the scores' out are DEVICE views. Weights
-// fp32, or on the GPU bf16 (stored only in bf16: half the memory; GEMMs in bf16 with fp32
-// accumulation, h and G rounded to bf16 for them; optimizer state and bias fp32; updates
-// rounded to nearest or stochastically). The same initial weights on both devices for the
+// fp32, or bf16 (stored only in bf16: half the memory; updates rounded to nearest or
+// stochastically; the weights' optimizer state fp32 or bf16, the bias and its state fp32).
+// On the GPU the GEMMs run in bf16 with fp32 accumulation, h and G rounded to bf16 for
+// them; on the CPU each chunk of W is widened to fp32 just before its sgemm (in the dW_c
+// workspace, so bf16 adds no buffer). The same initial weights on both devices for the
 // same seed. Every buffer goes through the ledger: weights, optimizer, workspace.
 #include <cstdint>
 #include <string>
@@ -39,11 +41,11 @@ struct DenseTimings {
   double update = 0.0;           // optimizer step of W_c, b_c
 };
 
-XMC_NAMED_ENUM(Precision, fp32, bf16);  // weight storage (bf16: CUDA only)
+XMC_NAMED_ENUM(Precision, fp32, bf16);  // weight storage
 
 // Weight storage of a dense block.
 struct DensePrecision {
-  bool bf16 = false;                 // CUDA only
+  bool bf16 = false;
   bool stochastic_rounding = false;  // bf16 only
 };
 // The config keys `precision` and `stochastic_rounding` of the backends built on a
@@ -54,9 +56,8 @@ void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, cons
   v.field("stochastic_rounding", stochastic_rounding,
           "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
 }
-// bf16: CUDA only (InputError on the CPU); stochastic_rounding: bf16 only (InputError
-// otherwise).
-DensePrecision dense_precision(const Context& ctx, Precision precision, bool stochastic_rounding);
+// stochastic_rounding: bf16 only (InputError otherwise).
+DensePrecision dense_precision(Precision precision, bool stochastic_rounding);
 
 class DenseBlock {
  public:
@@ -102,6 +103,9 @@ class DenseBlock {
 
  private:
   bool bf16() const { return p_.w.bf16(); }
+  // bf16 weights on the GPU: bf16 GEMMs on h and G rounded. On the CPU bf16 weights are
+  // widened chunk by chunk and the GEMMs stay fp32.
+  bool gpu_bf16() const { return bf16() && ctx_->on_gpu(); }
   // z [B×c] = h·W_cᵀ (no bias) for labels [row0, row0+c) of the block; bf16: h16_ must
   // hold h rounded (round_h).
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
@@ -115,9 +119,10 @@ class DenseBlock {
   uint64_t seed_;
   LabelParams p_;                      // W [n×d], bias [n] and their optimizer state
   Buffer<float> z_;                    // [max_batch×chunk] logits / gradients
-  Buffer<float> dw_, db_;              // [chunk×d], [chunk]
-  Buffer<gpu::Bf16> g16_;              // bf16: [max_batch×chunk] G rounded
-  mutable Buffer<gpu::Bf16> h16_;      // bf16: [max_batch×d] h rounded
+  mutable Buffer<float> dw_;           // [chunk×d] dW_c; CPU bf16: first W_c widened
+  Buffer<float> db_;                   // [chunk]
+  Buffer<gpu::Bf16> g16_;              // GPU bf16: [max_batch×chunk] G rounded
+  mutable Buffer<gpu::Bf16> h16_;      // GPU bf16: [max_batch×d] h rounded
   SoftmaxState smax_;
   LossTargets targets_;
   LossAccumulator acc_;

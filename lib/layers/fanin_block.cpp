@@ -302,7 +302,7 @@ RewireStats FaninBlock::rewire(
               if (a) a[r * f + j] = 0.0f;
         });
     p_.w.commit();
-    for (Buffer<float>* b : {&p_.w_s1, &p_.w_s2}) b->commit();
+    for (WeightArray* b : {&p_.w_s1, &p_.w_s2}) b->commit();
     idx_.commit();
     last_rewire_.seconds = sw.seconds();
   }

@@ -136,7 +136,11 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   }
 
   // Head: a dense block over positions [0, H) on its (projected) input.
-  const DensePrecision precision = dense_precision(ctx, cfg.precision, cfg.stochastic_rounding);
+  const DensePrecision precision = dense_precision(cfg.precision, cfg.stochastic_rounding);
+  if (precision.bf16 && t > 0 && !ctx.on_gpu())
+    throw_input(
+        "group_shared: precision bf16 on device cpu: the tail's bf16 kernels exist on device "
+        "cuda only (use precision fp32 on the CPU)");
   if (precision.bf16 && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
@@ -375,8 +379,15 @@ void GroupSharedLayer::regroup_semantic(ConstMatrix x, const CsrMatrix& point_la
     bb->commit();
   }
   block_.init_weights(Rng::stream(seed_, kGsWeightStream).next());
-  for (Buffer<float>* b : {&p.w_s1, &p.w_s2})
-    if (!b->empty()) ops::set_zero(*ctx_, Matrix(b->data(), t, block_.fan_in()));
+  for (WeightArray* b : {&p.w_s1, &p.w_s2}) {
+    if (b->empty()) continue;
+    if (b->bf16()) {
+      b->stage_for_write();  // zeros
+      b->commit();
+    } else {
+      ops::set_zero(*ctx_, Matrix(b->f32(), t, block_.fan_in()));
+    }
+  }
   spdlog::info(
       "group_shared: semantic grouping of {} tail labels into {} groups in {:.2f}s; cohesion "
       "(mean cosine to the group centroid) {:.4f} vs {:.4f} frequency order, {:.4f} random",

@@ -97,9 +97,10 @@ struct GroupSharedConfig : FaninConfig {
     v.field("dropout", dropout, "Dropout probability on the layer's input h",
             Range::half_open(0.0, 1.0));
     v.field("chunk_size", chunk_size, "Labels processed per block", Range{1, int64_t{1} << 24});
-    visit_precision(v, precision, stochastic_rounding,
-            "Weight storage of the head block and the tail: fp32, or bf16 (device cuda only; the "
-            "projections stay fp32)");
+    visit_precision(
+        v, precision, stochastic_rounding,
+        "Weight storage of the head block and the tail: fp32, or bf16 (device cuda only "
+        "when there is a tail; the projections stay fp32)");
   }
 };
 

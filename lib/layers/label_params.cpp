@@ -1,5 +1,6 @@
 #include "layers/label_params.h"
 
+#include "core/error.h"
 #include "ops/optimizer.h"
 
 namespace xmc {
@@ -16,10 +17,15 @@ LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t row
     : rows(rows_), cols(cols_) {
   const auto wn = static_cast<size_t>(rows * cols);
   const auto n = static_cast<size_t>(rows);
+  const bool bf16_state = optim.state_precision == StatePrecision::bf16;
+  if (bf16_state && !bf16)
+    throw_input(
+        "optim.output.state_precision: bf16 optimizer state needs bf16 weights "
+        "(model.output.precision: bf16; backends dense, bottleneck and group_shared)");
   w = WeightArray(ctx, bf16, wn);
   b = Buffer<float>(ctx, MemTag::weights, n);
-  w_s1 = optimizer_state_buffer(ctx, optim, 1, wn);
-  w_s2 = optimizer_state_buffer(ctx, optim, 2, wn);
+  if (optimizer_keeps(optim, 1)) w_s1 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
+  if (optimizer_keeps(optim, 2)) w_s2 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
   b_s1 = optimizer_state_buffer(ctx, optim, 1, n);
   b_s2 = optimizer_state_buffer(ctx, optim, 2, n);
 }
@@ -28,8 +34,7 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
                          int64_t step, int64_t r0, int64_t n, const float* dw, const float* db,
                          uint64_t rounding_key) {
   const int64_t off = r0 * cols;
-  w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, data_or_null(w_s1, off),
-           data_or_null(w_s2, off), n * cols, rounding_key);
+  w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols, rounding_key);
   optimizer_update(ctx, without_decay(optim), lr, step, b.data() + r0, db,
                    data_or_null(b_s1, r0), data_or_null(b_s2, r0), n);
 }
@@ -37,8 +42,9 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
 void LabelParams::update_rows(const Context& ctx, const OptimizerConfig& optim, double lr,
                               int64_t step, const uint32_t* ids, int64_t count, const float* dw,
                               const float* db) {
-  optimizer_update_rows(ctx, optim, lr, step, w.f32(), dw, data_or_null(w_s1), data_or_null(w_s2),
-                        ids, count, cols);
+  XMC_CHECK(!w.bf16() && !w_s1.bf16() && !w_s2.bf16(), "row updates of bf16 label weights");
+  optimizer_update_rows(ctx, optim, lr, step, w.f32(), dw, w_s1.empty() ? nullptr : w_s1.f32(),
+                        w_s2.empty() ? nullptr : w_s2.f32(), ids, count, cols);
   optimizer_update_rows(ctx, without_decay(optim), lr, step, b.data(), db, data_or_null(b_s1),
                         data_or_null(b_s2), ids, count, 1);
 }
@@ -58,15 +64,15 @@ std::vector<TensorRef> LabelParams::refs(const std::string& prefix) {
 }
 
 void LabelParams::sync(StateSync s) {
-  w.sync(s);
-  for (Buffer<float>* x : {&b, &w_s1, &w_s2, &b_s1, &b_s2}) x->sync(s);
+  for (WeightArray* x : {&w, &w_s1, &w_s2}) x->sync(s);
+  for (Buffer<float>* x : {&b, &b_s1, &b_s2}) x->sync(s);
 }
 
 LayerBytes LabelParams::planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
                                       bool bf16) {
   const double n = static_cast<double>(rows), wn = n * static_cast<double>(cols);
   return {.params = (bf16 ? 2.0 : 4.0) * wn + 4.0 * n,
-          .optimizer = 4.0 * optimizer_state_arrays(optim) * (wn + n)};
+          .optimizer = optimizer_state_arrays(optim) * (state_slot_bytes(optim) * wn + 4.0 * n)};
 }
 
 }  // namespace xmc

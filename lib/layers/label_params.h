@@ -1,8 +1,9 @@
 #pragma once
 // LabelParams: the per-label parameters that dense_block, fixed_fanin, group_shared's tail
 // and the sampled block all keep — weights [rows×cols] (WeightArray: fp32, or bf16 on the
-// GPU), bias [rows] and their optimizer state — on the Context's device, with the one
-// slice update, the checkpoint names and the host staging of checkpoints.
+// GPU), bias [rows] and their optimizer state (the weights' state fp32, or bf16 beside
+// bf16 weights: optim.state_precision) — on the Context's device, with the one slice
+// update, the checkpoint names and the host staging of checkpoints.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,13 +20,14 @@ namespace xmc {
 struct LabelParams {
   WeightArray w;              // [rows×cols]
   Buffer<float> b;            // [rows]
-  Buffer<float> w_s1, w_s2;   // optimizer state of w (empty when the optimizer keeps none)
+  WeightArray w_s1, w_s2;     // optimizer state of w (empty when the optimizer keeps none)
   Buffer<float> b_s1, b_s2;   // optimizer state of b
   int64_t rows = 0, cols = 0;
 
   LabelParams() = default;
   // Zero weights (the caller initialises them: w.stage_for_write(), w.commit()), zero bias
-  // and state, recorded under MemTag::weights / optimizer. bf16 needs a CUDA Context.
+  // and state, recorded under MemTag::weights / optimizer. optim.state_precision bf16 needs
+  // bf16 weights (InputError otherwise).
   LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows, int64_t cols,
               bool bf16 = false);
 
@@ -35,7 +37,7 @@ struct LabelParams {
               int64_t r0, int64_t n, const float* dw, const float* db,
               uint64_t rounding_key = 0);
   // The lazy update of the rows ids[0..count) (distinct; on the Context's device), with
-  // gradient rows dw [count×cols] and db [count] (fp32 weights only).
+  // gradient rows dw [count×cols] and db [count] (fp32 weights and state only).
   void update_rows(const Context& ctx, const OptimizerConfig& optim, double lr, int64_t step,
                    const uint32_t* ids, int64_t count, const float* dw, const float* db);
 

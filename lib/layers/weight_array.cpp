@@ -6,24 +6,31 @@
 
 namespace xmc {
 
-WeightArray::WeightArray(Context& ctx, bool bf16, size_t n) : bf16_(bf16) {
-  XMC_CHECK(!bf16 || ctx.on_gpu(), "bf16 weights exist only on device cuda");
+WeightArray::WeightArray(Context& ctx, bool bf16, size_t n, MemTag tag) : bf16_(bf16) {
   if (bf16)
-    w16_ = Buffer<gpu::Bf16>(ctx, MemTag::weights, n);
+    w16_ = Buffer<gpu::Bf16>(ctx, tag, n);
   else
-    w_ = Buffer<float>(ctx, MemTag::weights, n);
+    w_ = Buffer<float>(ctx, tag, n);
 }
 
 void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
-                         size_t off, const float* grad, float* state1, float* state2, int64_t n,
+                         size_t off, const float* grad, WeightArray& s1, WeightArray& s2, int64_t n,
                          uint64_t stochastic_key) {
   XMC_CHECK(off + static_cast<size_t>(n) <= size(), "weight update of [{}, {}) of {} weights",
             off, off + static_cast<size_t>(n), size());
-  if (bf16_)
-    optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad, state1, state2, n,
-                     stochastic_key);
-  else
-    optimizer_update(ctx, cfg, lr, step, w_.data() + off, grad, state1, state2, n);
+  const bool bf16_state = (!s1.empty() && s1.bf16()) || (!s2.empty() && s2.bf16());
+  XMC_CHECK(!bf16_state || bf16_, "bf16 optimizer state of fp32 weights");
+  if (!bf16_)
+    return optimizer_update(ctx, cfg, lr, step, w_.data() + off, grad,
+                            s1.empty() ? nullptr : s1.f32() + off,
+                            s2.empty() ? nullptr : s2.f32() + off, n);
+  if (bf16_state)
+    return optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad,
+                            s1.empty() ? nullptr : s1.b16() + off,
+                            s2.empty() ? nullptr : s2.b16() + off, n, stochastic_key);
+  optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad,
+                   s1.empty() ? nullptr : s1.f32() + off, s2.empty() ? nullptr : s2.f32() + off, n,
+                   stochastic_key);
 }
 
 float* WeightArray::stage() {

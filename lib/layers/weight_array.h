@@ -1,9 +1,10 @@
 #pragma once
-// WeightArray: a layer's weights on the Context's device, fp32 — or, on the GPU with
-// precision bf16, bf16 only (no fp32 master copy; the optimizer rounds each update).
-// Host access as Buffer's (core/buffer.h), always in fp32: stage() gives a host fp32
-// copy (bf16 widened exactly), commit() writes it back (bf16: rounded to nearest even),
-// release() drops it.
+// WeightArray: a layer's label weights, or their optimizer state, on the Context's device:
+// fp32, or bf16 only (no fp32 master copy; the optimizer rounds each update). Host access
+// as Buffer's (core/buffer.h), always in fp32: stage() gives a host fp32 copy (bf16
+// widened exactly), commit() writes it back (bf16: rounded to nearest even), release()
+// drops it. On the CPU a bf16 array is its 2-byte storage; the GEMMs widen a chunk of it
+// just before use (layers/dense_block.h).
 #include <cstddef>
 #include <vector>
 
@@ -16,10 +17,11 @@ namespace xmc {
 class WeightArray {
  public:
   WeightArray() = default;
-  // n weights, zero, recorded under MemTag::weights. bf16 needs a CUDA Context.
-  WeightArray(Context& ctx, bool bf16, size_t n);
+  // n values, zero, recorded under `tag` (weights, or optimizer for state arrays).
+  WeightArray(Context& ctx, bool bf16, size_t n, MemTag tag = MemTag::weights);
 
   bool bf16() const { return bf16_; }
+  bool empty() const { return size() == 0; }
   size_t size() const { return bf16_ ? w16_.size() : w_.size(); }
   int64_t bytes() const { return static_cast<int64_t>(bf16_ ? w16_.bytes() : w_.bytes()); }
   // The device arrays: f32() in fp32 mode, b16() in bf16 mode.
@@ -28,11 +30,12 @@ class WeightArray {
   gpu::Bf16* b16() { return w16_.data(); }
   const gpu::Bf16* b16() const { return w16_.data(); }
 
-  // Weights [off, off+n) take one optimizer step with gradient grad [n] (state arrays
-  // already offset, nullable): fp32, or bf16 rounded to nearest — or stochastically when
-  // stochastic_key != 0 (the rounding bits depend on the key, the step and the index).
-  void update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
-              size_t off, const float* grad, float* state1, float* state2, int64_t n,
+  // Values [off, off+n) take one optimizer step with gradient grad [n], state arrays s1, s2
+  // (the same layout; empty when the optimizer keeps none; bf16 state needs bf16 weights):
+  // fp32, or bf16 rounded to nearest — or stochastically when stochastic_key != 0 (the
+  // rounding bits depend on the key, the step and the index).
+  void update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step, size_t off,
+              const float* grad, WeightArray& s1, WeightArray& s2, int64_t n,
               uint64_t stochastic_key = 0);
   // The stochastic-rounding key of a slice that starts at `offset` (the bits differ per
   // seed and per slice); 0 when `on` is false (round to nearest).

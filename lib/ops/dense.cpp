@@ -69,6 +69,17 @@ void column_sums(ConstMatrix a, float* out) {
   }
 }
 
+void widen_bf16(gpu::ConstBf16Matrix src, Matrix dst) {
+  XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "widen_bf16: [{}×{}] into [{}×{}]",
+            src.rows, src.cols, dst.rows, dst.cols);
+#pragma omp parallel for schedule(static) if (src.rows * src.cols > 65536)
+  for (int64_t i = 0; i < src.rows; ++i) {
+    const gpu::Bf16* s = src.row(i);
+    float* d = dst.row(i);
+    for (int64_t j = 0; j < src.cols; ++j) d[j] = gpu::bf16_widen(s[j]);
+  }
+}
+
 void relu_inplace(Matrix m) {
 #pragma omp parallel for schedule(static) if (m.rows * m.cols > 65536)
   for (int64_t i = 0; i < m.rows; ++i) {

@@ -17,19 +17,69 @@ constexpr int64_t kOptimizerBlock = 1 << 14;
 
 // An update of n > 0 slots: Adam's step is 1-based, the state arrays the optimizer keeps
 // are there. On either device.
-void check_update(const OptimizerConfig& cfg, int64_t step, const float* s1, const float* s2,
+void check_update(const OptimizerConfig& cfg, int64_t step, const void* s1, const void* s2,
                   int64_t n) {
   if (n <= 0) return;
   XMC_CHECK(cfg.type == OptimizerType::sgd || step >= 1, "optimizer step is 1-based, got {}", step);
-  const int need = optimizer_state_arrays(cfg);
-  XMC_CHECK((need < 1 || s1) && (need < 2 || s2), "{} (momentum {}) needs {} state arrays",
-            to_string(cfg.type), cfg.momentum, need);
+  XMC_CHECK((!optimizer_keeps(cfg, 1) || s1) && (!optimizer_keeps(cfg, 2) || s2),
+            "{} (momentum {}, beta1 {}) needs {} state arrays", to_string(cfg.type), cfg.momentum,
+            cfg.beta1, optimizer_state_arrays(cfg));
+}
+// Element-wise storage conversions of the bf16 update: fp32 state as is, bf16 widened
+// exactly and rounded back to nearest even.
+inline float widen(float x) { return x; }
+inline float widen(gpu::Bf16 x) { return gpu::bf16_widen(x); }
+inline void narrow(float& dst, float x) { dst = x; }
+inline void narrow(gpu::Bf16& dst, float x) { dst = gpu::bf16_round(x); }
+
+// bf16 weights p[0, n) (state S: float or gpu::Bf16) in tiles: widened to fp32, updated by
+// OptimizerStep::apply (the fp32 formulas), rounded back — the weights to nearest even, or
+// stochastically (stochastic) with the bits of counter i0 + i of the stream
+// (gpu::rounding_bits).
+template <class S>
+void apply_bf16(const OptimizerStep& st, gpu::Bf16* p, const float* g, S* s1, S* s2, int64_t n,
+                int64_t i0, bool stochastic, uint64_t stream) {
+  constexpr int64_t kTile = 256;
+  float w[kTile], m[kTile], v[kTile];
+  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+    const int64_t len = std::min(kTile, n - t0);
+    for (int64_t i = 0; i < len; ++i) {
+      w[i] = gpu::bf16_widen(p[t0 + i]);
+      if (s1) m[i] = widen(s1[t0 + i]);
+      if (s2) v[i] = widen(s2[t0 + i]);
+    }
+    st.apply(w, g + t0, s1 ? m : nullptr, s2 ? v : nullptr, len);
+    for (int64_t i = 0; i < len; ++i) {
+      const auto at = static_cast<uint64_t>(i0 + t0 + i);
+      p[t0 + i] = stochastic ? gpu::bf16_round_stochastic(w[i], gpu::rounding_bits(stream, at))
+                             : gpu::bf16_round(w[i]);
+      if (s1) narrow(s1[t0 + i], m[i]);
+      if (s2) narrow(s2[t0 + i], v[i]);
+    }
+  }
+}
+
+// The CPU update of n bf16 weights, split over threads as the fp32 one.
+template <class S>
+void update_bf16(const OptimizerConfig& cfg, double lr, int64_t step, gpu::Bf16* params,
+                 const float* grad, S* state1, S* state2, int64_t n, uint64_t stochastic_seed) {
+  if (n <= 0) return;
+  const OptimizerStep st(cfg, lr, step);
+  const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
+  const int64_t blocks = (n + kOptimizerBlock - 1) / kOptimizerBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t o = blk * kOptimizerBlock;
+    apply_bf16(st, params + o, grad + o, state1 ? state1 + o : nullptr,
+               state2 ? state2 + o : nullptr, std::min(kOptimizerBlock, n - o), o,
+               stochastic_seed != 0, stream);
+  }
 }
 }  // namespace
 
 Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
                                      size_t n) {
-  if (optimizer_state_arrays(optim) < which) return {};
+  if (!optimizer_keeps(optim, which)) return {};
   return Buffer<float>(ctx, MemTag::optimizer, n);
 }
 
@@ -75,6 +125,17 @@ void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t 
     }
     return;
   }
+  if (m == nullptr) {  // beta1 = 0: the first moment is the gradient (not stored)
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] + l2_ * p[i];
+      const float mi = one_minus_b1_ * gi;
+      v[i] = b2_ * v[i] + one_minus_b2_ * gi * gi;
+      const float pi = p[i] * decay_;
+      p[i] = pi - step_size_ * mi / (std::sqrt(v[i]) * inv_sqrt_bc2_ + eps_);
+    }
+    return;
+  }
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + l2_ * p[i];
@@ -115,8 +176,20 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed) {
   check_update(cfg, step, state1, state2, n);
-  gpu::optimizer_update(ops::bf16_device(ctx, "bf16 optimizer update"), cfg, lr, step, params, grad,
-                        state1, state2, n, stochastic_seed);
+  if (ctx.on_gpu())
+    return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
+                                 stochastic_seed);
+  update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+}
+
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
+                      int64_t n, uint64_t stochastic_seed) {
+  check_update(cfg, step, state1, state2, n);
+  if (ctx.on_gpu())
+    return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
+                                 stochastic_seed);
+  update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
 }
 
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,

@@ -19,6 +19,10 @@ template <class T>
 class Buffer;
 
 XMC_NAMED_ENUM(OptimizerType, sgd, adam, adamw)
+// Storage of the state arrays of a layer's label weights: fp32 (4 bytes a slot) or bf16
+// (2 bytes, rounded to nearest after each update; with bf16 weights only). Biases,
+// projections and the encoder keep fp32 state whatever this says.
+XMC_NAMED_ENUM(StatePrecision, fp32, bf16)
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::adam;
@@ -28,17 +32,29 @@ struct OptimizerConfig {
   double beta1 = 0.9;         // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;
+  StatePrecision state_precision = StatePrecision::fp32;
   bool operator==(const OptimizerConfig&) const = default;
 };
 
-// How many state arrays (each as long as the parameters) the optimizer needs:
-// sgd 0 (momentum 0) or 1; adam/adamw 2.
+// Whether the optimizer keeps state array `which` (each as long as the parameters): 1 is
+// sgd's momentum (momentum != 0) or Adam's first moment (beta1 != 0: with beta1 = 0 the
+// first moment is the gradient itself, so it is not stored — Adam becomes RMSprop with
+// bias correction and keeps one array); 2 is Adam's second moment.
+inline bool optimizer_keeps(const OptimizerConfig& cfg, int which) {
+  if (cfg.type == OptimizerType::sgd) return which == 1 && cfg.momentum != 0.0;
+  return which == 2 || (which == 1 && cfg.beta1 != 0.0);
+}
+// How many state arrays the optimizer keeps: sgd 0 (momentum 0) or 1; adam/adamw 2, or 1
+// with beta1 = 0.
 inline int optimizer_state_arrays(const OptimizerConfig& cfg) {
-  if (cfg.type == OptimizerType::sgd) return cfg.momentum != 0.0 ? 1 : 0;
-  return 2;
+  return int{optimizer_keeps(cfg, 1)} + int{optimizer_keeps(cfg, 2)};
+}
+// Bytes of one state slot of label weights: 4 (fp32) or 2 (bf16).
+inline double state_slot_bytes(const OptimizerConfig& cfg) {
+  return cfg.state_precision == StatePrecision::bf16 ? 2.0 : 4.0;
 }
 // State array `which` (1 or 2) of an optimizer over n parameters on the Context's device,
-// zero, recorded under MemTag::optimizer; empty when the optimizer needs fewer arrays.
+// zero, recorded under MemTag::optimizer; empty when the optimizer does not keep it.
 Buffer<float> optimizer_state_buffer(Context& ctx, const OptimizerConfig& optim, int which,
                                      size_t n);
 // An optional array (a Buffer or std::vector) at offset o, or null where it is empty (e.g.
@@ -49,7 +65,8 @@ auto* data_or_null(Buf& b, int64_t o = 0) {
 }
 
 // One update of params[i] -= ... for i in [0, n), with gradient grad[i].
-// state1/state2: the state arrays for the same slots (nullptr when not needed).
+// state1/state2: the state arrays for the same slots (nullptr where not kept:
+// optimizer_keeps).
 // step: 1-based count of updates of these parameters (Adam's bias correction).
 // lr: the learning rate at this step (schedule applied by the caller).
 // Parallelises over i with OpenMP when n is large.
@@ -59,13 +76,17 @@ void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float
 // and the update is queued on its stream.
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       float* params, const float* grad, float* state1, float* state2, int64_t n);
-// bf16 weights (GPU only; a CPU Context throws xmc::Error): updated in fp32 from the bf16
-// value and rounded back to nearest even, or stochastically (unbiased) when
-// stochastic_seed != 0: the random bits depend on (seed, step, i) only, so a run is
-// reproducible.
+// bf16 weights, on either device: updated in fp32 from the bf16 value and rounded back to
+// nearest even, or stochastically (unbiased) when stochastic_seed != 0: the random bits
+// depend on (seed, step, i) only (gpu::rounding_bits), so a run is reproducible and both
+// devices round alike. The state arrays in fp32, or in bf16 (StatePrecision::bf16: widened,
+// updated in fp32, rounded back to nearest even).
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
                       uint64_t stochastic_seed = 0);
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
+                      int64_t n, uint64_t stochastic_seed = 0);
 // The lazy update of a sparse layer's touched rows on the Context's device: for u in
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
 // gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
@@ -108,6 +129,10 @@ XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& 
 XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                  int64_t step, Bf16* params, const float* grad, float* state1,
                                  float* state2, int64_t n,
+                                 uint64_t stochastic_seed = 0) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                                 int64_t step, Bf16* params, const float* grad, Bf16* state1,
+                                 Bf16* state2, int64_t n,
                                  uint64_t stochastic_seed = 0) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                       int64_t step, float* params, const float* grad, float* state1,

@@ -16,13 +16,8 @@
 
 #include "core/context.h"
 #include "core/cuda_context.h"
+#include "core/host_device.h"
 #include "core/matrix.h"
-
-#if defined(__CUDACC__)
-#define XMC_HOST_DEVICE __host__ __device__
-#else
-#define XMC_HOST_DEVICE
-#endif
 
 namespace xmc {
 

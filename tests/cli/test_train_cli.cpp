@@ -152,6 +152,75 @@ TEST_CASE("an interrupted run resumed gives the same final metrics") {
   CHECK(n == 3);
 }
 
+// The small version of configs/wordnet_dense_lean.yaml against fp32 Adam: the output layer
+// in bf16 with stochastic rounding, Adam with beta1 = 0 and its one state array in bf16,
+// narrow label chunks. 2000 labels × d = 128 (the weights dominate the layer's bytes, as
+// at WordNet's 17k × 768). The lean layer's ledger bytes are at most 35% of fp32 Adam's;
+// its P@1 after 3 epochs at most 2 points below (the WordNet table holds the 0.3 target:
+// docs/benchmarks.md, "Lean precision on WordNet"); its checkpoint (bf16 weights and
+// state, saved as fp32) evaluates to the run's metrics; a run halted after epoch 1 and
+// resumed ends where the whole run does (the bf16 state and the rounding draws restart
+// exactly).
+TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, checkpoints") {
+  TempDir tmp;
+  const std::string data = (tmp / "data").string();
+  write_file(tmp / "c.yaml",
+             "name: lean\nseed: 7\ndevice: cpu\nthreads: 1\n"
+             "data:\n"
+             "  train: {features: " + data + "/trn_X.npy, labels: " + data + "/trn_X_Y.txt}\n"
+             "  test: {features: " + data + "/tst_X.npy, labels: " + data + "/tst_X_Y.txt}\n"
+             "  synth: {enabled: true, format: dense, train: 6000, test: 1500, labels: 2000, "
+             "features: 128, clusters: 20, seed: 3}\n"
+             "model:\n"
+             "  encoder: [{type: linear, out: 128, activation: relu}]\n"
+             "  output: {type: dense, loss: bce, chunk_size: 128}\n"
+             "optim:\n"
+             "  encoder: {type: adam, lr: 0.01}\n"
+             "  output: {type: adam, lr: 0.01}\n"
+             "train: {epochs: 3, batch_size: 128, log_every_s: 100}\n"
+             "eval: {k: 5}\n");
+  const std::vector<std::string> lean = {
+      "--set", "model.output.precision=bf16",    "--set", "model.output.stochastic_rounding=true",
+      "--set", "model.output.chunk_size=32",     "--set", "optim.output.beta1=0",
+      "--set", "optim.output.state_precision=bf16"};
+  auto train = [&](const std::string& dir, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
+                                     (tmp / dir).string(), "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(r.out);
+  };
+  const json base = train("base", {}), thin = train("lean", lean);
+  const double base_bytes = base["output_layer_bytes"].get<double>();
+  const double lean_bytes = thin["output_layer_bytes"].get<double>();
+  INFO("output layer: fp32 Adam " << base_bytes << " bytes, lean " << lean_bytes);
+  CHECK(lean_bytes == thin["output_layer_analytic_bytes"].get<double>());
+  CHECK(lean_bytes <= 0.35 * base_bytes);
+  const double p1 = thin["metrics"]["P@1"].get<double>();
+  INFO("P@1: fp32 Adam " << base["metrics"]["P@1"].get<double>() << ", lean " << p1);
+  CHECK(p1 >= base["metrics"]["P@1"].get<double>() - 0.02);
+  CHECK(p1 > 0.3);  // far above chance: it learned
+
+  auto e = run_cli({"eval", "--checkpoint", (tmp / "lean" / "checkpoint.h5").string(), "--json"});
+  INFO(e.err);
+  REQUIRE(e.exit_code == 0);
+  CHECK(json::parse(e.out)["metrics"]["P@1"].get<double>() == Approx(p1).margin(1e-12));
+
+  std::vector<std::string> halt = lean;
+  halt.insert(halt.end(), {"--halt-after-epoch", "1"});
+  std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
+                                   (tmp / "part").string()};
+  args.insert(args.end(), halt.begin(), halt.end());
+  auto part = run_cli(args);
+  INFO(part.err);
+  REQUIRE(part.exit_code == 0);
+  std::vector<std::string> resume = lean;
+  resume.push_back("--resume");
+  CHECK(train("part", resume)["metrics"] == thin["metrics"]);
+}
+
 TEST_CASE("a run killed with SIGKILL mid-training resumes to the same final metrics") {
   TempDir tmp;
   // Larger epochs than small_train_config's, so the kill lands inside a later epoch.

@@ -35,9 +35,7 @@ using namespace xmc::test;
 using testcases::optimizers;
 using testcases::random_targets;
 
-inline std::string describe(const OptimizerConfig& o) {
-  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "");
-}
+inline std::string describe(const OptimizerConfig& o) { return testcases::describe(o); }
 
 // Adam's update lr·m̂/(√v̂ + eps) is ill-conditioned where a weight's gradient nearly
 // cancels (|g| ~ eps): there the devices' float sums (cuBLAS and OpenBLAS add in other

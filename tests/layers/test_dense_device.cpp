@@ -1,16 +1,16 @@
 // Device selection and the device-related options of the dense backends, testable
-// without a GPU: which backends have a CUDA path, that bf16 / stochastic rounding are
-// refused on the CPU with the key named, that device cuda is refused without CUDA or a GPU
+// without a GPU: which backends have a CUDA path, bf16 weights and state on the CPU (and
+// the combinations refused, with the key named), that device cuda is refused without CUDA or a GPU
 // (and for backends without a CUDA path) — never a silent CPU fallback — and that
 // checkpoint staging (sync_state) leaves a CPU layer's state untouched.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "core/error.h"
 #include "core/gpu.h"
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
+#include "layers/group_shared.h"
 #include "layers/registry.h"
 #include "support/layer_support.h"
 #include "train/model.h"
@@ -39,19 +39,33 @@ TEST_CASE("every registered backend has a CUDA path") {
   CHECK_FALSE(backend_has_cuda("no_such_backend"));
 }
 
-TEST_CASE("bf16 weights and stochastic rounding are refused on the CPU, naming the key") {
+TEST_CASE("bf16 on the CPU: dense and bottleneck take it, the bad combinations are refused") {
   Context ctx(Device::cpu, 1);
   DenseConfig c;
   c.precision = Precision::bf16;
-  CHECK_THROWS_AS(DenseLayer(small_init(ctx), c), InputError);
-  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), c), Contains("model.output.precision"));
-  DenseConfig sr;
-  sr.stochastic_rounding = true;
-  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), sr), Contains("stochastic_rounding"));
+  c.stochastic_rounding = true;
+  {
+    DenseLayer layer(small_init(ctx), c);
+    // 10 labels × 4 in bf16 (80 bytes) where fp32 takes 160.
+    CHECK(ctx.ledger().current(MemTag::weights) == 10 * 4 * 2 + 10 * 4);
+  }
   BottleneckConfig b;
   b.dim = 3;
   b.precision = Precision::bf16;
-  CHECK_THROWS_AS(BottleneckLayer(small_init(ctx), b), InputError);
+  { BottleneckLayer layer(small_init(ctx), b); }
+  DenseConfig sr;
+  sr.stochastic_rounding = true;
+  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), sr), Contains("stochastic_rounding"));
+  // bf16 optimizer state needs bf16 weights, and names the key.
+  LayerInit init = small_init(ctx);
+  init.optim.state_precision = StatePrecision::bf16;
+  CHECK_THROWS_AS(DenseLayer(init, DenseConfig{}), InputError);
+  CHECK_THROWS_WITH(DenseLayer(init, DenseConfig{}), Contains("optim.output.state_precision"));
+  { DenseLayer layer(init, c); }
+  // group_shared's tail has no CPU bf16 kernels.
+  GroupSharedConfig g;
+  g.precision = Precision::bf16;
+  CHECK_THROWS_WITH(GroupSharedLayer(small_init(ctx), g), Contains("precision bf16 on device cpu"));
   // Nothing leaked into the ledger by the refused layers.
   CHECK(ctx.ledger().total_current() == 0);
 }

@@ -346,19 +346,20 @@ DEVICE_TEST("the lazy row update equals OptimizerStep::apply per row, other rows
       auto ds2 = put(ctx, s2);
       auto dgrad = put(ctx, grad);
       auto dids = put(ctx, ids);
-      const int states = optimizer_state_arrays(cfg);
       optimizer_update_rows(ctx, cfg, 0.05, 3, dp.data(), dgrad.data(),
-                            states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr,
-                            dids.data(), count, width);
+                            optimizer_keeps(cfg, 1) ? ds1.data() : nullptr,
+                            optimizer_keeps(cfg, 2) ? ds2.data() : nullptr, dids.data(), count,
+                            width);
       const OptimizerStep st(cfg, 0.05, 3);
       for (int64_t u = 0; u < count; ++u) {
         const int64_t o = int64_t{ids[u]} * width;
-        st.apply(p.data() + o, grad.data() + u * width, states >= 1 ? s1.data() + o : nullptr,
-                 states >= 2 ? s2.data() + o : nullptr, width);
+        st.apply(p.data() + o, grad.data() + u * width,
+                 optimizer_keeps(cfg, 1) ? s1.data() + o : nullptr,
+                 optimizer_keeps(cfg, 2) ? s2.data() + o : nullptr, width);
       }
       // Untouched rows stay bit-identical; touched ones within the fp32 formulas' rounding.
       expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
-      if (states >= 1)
+      if (optimizer_keeps(cfg, 1))
         expect_close("", get(ds1, s1.size()), std::vector<double>(s1.begin(), s1.end()), 1e-8,
                      1e-6);
       const auto got = get(dp, p.size());
@@ -735,16 +736,16 @@ DEVICE_TEST("the dense optimizer update on the device equals OptimizerStep::appl
       auto ds1 = put(ctx, s1);
       auto ds2 = put(ctx, s2);
       auto dgrad = put(ctx, grad);
-      const int states = optimizer_state_arrays(cfg);
       for (int64_t step = 1; step <= 3; ++step) {
         optimizer_update(ctx, cfg, 0.05, step, dp.data(), dgrad.data(),
-                         states >= 1 ? ds1.data() : nullptr, states >= 2 ? ds2.data() : nullptr, n);
+                         optimizer_keeps(cfg, 1) ? ds1.data() : nullptr,
+                         optimizer_keeps(cfg, 2) ? ds2.data() : nullptr, n);
         OptimizerStep(cfg, 0.05, step)
-            .apply(p.data(), grad.data(), states >= 1 ? s1.data() : nullptr,
-                   states >= 2 ? s2.data() : nullptr, n);
+            .apply(p.data(), grad.data(), optimizer_keeps(cfg, 1) ? s1.data() : nullptr,
+                   optimizer_keeps(cfg, 2) ? s2.data() : nullptr, n);
       }
       expect_close("", get(dp, p.size()), std::vector<double>(p.begin(), p.end()), 1e-7, 1e-6);
-      if (states >= 2)
+      if (optimizer_keeps(cfg, 2))
         expect_close("", get(ds2, s2.size()), std::vector<double>(s2.begin(), s2.end()), 1e-9,
                      1e-6);
     }
@@ -754,17 +755,19 @@ DEVICE_TEST("the dense optimizer update on the device equals OptimizerStep::appl
 // The parity binary's optimizer sizes (test_optimizers): the four update rules (plain sgd
 // without state among them), n from 1 to past a grid, three steps from zero state with a
 // fresh gradient each, against the host update (ops/optimizer.h) in fp32: parameters and
-// both states. On CUDA also bf16 weights, each step against the fp32 update of the current
-// bf16 values: rounded to nearest (within half a bf16 ulp, 2^-9 relative, plus slack) and
-// stochastically (one of the two bf16 neighbours of the fp32 update).
-DEVICE_TEST("the dense optimizer update over sizes with fresh gradients, bf16 weights on CUDA",
+// both states. Then bf16 weights (both devices), each step against the fp32 update of the
+// current bf16 values: rounded to nearest (within half a bf16 ulp, 2^-9 relative, plus
+// slack), stochastically (one of the two bf16 neighbours of the fp32 update), and with bf16
+// state as well (weights and state within a bf16 ulp of the fp32 update of the current
+// values). The device's bf16 updates equal the CPU's (the same counter-based draws): all
+// but a few slots bit for bit (fp32 contraction differences can move a rounding boundary),
+// none more than one bf16 step apart.
+DEVICE_TEST("the dense optimizer update over sizes with fresh gradients, bf16 weights and state",
             "[dense][optimizer]") {
   for (const OptimizerConfig& cfg : testcases::optimizers()) {
     for (int64_t n : {1, 1000, 1031, 100003}) {
-      DYNAMIC_SECTION(to_string(cfg.type)
-                      << (cfg.momentum != 0.0 ? "+momentum" : "") << ", n=" << n) {
+      DYNAMIC_SECTION(testcases::describe(cfg) << ", n=" << n) {
         Rng rng(37);
-        const bool cuda = ctx.on_gpu();
         const int states = optimizer_state_arrays(cfg);
         if (cfg.type == OptimizerType::sgd && cfg.momentum == 0.0) CHECK(states == 0);
         const auto un = static_cast<size_t>(n);
@@ -773,63 +776,91 @@ DEVICE_TEST("the dense optimizer update over sizes with fresh gradients, bf16 we
         auto dp = put(ctx, p);
         auto ds1 = put(ctx, s1);
         auto ds2 = put(ctx, s2);
-        auto st = [&](Buffer<float>& b, int i) { return states >= i ? b.data() : nullptr; };
-        // bf16 weights (CUDA): nearest and stochastic rounding from the same start, each
-        // with its own state.
-        const size_t n16 = cuda ? un : 0;
-        Buffer<gpu::Bf16> dp16(ctx, MemTag::workspace, n16), dp16s(ctx, MemTag::workspace, n16);
-        Buffer<float> b1(ctx, MemTag::workspace, n16), b2(ctx, MemTag::workspace, n16),
-            c1(ctx, MemTag::workspace, n16), c2(ctx, MemTag::workspace, n16);
-        if (cuda) {
-          dp16.copy_from_host(to_bf16(p).data(), un);
-          dp16s.copy_from_host(to_bf16(p).data(), un);
-        }
+        auto st = [&](auto& b, int i) { return optimizer_keeps(cfg, i) ? b.data() : nullptr; };
+        // bf16 weights: nearest, stochastic (fp32 state each), and stochastic with bf16
+        // state; the same three on the CPU for the cross-device check.
+        Context cpu;
+        const auto p16 = to_bf16(p);
+        auto w16 = [&](Context& c) { return put(c, p16); };
+        auto zeros = [&](Context& c) { return put(c, std::vector<float>(un, 0.0f)); };
+        auto zeros16 = [&](Context& c) { return put(c, to_bf16(std::vector<float>(un, 0.0f))); };
+        Buffer<gpu::Bf16> dn = w16(ctx), dsr = w16(ctx), dss = w16(ctx);
+        Buffer<float> n1 = zeros(ctx), n2 = zeros(ctx), r1 = zeros(ctx), r2 = zeros(ctx);
+        Buffer<gpu::Bf16> q1 = zeros16(ctx), q2 = zeros16(ctx);
+        Buffer<gpu::Bf16> cn = w16(cpu), csr = w16(cpu), css = w16(cpu);
+        Buffer<float> cn1 = zeros(cpu), cn2 = zeros(cpu), cr1 = zeros(cpu), cr2 = zeros(cpu);
+        Buffer<gpu::Bf16> cq1 = zeros16(cpu), cq2 = zeros16(cpu);
+        int64_t differ = 0;
         for (int64_t step = 1; step <= 3; ++step) {
           INFO("step " << step);
           const auto g = random_floats(rng, un, 0.5f);
           auto dg = put(ctx, g);
           optimizer_update(ctx, cfg, cfg.lr, step, dp.data(), dg.data(), st(ds1, 1), st(ds2, 2), n);
-          optimizer_update(cfg, cfg.lr, step, p.data(), g.data(), states >= 1 ? s1.data() : nullptr,
-                           states >= 2 ? s2.data() : nullptr, n);
+          optimizer_update(cfg, cfg.lr, step, p.data(), g.data(),
+                           optimizer_keeps(cfg, 1) ? s1.data() : nullptr,
+                           optimizer_keeps(cfg, 2) ? s2.data() : nullptr, n);
           expect_close("params", get(dp, un), p, 1e-6, 1e-5);
-          if (states >= 1) expect_close("state1", get(ds1, un), s1, 1e-6, 1e-5);
-          if (states >= 2) expect_close("state2", get(ds2, un), s2, 1e-7, 1e-5);
-          if (!cuda) continue;
+          if (optimizer_keeps(cfg, 1)) expect_close("state1", get(ds1, un), s1, 1e-6, 1e-5);
+          if (optimizer_keeps(cfg, 2)) expect_close("state2", get(ds2, un), s2, 1e-7, 1e-5);
           // This step's update of the current bf16 values (and states) in fp32.
-          auto want16 = widen(get(dp16, un)), want16s = widen(get(dp16s, un));
-          auto h1 = get(b1, un), h2 = get(b2, un), hs1 = get(c1, un), hs2 = get(c2, un);
-          optimizer_update(cfg, cfg.lr, step, want16.data(), g.data(),
-                           states >= 1 ? h1.data() : nullptr, states >= 2 ? h2.data() : nullptr, n);
-          optimizer_update(cfg, cfg.lr, step, want16s.data(), g.data(),
-                           states >= 1 ? hs1.data() : nullptr, states >= 2 ? hs2.data() : nullptr,
-                           n);
-          optimizer_update(ctx, cfg, cfg.lr, step, dp16.data(), dg.data(), st(b1, 1), st(b2, 2), n);
-          optimizer_update(ctx, cfg, cfg.lr, step, dp16s.data(), dg.data(), st(c1, 1), st(c2, 2), n,
-                           0x1234u + static_cast<uint64_t>(step));
-          expect_close("bf16 params (nearest)", widen(get(dp16, un)), want16, 1e-6, 1.0 / 256);
-          const auto gots = widen(get(dp16s, un));
-          int64_t outside = 0;
-          for (size_t i = 0; i < un; ++i) {
-            const float x = want16s[i];
-            uint32_t u;
-            std::memcpy(&u, &x, 4);
-            const float down = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>(u >> 16)});
-            const float up = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>((u >> 16) + 1)});
-            const float tol = 1e-6f + std::abs(x) * 1e-5f;
-            if (!(gots[i] >= std::min(down, up) - tol && gots[i] <= std::max(down, up) + tol))
-              ++outside;
+          auto want_n = widen(get(dn, un)), want_s = widen(get(dsr, un)),
+               want_q = widen(get(dss, un));
+          auto hn1 = get(n1, un), hn2 = get(n2, un), hr1 = get(r1, un), hr2 = get(r2, un);
+          auto hq1 = widen(get(q1, un)), hq2 = widen(get(q2, un));
+          auto ref = [&](std::vector<float>& w, std::vector<float>& a, std::vector<float>& b) {
+            optimizer_update(cfg, cfg.lr, step, w.data(), g.data(),
+                             optimizer_keeps(cfg, 1) ? a.data() : nullptr,
+                             optimizer_keeps(cfg, 2) ? b.data() : nullptr, n);
+          };
+          ref(want_n, hn1, hn2);
+          ref(want_s, hr1, hr2);
+          ref(want_q, hq1, hq2);
+          const uint64_t key = 0x1234u + static_cast<uint64_t>(step);
+          optimizer_update(ctx, cfg, cfg.lr, step, dn.data(), dg.data(), st(n1, 1), st(n2, 2), n);
+          optimizer_update(ctx, cfg, cfg.lr, step, dsr.data(), dg.data(), st(r1, 1), st(r2, 2), n,
+                           key);
+          optimizer_update(ctx, cfg, cfg.lr, step, dss.data(), dg.data(), st(q1, 1), st(q2, 2), n,
+                           key);
+          expect_close("bf16 params (nearest)", widen(get(dn, un)), want_n, 1e-6, 1.0 / 256);
+          auto between = [&](const std::vector<float>& got, const std::vector<float>& want) {
+            int64_t outside = 0;
+            for (size_t i = 0; i < un; ++i) {
+              const float x = want[i];
+              uint32_t u;
+              std::memcpy(&u, &x, 4);
+              const float down = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>(u >> 16)});
+              const float up = gpu::bf16_widen(gpu::Bf16{static_cast<uint16_t>((u >> 16) + 1)});
+              const float tol = 1e-6f + std::abs(x) * 1e-5f;
+              if (!(got[i] >= std::min(down, up) - tol && got[i] <= std::max(down, up) + tol))
+                ++outside;
+            }
+            return outside;
+          };
+          INFO("stochastically rounded bf16 params outside their fp32 update's neighbours");
+          CHECK(between(widen(get(dsr, un)), want_s) == 0);
+          CHECK(between(widen(get(dss, un)), want_q) == 0);
+          if (optimizer_keeps(cfg, 1))
+            expect_close("bf16 state1", widen(get(q1, un)), hq1, 1e-6, 1.0 / 128);
+          if (optimizer_keeps(cfg, 2))
+            expect_close("bf16 state2", widen(get(q2, un)), hq2, 1e-9, 1.0 / 128);
+          // The same updates on the CPU.
+          optimizer_update(cpu, cfg, cfg.lr, step, cn.data(), g.data(), st(cn1, 1), st(cn2, 2), n);
+          optimizer_update(cpu, cfg, cfg.lr, step, csr.data(), g.data(), st(cr1, 1), st(cr2, 2), n,
+                           key);
+          optimizer_update(cpu, cfg, cfg.lr, step, css.data(), g.data(), st(cq1, 1), st(cq2, 2), n,
+                           key);
+          for (auto [d, c] : {std::pair{&dn, &cn}, std::pair{&dsr, &csr}, std::pair{&dss, &css}}) {
+            const auto a = get(*d, un), b = get(*c, un);
+            for (size_t i = 0; i < un; ++i) {
+              if (a[i].bits == b[i].bits) continue;
+              ++differ;
+              CHECK(std::abs(int{a[i].bits} - int{b[i].bits}) <= 1);
+            }
           }
-          INFO(outside
-               << " stochastically rounded bf16 params outside their fp32 update's neighbours");
-          CHECK(outside == 0);
         }
-        if (!cuda) {  // bf16 weights exist only on the GPU
-          Buffer<gpu::Bf16> w16(ctx, MemTag::workspace, un);
-          auto dg = put(ctx, random_floats(rng, un));
-          CHECK_THROWS_AS(optimizer_update(ctx, cfg, cfg.lr, 1, w16.data(), dg.data(), st(ds1, 1),
-                                           st(ds2, 2), n),
-                          Error);
-        }
+        INFO(differ << " bf16 weights differ between the device and the CPU");
+        CHECK(differ <= 1 + n / 1000);
+        if (!ctx.on_gpu()) CHECK(differ == 0);
       }
     }
   }
@@ -913,12 +944,10 @@ DEVICE_TEST("the lazy row update over widths and steps, untouched rows unchanged
   const int64_t n = 50;
   for (const OptimizerConfig& cfg : testcases::optimizers()) {
     for (int64_t width : {int64_t{1}, int64_t{37}, int64_t{130}}) {
-      DYNAMIC_SECTION(to_string(cfg.type)
-                      << (cfg.momentum != 0.0 ? "+momentum" : "") << " width " << width) {
+      DYNAMIC_SECTION(testcases::describe(cfg) << " width " << width) {
         Rng rng(43);
         const auto total = static_cast<size_t>(n * width);
         std::vector<float> p = random_floats(rng, total), s1(total, 0.0f), s2(total, 0.0f);
-        const int states = optimizer_state_arrays(cfg);
         auto dp = put(ctx, p), d1 = put(ctx, s1), d2 = put(ctx, s2);
         for (int64_t step = 1; step <= 3; ++step) {
           INFO("step " << step);
@@ -931,19 +960,21 @@ DEVICE_TEST("the lazy row update over widths and steps, untouched rows unchanged
           const OptimizerStep os(cfg, cfg.lr, step);
           for (int64_t u = 0; u < count; ++u) {
             const int64_t o = int64_t{rows[static_cast<size_t>(u)]} * width;
-            os.apply(p.data() + o, g.data() + u * width, states >= 1 ? s1.data() + o : nullptr,
-                     states >= 2 ? s2.data() + o : nullptr, width);
+            os.apply(p.data() + o, g.data() + u * width,
+                     optimizer_keeps(cfg, 1) ? s1.data() + o : nullptr,
+                     optimizer_keeps(cfg, 2) ? s2.data() + o : nullptr, width);
           }
           auto dg = put(ctx, g);
           auto drows = put(ctx, rows);
           const auto before = get(dp, total);
           optimizer_update_rows(ctx, cfg, cfg.lr, step, dp.data(), dg.data(),
-                                states >= 1 ? d1.data() : nullptr,
-                                states >= 2 ? d2.data() : nullptr, drows.data(), count, width);
+                                optimizer_keeps(cfg, 1) ? d1.data() : nullptr,
+                                optimizer_keeps(cfg, 2) ? d2.data() : nullptr, drows.data(), count,
+                                width);
           const auto got = get(dp, total);
           expect_close("params", got, p, 1e-6, 1e-5);
-          if (states >= 1) expect_close("state1", get(d1, total), s1, 1e-7, 1e-5);
-          if (states >= 2) expect_close("state2", get(d2, total), s2, 1e-9, 1e-5);
+          if (optimizer_keeps(cfg, 1)) expect_close("state1", get(d1, total), s1, 1e-7, 1e-5);
+          if (optimizer_keeps(cfg, 2)) expect_close("state2", get(d2, total), s2, 1e-9, 1e-5);
           std::vector<char> hit(static_cast<size_t>(n), 0);
           for (uint32_t r : rows) hit[r] = 1;
           int64_t changed_untouched = 0;

@@ -3,6 +3,7 @@
 // (tests/cuda, which include this file by relative path: they do not link the test main).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/matrix.h"
@@ -30,8 +31,14 @@ inline CsrMatrix random_targets(Rng& rng, int64_t rows, int64_t labels, int max_
   return t;
 }
 
-// The four update rules with weight decay: sgd (momentum 0: no state), sgd + momentum,
-// adam, adamw.
+// An update rule's name in a section title: "adam", "sgd+momentum", "adam beta1=0".
+inline std::string describe(const OptimizerConfig& o) {
+  return std::string(to_string(o.type)) + (o.momentum != 0.0 ? "+momentum" : "") +
+         (o.type != OptimizerType::sgd && o.beta1 == 0.0 ? " beta1=0" : "");
+}
+
+// The update rules with weight decay: sgd (momentum 0: no state), sgd + momentum, adam,
+// adamw, and adam with beta1 = 0 (no first moment: only state array 2).
 inline std::vector<OptimizerConfig> optimizers() {
   OptimizerConfig sgd;
   sgd.type = OptimizerType::sgd;
@@ -46,7 +53,9 @@ inline std::vector<OptimizerConfig> optimizers() {
   OptimizerConfig adamw = adam;
   adamw.type = OptimizerType::adamw;
   adamw.weight_decay = 1e-2;
-  return {sgd, mom, adam, adamw};
+  OptimizerConfig rms = adam;
+  rms.beta1 = 0.0;
+  return {sgd, mom, adam, adamw, rms};
 }
 
 }  // namespace xmc::testcases
