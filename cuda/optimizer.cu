@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "ops/optimizer.h"
 #include "runtime.h"
@@ -130,6 +131,48 @@ __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w
   }
 }
 
+// Row-wise Adam (beta1 = 0): a block per row. Pass 1 sums the row's squared gradients
+// (with adam's L2 term) over the block, pass 2 steps every weight with the row's new v.
+// Rounding as update_bf16_kernel, counter r·cols + j.
+__device__ __forceinline__ float load_weight(float w) { return w; }
+__device__ __forceinline__ float load_weight(__nv_bfloat16 w) { return __bfloat162float(w); }
+
+template <class W>
+__global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
+                                      const float* __restrict__ g, float* __restrict__ row_v,
+                                      int64_t cols) {
+  __shared__ float part[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  W* wr = w + r * cols;
+  const float* gr = g + r * cols;
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float gi = gr[j] + p.l2 * load_weight(wr[j]);
+    sq += gi * gi;
+  }
+  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = sq;
+  __syncthreads();
+  float total = 0.0f;
+  for (int k = 0; k < static_cast<int>(blockDim.x >> 5); ++k) total += part[k];
+  const float v = p.b2 * row_v[r] + p.one_minus_b2 * (total / static_cast<float>(cols));
+  const float scale = p.step_size * p.one_minus_b1 / (sqrtf(v) * p.inv_sqrt_bc2 + p.eps);
+  const uint64_t stream = rounding_stream(p.seed, p.step);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float wi = load_weight(wr[j]);
+    const float x = wi * p.decay - scale * (gr[j] + p.l2 * wi);
+    if constexpr (std::is_same_v<W, float>) {
+      wr[j] = x;
+    } else {
+      wr[j] = p.seed != 0
+                  ? round_stochastic(x, rounding_bits(stream, static_cast<uint64_t>(r * cols + j)))
+                  : __float2bfloat16_rn(x);
+    }
+  }
+  __syncthreads();  // every thread has read row_v[r]
+  if (threadIdx.x == 0) row_v[r] = v;
+}
+
 // Row-gathered update (sampled layers): the same update_one, on rows rows[u] of params
 // (and of the state arrays, same layout), gradient row u of grad [count×width]. A thread
 // per (u, column); the rows are distinct, so no two threads touch one slot.
@@ -183,6 +226,26 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
                   reinterpret_cast<__nv_bfloat16*>(params), grad,
                   reinterpret_cast<__nv_bfloat16*>(state1),
                   reinterpret_cast<__nv_bfloat16*>(state2), n);
+}
+
+void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, float* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols) {
+  if (rows <= 0) return;
+  const UpdateParams p = make_params(cfg, lr, step);
+  XMC_CUDA_LAUNCH(update_rowwise_kernel<float>, static_cast<unsigned>(rows), kThreads, 0,
+                  ctx.stream(), p, params, grad, row_v, cols);
+}
+
+void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, Bf16* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed) {
+  if (rows <= 0) return;
+  UpdateParams p = make_params(cfg, lr, step);
+  p.seed = stochastic_seed;
+  p.step = static_cast<uint64_t>(step);
+  XMC_CUDA_LAUNCH(update_rowwise_kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0,
+                  ctx.stream(), p, reinterpret_cast<__nv_bfloat16*>(params), grad, row_v, cols);
 }
 
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,

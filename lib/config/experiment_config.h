@@ -126,6 +126,10 @@ struct OptimSpec : OptimizerConfig {
             "Storage of the optimizer state of the output layer's label weights: fp32 (4 bytes "
             "per weight per state array) or bf16 (2; needs model.output.precision bf16; "
             "biases, projections and the encoder keep fp32 state)");
+    v.field("rowwise", rowwise,
+            "adam/adamw with beta1 0: one second moment per label row (the mean of the row's "
+            "squared gradients) instead of one per weight, so the label weights keep no "
+            "per-weight state (dense and bottleneck; biases, projections keep theirs)");
   }
   bool operator==(const OptimSpec&) const = default;
 };

@@ -22,10 +22,19 @@ LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t row
     throw_input(
         "optim.output.state_precision: bf16 optimizer state needs bf16 weights "
         "(model.output.precision: bf16; backends dense, bottleneck and group_shared)");
+  if (optim.rowwise && (optim.type == OptimizerType::sgd || optim.beta1 != 0.0))
+    throw_input(
+        "optim.output.rowwise: the row-wise second moment is Adam's without a first moment "
+        "(type adam or adamw with beta1: 0; type {} beta1 {} given)",
+        to_string(optim.type), optim.beta1);
   w = WeightArray(ctx, bf16, wn);
   b = Buffer<float>(ctx, MemTag::weights, n);
-  if (optimizer_keeps(optim, 1)) w_s1 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
-  if (optimizer_keeps(optim, 2)) w_s2 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
+  if (optim.rowwise) {  // one fp32 second moment per row
+    w_s2 = WeightArray(ctx, false, n, MemTag::optimizer);
+  } else {
+    if (optimizer_keeps(optim, 1)) w_s1 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
+    if (optimizer_keeps(optim, 2)) w_s2 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
+  }
   b_s1 = optimizer_state_buffer(ctx, optim, 1, n);
   b_s2 = optimizer_state_buffer(ctx, optim, 2, n);
 }
@@ -34,7 +43,14 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
                          int64_t step, int64_t r0, int64_t n, const float* dw, const float* db,
                          uint64_t rounding_key) {
   const int64_t off = r0 * cols;
-  w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols, rounding_key);
+  if (optim.rowwise && w.bf16())
+    optimizer_update_rowwise(ctx, optim, lr, step, w.b16() + off, dw, w_s2.f32() + r0, n, cols,
+                             rounding_key);
+  else if (optim.rowwise)
+    optimizer_update_rowwise(ctx, optim, lr, step, w.f32() + off, dw, w_s2.f32() + r0, n, cols);
+  else
+    w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols,
+             rounding_key);
   optimizer_update(ctx, without_decay(optim), lr, step, b.data() + r0, db,
                    data_or_null(b_s1, r0), data_or_null(b_s2, r0), n);
 }
@@ -57,7 +73,10 @@ std::vector<TensorRef> LabelParams::refs(const std::string& prefix) {
     out.push_back({prefix + "bias_opt1", {rows}, b_s1.host_data()});
   }
   if (!w_s2.empty()) {
-    out.push_back({prefix + "weight_opt2", {rows, cols}, w_s2.host_data()});
+    const bool per_row = static_cast<int64_t>(w_s2.size()) != rows * cols;  // rowwise: [rows]
+    out.push_back({prefix + "weight_opt2",
+                   per_row ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols},
+                   w_s2.host_data()});
     out.push_back({prefix + "bias_opt2", {rows}, b_s2.host_data()});
   }
   return out;
@@ -71,8 +90,10 @@ void LabelParams::sync(StateSync s) {
 LayerBytes LabelParams::planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
                                       bool bf16) {
   const double n = static_cast<double>(rows), wn = n * static_cast<double>(cols);
-  return {.params = (bf16 ? 2.0 : 4.0) * wn + 4.0 * n,
-          .optimizer = optimizer_state_arrays(optim) * (state_slot_bytes(optim) * wn + 4.0 * n)};
+  const double bias_state = 4.0 * optimizer_state_arrays(optim) * n;
+  const double weight_state =
+      optim.rowwise ? 4.0 * n : optimizer_state_arrays(optim) * state_slot_bytes(optim) * wn;
+  return {.params = (bf16 ? 2.0 : 4.0) * wn + 4.0 * n, .optimizer = weight_state + bias_state};
 }
 
 }  // namespace xmc

@@ -20,14 +20,17 @@ namespace xmc {
 struct LabelParams {
   WeightArray w;              // [rows×cols]
   Buffer<float> b;            // [rows]
-  WeightArray w_s1, w_s2;     // optimizer state of w (empty when the optimizer keeps none)
+  WeightArray w_s1, w_s2;     // optimizer state of w (empty when the optimizer keeps none;
+                              // rowwise: w_s2 holds one fp32 value per row, [rows])
   Buffer<float> b_s1, b_s2;   // optimizer state of b
   int64_t rows = 0, cols = 0;
 
   LabelParams() = default;
   // Zero weights (the caller initialises them: w.stage_for_write(), w.commit()), zero bias
   // and state, recorded under MemTag::weights / optimizer. optim.state_precision bf16 needs
-  // bf16 weights (InputError otherwise).
+  // bf16 weights, optim.rowwise adam/adamw with beta1 = 0 (InputError otherwise); the
+  // layers that update rows lazily or rewire (fixed_fanin, group_shared, the sampled
+  // backends) refuse rowwise themselves.
   LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows, int64_t cols,
               bool bf16 = false);
 

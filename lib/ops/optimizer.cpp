@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "core/buffer.h"
 #include "core/error.h"
@@ -146,6 +148,22 @@ void OptimizerStep::apply(float* p, const float* g, float* m, float* v, int64_t 
   }
 }
 
+void OptimizerStep::apply_row(float* p, const float* g, float& v, int64_t n) const {
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + l2_ * p[i];
+    sq += gi * gi;
+  }
+  v = b2_ * v + one_minus_b2_ * (sq / static_cast<float>(n));
+  const float scale = step_size_ * one_minus_b1_ / (std::sqrt(v) * inv_sqrt_bc2_ + eps_);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + l2_ * p[i];
+    p[i] = p[i] * decay_ - scale * gi;
+  }
+}
+
 void optimizer_update(const OptimizerConfig& cfg, double lr, int64_t step, float* params,
                       const float* grad, float* state1, float* state2, int64_t n) {
   if (n <= 0) return;
@@ -190,6 +208,72 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
     return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
                                  stochastic_seed);
   update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+}
+
+namespace {
+// The row-wise update of rows [0, rows) on the CPU, fp32 or bf16 params (widened row by
+// row, rounded back as update_bf16 rounds).
+template <class W>
+void update_rowwise(const OptimizerConfig& cfg, double lr, int64_t step, W* params,
+                    const float* grad, float* row_v, int64_t rows, int64_t cols,
+                    uint64_t stochastic_seed) {
+  const OptimizerStep st(cfg, lr, step);
+  const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    std::vector<float> wide(std::is_same_v<W, float> ? 0 : static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      W* pr = params + r * cols;
+      if constexpr (std::is_same_v<W, float>) {
+        st.apply_row(pr, grad + r * cols, row_v[r], cols);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) wide[static_cast<size_t>(j)] = gpu::bf16_widen(pr[j]);
+        st.apply_row(wide.data(), grad + r * cols, row_v[r], cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float x = wide[static_cast<size_t>(j)];
+          pr[j] = stochastic_seed != 0
+                      ? gpu::bf16_round_stochastic(
+                            x, gpu::rounding_bits(stream, static_cast<uint64_t>(r * cols + j)))
+                      : gpu::bf16_round(x);
+        }
+      }
+    }
+  }
+}
+
+void check_rowwise(const OptimizerConfig& cfg, int64_t step, const float* row_v, int64_t rows,
+                   int64_t cols) {
+  XMC_CHECK(cfg.rowwise && cfg.type != OptimizerType::sgd && cfg.beta1 == 0.0,
+            "the row-wise update is adam/adamw with rowwise and beta1 = 0 ({}, rowwise {}, beta1 "
+            "{})",
+            to_string(cfg.type), cfg.rowwise, cfg.beta1);
+  XMC_CHECK(step >= 1 && rows >= 0 && cols >= 1 && (rows == 0 || row_v),
+            "row-wise update: step {}, {} rows of {}, row_v {}", step, rows, cols,
+            static_cast<const void*>(row_v));
+}
+}  // namespace
+
+void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, float* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols) {
+  check_rowwise(cfg, step, row_v, rows, cols);
+  if (rows == 0) return;
+  if (ctx.on_gpu())
+    return gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows,
+                                         cols);
+  update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, 0);
+}
+
+void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed) {
+  check_rowwise(cfg, step, row_v, rows, cols);
+  if (rows == 0) return;
+  if (ctx.on_gpu())
+    return gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols,
+                                         stochastic_seed);
+  update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
 }
 
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,

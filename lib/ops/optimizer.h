@@ -33,6 +33,9 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   StatePrecision state_precision = StatePrecision::fp32;
+  // adam/adamw with beta1 = 0: one second moment per label row (the mean of the row's
+  // squared gradients) instead of one per weight; the label weights of a DenseBlock only.
+  bool rowwise = false;
   bool operator==(const OptimizerConfig&) const = default;
 };
 
@@ -45,7 +48,7 @@ inline bool optimizer_keeps(const OptimizerConfig& cfg, int which) {
   return which == 2 || (which == 1 && cfg.beta1 != 0.0);
 }
 // How many state arrays the optimizer keeps: sgd 0 (momentum 0) or 1; adam/adamw 2, or 1
-// with beta1 = 0.
+// with beta1 = 0 (with rowwise that one is [rows], not as long as the parameters).
 inline int optimizer_state_arrays(const OptimizerConfig& cfg) {
   return int{optimizer_keeps(cfg, 1)} + int{optimizer_keeps(cfg, 2)};
 }
@@ -87,6 +90,19 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
                       int64_t n, uint64_t stochastic_seed = 0);
+// Row-wise Adam (cfg.rowwise: adam/adamw with beta1 = 0, else xmc::Error): rows [0, rows)
+// of params [rows×cols] with gradient grad [rows×cols] and one fp32 second moment per row,
+// row_v [rows]: with ĝ = g + wd·p (adam; adamw decays p instead), v_r = β2·v_r + (1-β2)·
+// mean_j ĝ_rj², then p_rj -= lr·ĝ_rj / (sqrt(v_r / bc2) + eps) — Adam's step with the
+// row's one v. On the Context's device; bf16 params rounded as optimizer_update's (the
+// rounding counter of element (r, j) is r·cols + j).
+void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, float* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols);
+void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
+                              int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed = 0);
+
 // The lazy update of a sparse layer's touched rows on the Context's device: for u in
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
 // gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
@@ -107,6 +123,9 @@ class OptimizerStep {
  public:
   OptimizerStep(const OptimizerConfig& cfg, double lr, int64_t step);
   void apply(float* params, const float* grad, float* state1, float* state2, int64_t n) const;
+  // One row of the row-wise update (optimizer_update_rowwise): params [n], grad [n], the
+  // row's second moment v.
+  void apply_row(float* params, const float* grad, float& v, int64_t n) const;
 
  private:
   OptimizerType type_;
@@ -134,6 +153,13 @@ XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& 
                                  int64_t step, Bf16* params, const float* grad, Bf16* state1,
                                  Bf16* state2, int64_t n,
                                  uint64_t stochastic_seed = 0) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg,
+                                         double lr, int64_t step, float* params, const float* grad,
+                                         float* row_v, int64_t rows, int64_t cols) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg,
+                                         double lr, int64_t step, Bf16* params, const float* grad,
+                                         float* row_v, int64_t rows, int64_t cols,
+                                         uint64_t stochastic_seed) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                       int64_t step, float* params, const float* grad, float* state1,
                                       float* state2, const uint32_t* rows, int64_t count,

@@ -78,6 +78,10 @@ std::vector<float> label_log_prior(const std::vector<int64_t>& label_freq, int64
 Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t total_steps,
              Comm* comm, const ShardSelection* shard_set)
     : meta_(std::move(meta)), ctx_(&ctx), comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
+  if (cfg.optim.encoder.rowwise)
+    throw_input(
+        "optim.encoder.rowwise: the row-wise second moment is for the output layer's dense "
+        "label weights (optim.output.rowwise)");
   if (cfg.optim.encoder.state_precision != StatePrecision::fp32)
     throw_input(
         "optim.encoder.state_precision: {}: the encoder keeps fp32 optimizer state (bf16 state "

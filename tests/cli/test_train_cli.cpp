@@ -160,7 +160,7 @@ TEST_CASE("an interrupted run resumed gives the same final metrics") {
 // docs/benchmarks.md, "Lean precision on WordNet"); its checkpoint (bf16 weights and
 // state, saved as fp32) evaluates to the run's metrics; a run halted after epoch 1 and
 // resumed ends where the whole run does (the bf16 state and the rounding draws restart
-// exactly).
+// exactly). Then the same with optim.output.rowwise (below).
 TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, checkpoints") {
   TempDir tmp;
   const std::string data = (tmp / "data").string();
@@ -207,6 +207,21 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
   INFO(e.err);
   REQUIRE(e.exit_code == 0);
   CHECK(json::parse(e.out)["metrics"]["P@1"].get<double>() == Approx(p1).margin(1e-12));
+
+  // optim.output.rowwise: one second moment per label row, so the label weights keep no
+  // per-weight state: at most 20% of fp32 Adam's bytes; its checkpoint (weight_opt2 of
+  // shape [labels]) evaluates to the run's metrics.
+  std::vector<std::string> row = lean;
+  row.insert(row.end(), {"--set", "optim.output.rowwise=true"});
+  const json rw = train("row", row);
+  const double row_p1 = rw["metrics"]["P@1"].get<double>();
+  INFO("rowwise: " << rw["output_layer_bytes"].get<double>() << " bytes, P@1 " << row_p1);
+  CHECK(rw["output_layer_bytes"].get<double>() <= 0.2 * base_bytes);
+  CHECK(row_p1 >= base["metrics"]["P@1"].get<double>() - 0.02);
+  auto er = run_cli({"eval", "--checkpoint", (tmp / "row" / "checkpoint.h5").string(), "--json"});
+  INFO(er.err);
+  REQUIRE(er.exit_code == 0);
+  CHECK(json::parse(er.out)["metrics"]["P@1"].get<double>() == Approx(row_p1).margin(1e-12));
 
   std::vector<std::string> halt = lean;
   halt.insert(halt.end(), {"--halt-after-epoch", "1"});

@@ -10,6 +10,7 @@
 #include "core/gpu.h"
 #include "layers/bottleneck.h"
 #include "layers/dense.h"
+#include "layers/fixed_fanin.h"
 #include "layers/group_shared.h"
 #include "layers/registry.h"
 #include "support/layer_support.h"
@@ -67,6 +68,28 @@ TEST_CASE("bf16 on the CPU: dense and bottleneck take it, the bad combinations a
   g.precision = Precision::bf16;
   CHECK_THROWS_WITH(GroupSharedLayer(small_init(ctx), g), Contains("precision bf16 on device cpu"));
   // Nothing leaked into the ledger by the refused layers.
+  CHECK(ctx.ledger().total_current() == 0);
+}
+
+TEST_CASE(
+    "optim.output.rowwise: one moment per label row in the ledger, refused where it cannot apply") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init = small_init(ctx);
+  init.optim.type = OptimizerType::adam;
+  init.optim.beta1 = 0.0;
+  init.optim.rowwise = true;
+  {
+    DenseLayer layer(init, DenseConfig{});
+    // The weights' state is one float per label (10), the bias's one per label too.
+    CHECK(ctx.ledger().current(MemTag::optimizer) == 10 * 4 + 10 * 4);
+    CHECK(ctx.ledger().total_current() == layer.analytic_bytes());
+  }
+  LayerInit with_m = init;
+  with_m.optim.beta1 = 0.9;
+  CHECK_THROWS_WITH(DenseLayer(with_m, DenseConfig{}), Contains("beta1: 0"));
+  FixedFaninConfig ff;
+  ff.fan_in = 2;
+  CHECK_THROWS_WITH(FixedFaninLayer(init, ff), Contains("optim.output.rowwise"));
   CHECK(ctx.ledger().total_current() == 0);
 }
 

@@ -38,6 +38,16 @@ using namespace xmc::test;
 
 namespace {
 
+// The row-wise update of w [rows×width] with row moments v in fp32 on the host
+// (OptimizerStep::apply_row, the CPU's own formula), for the bf16 checks.
+void update_rowwise_reference(const OptimizerConfig& cfg, int64_t step, std::vector<float>& w,
+                              std::vector<float>& v, int64_t rows, int64_t width,
+                              const std::vector<float>& g) {
+  const OptimizerStep st(cfg, cfg.lr, step);
+  for (int64_t r = 0; r < rows; ++r)
+    st.apply_row(w.data() + r * width, g.data() + r * width, v[static_cast<size_t>(r)], width);
+}
+
 // An optimizer of the type with momentum (sgd) and weight decay, so every term is used.
 OptimizerConfig optimizer_with_decay(OptimizerType type) {
   OptimizerConfig cfg;
@@ -932,6 +942,98 @@ DEVICE_TEST("top-k of a row shorter than k ends in pads, NaN ranked last", "[den
   TopKAccumulator acc(1, 5);
   acc.add_chunk(ConstMatrix(s.data(), 1, 3), 0);
   CHECK(acc.result().labels == got.labels);
+}
+
+// Row-wise Adam (optimizer_update_rowwise; adam and adamw with beta1 = 0): rows of width 1,
+// 37, 130 and 1000, three steps from zero state with a fresh gradient each, against a
+// double-precision reference of the formula (params 1e-6 + 1e-5 relative, the row moments
+// 1e-9 + 1e-5 relative); then bf16 params rounded to nearest (within a bf16 ulp of the fp32
+// update of the current values) and stochastically, the device's bf16 rows equal to the
+// CPU's but for a few slots one bf16 step apart. A config without rowwise and beta1 = 0 is
+// refused.
+DEVICE_TEST("the row-wise second moment update over widths and steps, fp32 and bf16",
+            "[optimizer]") {
+  for (OptimizerType type : {OptimizerType::adam, OptimizerType::adamw}) {
+    for (int64_t width : {1, 37, 130, 1000}) {
+      DYNAMIC_SECTION(to_string(type) << " width " << width) {
+        OptimizerConfig cfg;
+        cfg.type = type;
+        cfg.lr = 1e-2;
+        cfg.beta1 = 0.0;
+        cfg.weight_decay = type == OptimizerType::adam ? 1e-4 : 1e-2;
+        cfg.rowwise = true;
+        const int64_t rows = 53;
+        const auto n = static_cast<size_t>(rows * width);
+        Rng rng(61);
+        auto p = random_floats(rng, n);
+        std::vector<double> rp(p.begin(), p.end()), rv(static_cast<size_t>(rows), 0.0);
+        auto dp = put(ctx, p);
+        auto dv = put(ctx, std::vector<float>(static_cast<size_t>(rows), 0.0f));
+        Context cpu;
+        auto dp16 = put(ctx, to_bf16(p)), cp16 = put(cpu, to_bf16(p));
+        auto dv16 = put(ctx, std::vector<float>(static_cast<size_t>(rows), 0.0f));
+        auto cv16 = put(cpu, std::vector<float>(static_cast<size_t>(rows), 0.0f));
+        auto dn16 = put(ctx, to_bf16(p));
+        auto dnv = put(ctx, std::vector<float>(static_cast<size_t>(rows), 0.0f));
+        int64_t differ = 0;
+        for (int64_t step = 1; step <= 3; ++step) {
+          INFO("step " << step);
+          const auto g = random_floats(rng, n, 0.5f);
+          auto dg = put(ctx, g);
+          // The reference, in double.
+          const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
+          const bool adamw = type == OptimizerType::adamw;
+          for (int64_t r = 0; r < rows; ++r) {
+            double sq = 0.0;
+            for (int64_t j = 0; j < width; ++j) {
+              const auto i = static_cast<size_t>(r * width + j);
+              const double gi = g[i] + (adamw ? 0.0 : cfg.weight_decay * rp[i]);
+              sq += gi * gi;
+            }
+            double& v = rv[static_cast<size_t>(r)];
+            v = cfg.beta2 * v + (1.0 - cfg.beta2) * sq / static_cast<double>(width);
+            const double scale = cfg.lr / (std::sqrt(v / bc2) + cfg.eps);
+            for (int64_t j = 0; j < width; ++j) {
+              const auto i = static_cast<size_t>(r * width + j);
+              const double gi = g[i] + (adamw ? 0.0 : cfg.weight_decay * rp[i]);
+              rp[i] = rp[i] * (adamw ? 1.0 - cfg.lr * cfg.weight_decay : 1.0) - scale * gi;
+            }
+          }
+          optimizer_update_rowwise(ctx, cfg, cfg.lr, step, dp.data(), dg.data(), dv.data(), rows,
+                                   width);
+          expect_close("params", get(dp, n), rp, 1e-6, 1e-5);
+          expect_close("row moments", get(dv, static_cast<size_t>(rows)), rv, 1e-9, 1e-5);
+          // bf16 to nearest: within a bf16 ulp of the fp32 update of the current values.
+          auto want = widen(get(dn16, n));
+          auto wv = get(dnv, static_cast<size_t>(rows));
+          update_rowwise_reference(cfg, step, want, wv, rows, width, g);
+          optimizer_update_rowwise(ctx, cfg, cfg.lr, step, dn16.data(), dg.data(), dnv.data(), rows,
+                                   width);
+          expect_close("bf16 params (nearest)", widen(get(dn16, n)), want, 1e-6, 1.0 / 256);
+          // Stochastic, on the device and on the CPU, with the same key.
+          const uint64_t key = 0x5151u + static_cast<uint64_t>(step);
+          optimizer_update_rowwise(ctx, cfg, cfg.lr, step, dp16.data(), dg.data(), dv16.data(),
+                                   rows, width, key);
+          optimizer_update_rowwise(cpu, cfg, cfg.lr, step, cp16.data(), g.data(), cv16.data(), rows,
+                                   width, key);
+          const auto a = get(dp16, n), b = get(cp16, n);
+          for (size_t i = 0; i < n; ++i) {
+            if (a[i].bits == b[i].bits) continue;
+            ++differ;
+            CHECK(std::abs(int{a[i].bits} - int{b[i].bits}) <= 1);
+          }
+        }
+        INFO(differ << " bf16 weights differ between the device and the CPU");
+        CHECK(differ <= 1 + static_cast<int64_t>(n) / 1000);
+        if (!ctx.on_gpu()) CHECK(differ == 0);
+        OptimizerConfig plain = cfg;
+        plain.rowwise = false;
+        CHECK_THROWS_AS(optimizer_update_rowwise(ctx, plain, cfg.lr, 1, dp.data(), dp.data(),
+                                                 dv.data(), rows, width),
+                        Error);
+      }
+    }
+  }
 }
 
 // The row-gathered update of the sampled layers (the former parity binary's test): the four
