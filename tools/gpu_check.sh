@@ -263,6 +263,15 @@ check cli:group_shared 150 cli_pair group_shared 0.01 --set model.output.type=gr
   --set model.output.head_fraction=0.05 --set model.output.tail_projection=256 \
   --set model.output.grouping=semantic --set model.output.rewire.interval=50 \
   --set model.output.rewire.fraction=0.1 --set model.output.rewire.until=0.66
+# The lean modes (issue 40): bf16 weights rounded stochastically with Adam's one moment in
+# bf16, and with one moment per label row (CPU: fp32 GEMMs on widened chunks, CUDA: bf16
+# GEMMs, hence the wider tolerance).
+lean=(--set model.output.precision=bf16 --set model.output.stochastic_rounding=true
+  --set optim.output.beta1=0)
+check cli:dense_lean 120 cli_pair dense_lean 0.02 "${lean[@]}" \
+  --set optim.output.state_precision=bf16
+check cli:dense_rowwise 120 cli_pair dense_rowwise 0.02 "${lean[@]}" \
+  --set optim.output.rowwise=true
 check cli:lsh_sampled 120 cli_pair lsh_sampled 0.01 --set model.output.type=lsh_sampled
 check cli:anns_sampled 120 cli_pair anns_sampled 0.01 --set model.output.type=anns_sampled \
   --set model.output.synchronous=true
@@ -340,25 +349,73 @@ optim:
 train: {epochs: 1, batch_size: 256, log_every_s: 100}
 eval: {k: 5}
 EOF
+# Modes: fp32 Adam, bf16 weights with fp32 Adam, the lean mode (bf16 weights, beta1 0, bf16
+# state) and rowwise (bf16 weights, one moment per label row).
 epoch_670k() {
-  local prec
-  for prec in fp32 bf16; do
-    "$xmc" train "$work/l670k.yaml" --device cuda --set model.output.precision=$prec \
-      --out "$work/runs/l670k_$prec" || return 1
+  local mode
+  local -A sets=(
+    [fp32]=""
+    [bf16]="--set model.output.precision=bf16"
+    [lean]="--set model.output.precision=bf16 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.state_precision=bf16"
+    [rowwise]="--set model.output.precision=bf16 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.rowwise=true")
+  for mode in fp32 bf16 lean rowwise; do
+    # shellcheck disable=SC2086
+    "$xmc" train "$work/l670k.yaml" --device cuda ${sets[$mode]} \
+      --out "$work/runs/l670k_$mode" || return 1
   done
-  python3 - "$work/runs/l670k_fp32/results.json" "$work/runs/l670k_bf16/results.json" \
-    "$work/figures.txt" <<'PY'
+  python3 - "$work" "$work/figures.txt" <<'PY'
 import json, sys
-for p, prec in zip(sys.argv[1:3], ("fp32", "bf16")):
-    r = json.load(open(p))
-    line = "epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB)" % (
-        prec, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
-        r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20)
-    open(sys.argv[3], "a").write(line + "\n")
+for mode in ("fp32", "bf16", "lean", "rowwise"):
+    r = json.load(open("%s/runs/l670k_%s/results.json" % (sys.argv[1], mode)))
+    dev = r["memory"].get("device", {}).get("total", {}).get("peak", 0)
+    line = "epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB), device peak %.0f MiB" % (
+        mode, r["last_epoch_seconds"], r["samples_per_s"], r["metrics"]["P@1"],
+        r["output_layer_bytes"] / 2**20, r["output_layer_analytic_bytes"] / 2**20, dev / 2**20)
+    open(sys.argv[2], "a").write(line + "\n")
     print(line)
 PY
 }
 export -f epoch_670k
-check epoch:dense670k 200 epoch_670k
+check epoch:dense670k 300 epoch_670k
+
+# --- 6. a 3M-label dense layer in the lean modes (issue 40: <= 6.6 GiB of device memory) --
+cat >"$work/l3m.yaml" <<EOF
+name: gpu-check-3m
+seed: 1
+data:
+  train: {features: $work/runs/data3m/trn_X.npy, labels: $work/runs/data3m/trn_X_Y.txt}
+  test: {features: $work/runs/data3m/tst_X.npy, labels: $work/runs/data3m/tst_X_Y.txt}
+  synth: {enabled: true, format: dense, train: ${SYNTH_TRAIN_3M:-10240}, test: 1000, labels: 2812281, features: 768, clusters: 2000, seed: 6}
+model:
+  encoder: []
+  output: {type: dense, loss: bce, chunk_size: 16384, precision: bf16, stochastic_rounding: true}
+optim:
+  encoder: {type: adam, lr: 0.001}
+  output: {type: adam, lr: 0.001, beta1: 0}
+train: {epochs: 1, batch_size: 256, log_every_s: 100}
+eval: {k: 5}
+EOF
+dense_3m() {
+  local mode extra
+  for mode in lean rowwise; do
+    extra="--set optim.output.state_precision=bf16"
+    [ "$mode" = rowwise ] && extra="--set optim.output.rowwise=true"
+    # shellcheck disable=SC2086
+    "$xmc" train "$work/l3m.yaml" --device cuda $extra --out "$work/runs/l3m_$mode" || return 1
+  done
+  python3 - "$work" "$work/figures.txt" <<'PY'
+import json, sys
+for mode in ("lean", "rowwise"):
+    r = json.load(open("%s/runs/l3m_%s/results.json" % (sys.argv[1], mode)))
+    dev = r["memory"].get("device", {}).get("total", {}).get("peak", 0)
+    line = "dense L=2812281 d=768 B=256 %s: epoch %.2f s, layer %.0f MiB (analytic %.0f MiB), device peak (ledger) %.0f MiB = %.2f GiB" % (
+        mode, r["last_epoch_seconds"], r["output_layer_bytes"] / 2**20,
+        r["output_layer_analytic_bytes"] / 2**20, dev / 2**20, dev / 2**30)
+    open(sys.argv[2], "a").write(line + "\n")
+    print(line)
+PY
+}
+export -f dense_3m
+check mem:dense3m 240 dense_3m
 
 finish
