@@ -36,7 +36,8 @@ LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckC
 }
 
 StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
-  return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim) +
+  return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim,
+                                  cfg.precision == Precision::bf16) +
          Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch);
 }
 

@@ -28,7 +28,8 @@ LayerBytes DenseLayer::planned_bytes(const LayerShape& s, const DenseConfig& cfg
 }
 
 StepWork DenseLayer::planned_step(const LayerShape& s, const DenseConfig& cfg) {
-  return DenseBlock::planned_step(s.input_dim, s.labels(), s.batch, cfg.loss, s.optim);
+  return DenseBlock::planned_step(s.input_dim, s.labels(), s.batch, cfg.loss, s.optim,
+                                  cfg.precision == Precision::bf16);
 }
 
 TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows()); }

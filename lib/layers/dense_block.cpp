@@ -214,15 +214,17 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
 }
 
 StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                                  const OptimizerConfig& optim) {
+                                  const OptimizerConfig& optim, bool bf16) {
   const double b = static_cast<double>(batch), nd = static_cast<double>(n) * static_cast<double>(d);
   const double passes = loss == LossType::softmax ? 4.0 : 3.0;  // softmax: logits twice
   // GEMMs: the logits, dh += G·W_c, dW_c = Gᵀ·h. Bytes: the loss pass over the logits (read,
   // write; softmax's first pass reads them once more), their column sums, and the update
-  // (read W and dW, write W, read and write each state array).
+  // (read W and dW, write W, read and write each per-weight state array: none with
+  // rowwise).
+  const double wb = bf16 ? 2.0 : 4.0;
+  const double state = optim.rowwise ? 0.0 : optimizer_state_arrays(optim) * state_slot_bytes(optim);
   return StepWork::of(2.0 * b * nd * passes,
-                      4.0 * (b * static_cast<double>(n) * passes +
-                             nd * (3.0 + 2.0 * optimizer_state_arrays(optim))));
+                      4.0 * b * static_cast<double>(n) * passes + nd * (2.0 * wb + 4.0 + 2.0 * state));
 }
 
 int64_t DenseBlock::analytic_bytes() const {

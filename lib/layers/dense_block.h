@@ -98,7 +98,7 @@ class DenseBlock {
   // The work of one step (layers/layer_bytes.h): the GEMMs, the loss pass over the logits,
   // the update of W, b and their state.
   static StepWork planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                               const OptimizerConfig& optim);
+                               const OptimizerConfig& optim, bool bf16 = false);
   int64_t chunk() const { return chunk_; }
 
  private:
