@@ -139,8 +139,8 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
   const DensePrecision precision = dense_precision(cfg.precision, cfg.stochastic_rounding);
   if (precision.bf16 && t > 0 && !ctx.on_gpu())
     throw_input(
-        "group_shared: precision bf16 on device cpu: the tail's bf16 kernels exist on device "
-        "cuda only (use precision fp32 on the CPU)");
+        "model.output.precision: group_shared with precision bf16 on device cpu: the tail's "
+        "bf16 kernels exist on device cuda only (use precision fp32 on the CPU)");
   if (precision.bf16 && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
