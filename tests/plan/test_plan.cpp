@@ -103,7 +103,12 @@ TEST_CASE(
     INFO("measured step " << step << " s, predicted " << step_plan << " s");
     CHECK(epoch["step"] == 8);
     CHECK(plan["time"]["steps_per_epoch"] == 8);
-    CHECK(step_plan > step / 8);
+    // Loose on purpose (CI machines are noisy): 8x; 25x below for the sampled backends,
+    // whose host work (candidate draws, LSH lookups) plan does not count — predicted 2-4x
+    // short on an idle machine (docs/benchmarks.md, "Plan against measured runs"), and
+    // 9x once under a parallel ctest.
+    const bool sampled = backend == "lsh_sampled" || backend == "anns_sampled";
+    CHECK(step_plan > step / (sampled ? 25 : 8));
     CHECK(step_plan < step * 8);
   }
 }
