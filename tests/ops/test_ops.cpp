@@ -952,7 +952,7 @@ DEVICE_TEST("top-k of a row shorter than k ends in pads, NaN ranked last", "[den
 // CPU's but for a few slots one bf16 step apart. A config without rowwise and beta1 = 0 is
 // refused.
 DEVICE_TEST("the row-wise second moment update over widths and steps, fp32 and bf16",
-            "[optimizer]") {
+            "[dense][optimizer]") {  // [dense]: the kit's racecheck:ops_dense covers its kernel
   for (OptimizerType type : {OptimizerType::adam, OptimizerType::adamw}) {
     for (int64_t width : {1, 37, 130, 1000}) {
       DYNAMIC_SECTION(to_string(type) << " width " << width) {
