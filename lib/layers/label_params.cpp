@@ -43,14 +43,8 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
                          int64_t step, int64_t r0, int64_t n, const float* dw, const float* db,
                          uint64_t rounding_key) {
   const int64_t off = r0 * cols;
-  if (optim.rowwise && w.bf16())
-    optimizer_update_rowwise(ctx, optim, lr, step, w.b16() + off, dw, w_s2.f32() + r0, n, cols,
-                             rounding_key);
-  else if (optim.rowwise)
-    optimizer_update_rowwise(ctx, optim, lr, step, w.f32() + off, dw, w_s2.f32() + r0, n, cols);
-  else
-    w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols,
-             rounding_key);
+  w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols, cols,
+           rounding_key);
   optimizer_update(ctx, without_decay(optim), lr, step, b.data() + r0, db,
                    data_or_null(b_s1, r0), data_or_null(b_s2, r0), n);
 }

@@ -15,9 +15,23 @@ WeightArray::WeightArray(Context& ctx, bool bf16, size_t n, MemTag tag) : bf16_(
 
 void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                          size_t off, const float* grad, WeightArray& s1, WeightArray& s2, int64_t n,
-                         uint64_t stochastic_key) {
+                         int64_t row_width, uint64_t stochastic_key) {
   XMC_CHECK(off + static_cast<size_t>(n) <= size(), "weight update of [{}, {}) of {} weights",
             off, off + static_cast<size_t>(n), size());
+  if (cfg.rowwise) {  // one fp32 second moment per row, in s2
+    const auto w = static_cast<size_t>(row_width);
+    XMC_CHECK(row_width >= 1 && off % w == 0 && static_cast<size_t>(n) % w == 0 && s1.empty() &&
+                  !s2.bf16() && (off + static_cast<size_t>(n)) / w <= s2.size(),
+              "row-wise update of [{}, {}) in rows of {} with {} row moments", off,
+              off + static_cast<size_t>(n), row_width, s2.size());
+    float* row_v = s2.f32() + off / w;
+    const int64_t rows = n / row_width;
+    if (bf16_)
+      return optimizer_update_rowwise(ctx, cfg, lr, step, w16_.data() + off, grad, row_v, rows,
+                                      row_width, stochastic_key);
+    return optimizer_update_rowwise(ctx, cfg, lr, step, w_.data() + off, grad, row_v, rows,
+                                    row_width);
+  }
   const bool bf16_state = (!s1.empty() && s1.bf16()) || (!s2.empty() && s2.bf16());
   XMC_CHECK(!bf16_state || bf16_, "bf16 optimizer state of fp32 weights");
   if (!bf16_)

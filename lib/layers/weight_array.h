@@ -33,9 +33,11 @@ class WeightArray {
   // Values [off, off+n) take one optimizer step with gradient grad [n], state arrays s1, s2
   // (the same layout; empty when the optimizer keeps none; bf16 state needs bf16 weights):
   // fp32, or bf16 rounded to nearest — or stochastically when stochastic_key != 0 (the
-  // rounding bits depend on the key, the step and the index).
+  // rounding bits depend on the key, the step and the index). With cfg.rowwise the slice
+  // is whole rows of row_width values and s2 holds one fp32 value per row (s2[off /
+  // row_width] on; optimizer_update_rowwise).
   void update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step, size_t off,
-              const float* grad, WeightArray& s1, WeightArray& s2, int64_t n,
+              const float* grad, WeightArray& s1, WeightArray& s2, int64_t n, int64_t row_width,
               uint64_t stochastic_key = 0);
   // The stochastic-rounding key of a slice that starts at `offset` (the bits differ per
   // seed and per slice); 0 when `on` is false (round to nearest).

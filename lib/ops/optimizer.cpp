@@ -190,24 +190,30 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
   gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n);
 }
 
-void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
-                      gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
-                      uint64_t stochastic_seed) {
+namespace {
+// bf16 weights with fp32 (S = float) or bf16 (S = gpu::Bf16) state, on the Context's device.
+template <class S>
+void update_bf16_on(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                    gpu::Bf16* params, const float* grad, S* state1, S* state2, int64_t n,
+                    uint64_t stochastic_seed) {
   check_update(cfg, step, state1, state2, n);
   if (ctx.on_gpu())
     return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
                                  stochastic_seed);
   update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
 }
+}  // namespace
+
+void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                      gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
+                      uint64_t stochastic_seed) {
+  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+}
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
                       int64_t n, uint64_t stochastic_seed) {
-  check_update(cfg, step, state1, state2, n);
-  if (ctx.on_gpu())
-    return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
-                                 stochastic_seed);
-  update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
 }
 
 namespace {
@@ -254,26 +260,34 @@ void check_rowwise(const OptimizerConfig& cfg, int64_t step, const float* row_v,
 }
 }  // namespace
 
+namespace {
+// The row-wise update on the Context's device, fp32 or bf16 params (W).
+template <class W>
+void update_rowwise_on(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                       W* params, const float* grad, float* row_v, int64_t rows, int64_t cols,
+                       uint64_t stochastic_seed) {
+  check_rowwise(cfg, step, row_v, rows, cols);
+  if (rows == 0) return;
+  if (!ctx.on_gpu())
+    return update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
+  if constexpr (std::is_same_v<W, float>)
+    gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols);
+  else
+    gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols,
+                                  stochastic_seed);
+}
+}  // namespace
+
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, float* params, const float* grad, float* row_v,
                               int64_t rows, int64_t cols) {
-  check_rowwise(cfg, step, row_v, rows, cols);
-  if (rows == 0) return;
-  if (ctx.on_gpu())
-    return gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows,
-                                         cols);
-  update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, 0);
+  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, 0);
 }
 
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
                               int64_t rows, int64_t cols, uint64_t stochastic_seed) {
-  check_rowwise(cfg, step, row_v, rows, cols);
-  if (rows == 0) return;
-  if (ctx.on_gpu())
-    return gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols,
-                                         stochastic_seed);
-  update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
+  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
 }
 
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
