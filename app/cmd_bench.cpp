@@ -30,6 +30,11 @@ Command register_bench(CLI::App& app) {
   dense->add_option("--optimizer", p->optimizer, "sgd | adam | adamw")->capture_default_str();
   dense->add_option("--loss", p->loss, "bce | squared_hinge | softmax")->capture_default_str();
   dense->add_option("--threads", p->threads, "Threads (0 = all cores)");
+  dense
+      ->add_option("--sparse-gradient", p->sparse_gradient,
+                   "cpu: the output layer's sparse_gradient threshold (0: exact; the bias then "
+                   "starts at the labels' log prior, so G is as sparse as in training)")
+      ->capture_default_str();
   auto dev = std::make_shared<std::string>("cpu");
   auto cp = std::make_shared<bench::DenseCudaBenchParams>();
   dense->add_option("--device", *dev,

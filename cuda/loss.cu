@@ -308,6 +308,29 @@ void elementwise_loss_grad(const CudaContext& ctx, LossType type, Matrix logits,
                   as_bf16(g_bf16.data), g_bf16.ld);
 }
 
+namespace {
+__global__ void sparsify_kernel(float* __restrict__ g, int64_t rows, int64_t c, int64_t ld, float t,
+                                uint64_t stream, int64_t col0, int64_t counter_cols,
+                                __nv_bfloat16* __restrict__ g16, int64_t ld16) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < c;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float v =
+          sparsify_value(g[r * ld + j], t,
+                         rounding_bits(stream, static_cast<uint64_t>(r * counter_cols + col0 + j)));
+      g[r * ld + j] = v;
+      if (g16) g16[r * ld16 + j] = __float2bfloat16_rn(v);
+    }
+}
+}  // namespace
+
+void sparsify_gradient(const CudaContext& ctx, Matrix g, float threshold, uint64_t stream,
+                       int64_t col0, int64_t counter_cols, Bf16Matrix g_bf16) {
+  if (g.empty()) return;
+  XMC_CUDA_LAUNCH(sparsify_kernel, loss_grid(g), kThreads, 0, ctx.stream(), g.data, g.rows, g.cols,
+                  g.ld, threshold, stream, col0, counter_cols, as_bf16(g_bf16.data), g_bf16.ld);
+}
+
 void softmax_reset(const CudaContext& ctx, DeviceSoftmaxStats stats, int64_t rows) {
   if (rows == 0) return;
   XMC_CUDA_LAUNCH(softmax_reset_kernel, launch::grid_x(launch::ceil_div(rows, kThreads)), kThreads,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "bench/ceilings.h"
@@ -18,6 +19,14 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
   OptimizerConfig optim;
   optim.type = parse_enum<OptimizerType>(p.optimizer, "optimizer");
   DenseBlock block(ctx, p.dim, 0, p.labels, p.batch, p.chunk, parse_enum<LossType>(p.loss, "loss"), optim, 1);
+  if (p.sparse_gradient > 0.0) {
+    block.set_sparse_gradient(p.sparse_gradient);
+    const double prior = 3.0 / static_cast<double>(p.labels);
+    for (const TensorRef& t : block.state(""))
+      if (t.name == "bias")
+        std::fill_n(std::get<float*>(t.data), t.numel(),
+                    static_cast<float>(std::log(prior / (1.0 - prior))));
+  }
 
   Rng rng(2);
   std::vector<float> h(static_cast<size_t>(p.batch * p.dim)), dh(h.size());
@@ -53,9 +62,9 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
   nlohmann::json j;
   j["device"] = "cpu";
   j["threads"] = ctx.threads();
-  j["params"] = {{"batch", p.batch}, {"dim", p.dim},      {"labels", p.labels},
-                 {"chunk", p.chunk}, {"iters", p.iters},  {"optimizer", p.optimizer},
-                 {"loss", p.loss},   {"precision", "fp32"}};
+  j["params"] = {{"batch", p.batch}, {"dim", p.dim},        {"labels", p.labels},
+                 {"chunk", p.chunk}, {"iters", p.iters},    {"optimizer", p.optimizer},
+                 {"loss", p.loss},   {"precision", "fp32"}, {"sparse_gradient", p.sparse_gradient}};
   j["ceilings"] = {{"sgemm_gflops", gemm}, {"memory_gbps", mem}};
   // Minimal traffic: forward and dh read W once each; the update reads W, dW and the
   // optimizer state and writes W and the state back.

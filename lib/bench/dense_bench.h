@@ -19,6 +19,10 @@ struct DenseBenchParams {
   std::string optimizer = "adam";
   std::string loss = "bce";
   int threads = 0;
+  // DenseBlock::set_sparse_gradient's threshold (0: exact). With it the bias starts at the
+  // labels' log prior (3 positives a row), as `bias_init: log_prior` starts a real run, so
+  // that G is as sparse as in training rather than dense at σ(0) = 0.5.
+  double sparse_gradient = 0.0;
 };
 
 nlohmann::json bench_dense(const DenseBenchParams& p);

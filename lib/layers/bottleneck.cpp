@@ -18,6 +18,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
       // The same initial P on both devices: drawn on the host (uploaded on the GPU).
       proj_(*init.ctx, init.input_dim, cfg.dim, Projection::Kind::linear, init.optim,
             init.batch_size, Rng::stream(init.seed, 0xb0771e)) {
+  block_.set_sparse_gradient(cfg.sparse_gradient);
   // Label-sharded: every process holds all of P (the same initial values: same seed) and
   // its own labels' dense rows; dP is summed over the processes before each update, so
   // the copies of P stay identical, and softmax normalises over every label.
@@ -30,14 +31,15 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
 
 LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckConfig& cfg) {
   return DenseBlock::planned_bytes(s.gpu, cfg.dim, s.labels(), s.batch, cfg.chunk_size, cfg.loss,
-                                   s.optim, cfg.precision == Precision::bf16) +
+                                   s.optim, cfg.precision == Precision::bf16,
+                                   cfg.sparse_gradient > 0.0) +
          Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim,
                                    s.batch);
 }
 
 StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
   return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim,
-                                  cfg.precision == Precision::bf16) +
+                                  cfg.precision == Precision::bf16, cfg.sparse_gradient > 0.0) +
          Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch);
 }
 

@@ -16,6 +16,7 @@ struct DenseConfig {
   int64_t chunk_size = 8192;
   Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
+  double sparse_gradient = 0.0;
 
   template <class V>
   void visit(V& v) {
@@ -25,6 +26,7 @@ struct DenseConfig {
     visit_precision(v, precision, stochastic_rounding,
                     "Weight storage: fp32, or bf16 (half the weight memory, no fp32 copy; fp32 "
                     "accumulation: bf16 GEMMs on cuda, each chunk widened to fp32 on the cpu)");
+    visit_sparse_gradient(v, sparse_gradient);
   }
 };
 

@@ -1,12 +1,15 @@
 #include "layers/dense_block.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/resources.h"
 #include "dist/comm.h"
 #include "layers/weight_init.h"
 #include "ops/dense.h"
+#include "ops/encoder.h"
+#include "ops/loss.h"
 #include "ops/topk.h"
 
 namespace xmc {
@@ -135,12 +138,18 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     } else {
       elementwise_loss_grad(ctx, loss_, z, p_.b.data() + c0, targets_, lo_ + c0, batch, acc_, g16);
     }
+    if (sparse_threshold_ > 0.0)
+      sparsify_gradient(ctx, z, static_cast<float>(sparse_threshold_ / batch),
+                        sparse_stream(seed_, lr.step), lo_ + c0, targets.cols, g16);
     mark(&DenseTimings::loss);
     // dh += G·W_c with the weights before this step's update; dW_c = Gᵀ·h, db_c = column
     // sums of G; then update the chunk. CPU bf16: dw_ holds W_c widened by logits() until
     // dW_c overwrites it.
     const Matrix dw(dw_.data(), c, d_);
-    if (gpu_bf16()) {
+    if (sparse_cpu()) {
+      sparse_backward(z, bf16() ? dw_.data() : p_.w.f32() + c0 * d_, h, dh, dw);
+      mark(&DenseTimings::backward_input);
+    } else if (gpu_bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
       ops::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
@@ -163,6 +172,82 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
   stats.zero_grads = static_cast<int64_t>(acc.zero_grads);
   stats.grads = batch * n_;
   return stats;
+}
+
+void DenseBlock::set_sparse_gradient(double threshold) {
+  XMC_CHECK(threshold >= 0.0 && std::isfinite(threshold), "sparse gradient threshold {}",
+            threshold);
+  sparse_threshold_ = threshold;
+  if (!sparse_cpu()) return;
+  Context& ctx = *ctx_;
+  const auto zn = static_cast<size_t>(max_batch_ * chunk_), c = static_cast<size_t>(chunk_);
+  constexpr MemTag ws = MemTag::workspace;
+  sparse_.indptr = Buffer<int64_t>(ctx, ws, static_cast<size_t>(max_batch_) + 1);
+  sparse_.start = Buffer<int64_t>(ctx, ws, c + 1);
+  sparse_.indices = Buffer<uint32_t>(ctx, ws, zn);
+  sparse_.cols = Buffer<uint32_t>(ctx, ws, c);
+  sparse_.rows = Buffer<uint32_t>(ctx, ws, zn);
+  sparse_.values = Buffer<float>(ctx, ws, zn);
+  sparse_.col_values = Buffer<float>(ctx, ws, zn);
+  sparse_.gw = Buffer<float>(ctx, ws, static_cast<size_t>(max_batch_ * d_));
+  sparse_.zero = Buffer<float>(ctx, ws, static_cast<size_t>(d_));
+  uint32_t* cols = sparse_.cols.data();
+  for (size_t j = 0; j < c; ++j) cols[j] = static_cast<uint32_t>(j);
+}
+
+void DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh,
+                                 Matrix dw) {
+  const int64_t rows = z.rows, c = z.cols;
+  int64_t* indptr = sparse_.indptr.data();
+  // CSR by row: count, prefix, fill (rows in parallel).
+  indptr[0] = 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* zr = z.row(r);
+    indptr[r + 1] = c - std::count(zr, zr + c, 0.0f);
+  }
+  for (int64_t r = 0; r < rows; ++r) indptr[r + 1] += indptr[r];
+  uint32_t* idx = sparse_.indices.data();
+  float* val = sparse_.values.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* zr = z.row(r);
+    int64_t k = indptr[r];
+    for (int64_t j = 0; j < c; ++j)
+      if (zr[j] != 0.0f) {
+        idx[k] = static_cast<uint32_t>(j);
+        val[k++] = zr[j];
+      }
+  }
+  // By column (a counting sort of the CSR; rows ascending within a column).
+  int64_t* start = sparse_.start.data();
+  std::fill(start, start + c + 1, int64_t{0});
+  const int64_t nnz = indptr[rows];
+  for (int64_t k = 0; k < nnz; ++k) ++start[idx[k] + 1];
+  for (int64_t j = 0; j < c; ++j) start[j + 1] += start[j];
+  uint32_t* crow = sparse_.rows.data();
+  float* cval = sparse_.col_values.data();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k) {
+      const int64_t e = start[idx[k]]++;
+      crow[e] = static_cast<uint32_t>(r);
+      cval[e] = val[k];
+    }
+  for (int64_t j = c; j > 0; --j) start[j] = start[j - 1];  // back to the column starts
+  start[0] = 0;
+  // dh += G·W_c through the sparse-input forward (zero bias), then dW_c = Gᵀ·h through the
+  // sparse layer's weight gradient over every column of the chunk (empty ones give zero rows).
+  const Matrix gw(sparse_.gw.data(), rows, d_);
+  ops::csr_dense_forward(*ctx_, gpu::DeviceCsrValues{indptr, idx, val, rows, c}, wc,
+                         sparse_.zero.data(), false, gw);
+#pragma omp parallel for schedule(static) if (rows * d_ > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = dh.row(r);
+    const float* a = gw.row(r);
+    for (int64_t j = 0; j < d_; ++j) o[j] += a[j];
+  }
+  ops::csr_column_grad(*ctx_, gpu::DeviceCsrByColumn{sparse_.cols.data(), start, crow, cval, c}, h,
+                       dw);
 }
 
 void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
@@ -200,11 +285,13 @@ void DenseBlock::sync_state(StateSync s) { p_.sync(s); }
 
 LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch,
                                      int64_t chunk, LossType loss, const OptimizerConfig& optim,
-                                     bool bf16) {
+                                     bool bf16, bool sparse_gradient) {
   const double dd = static_cast<double>(d), b = static_cast<double>(max_batch);
   const double c = static_cast<double>(std::min(chunk, n));
   LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
   bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (CPU bf16: also W_c widened), db_c
+  if (sparse_gradient && !gpu)                   // G by row and by column, G·W_c, the zero bias
+    bytes.workspace += 8.0 * (b + 1 + c + 1) + 4.0 * (4.0 * b * c + c + b * dd + dd);
   if (gpu) {
     if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);        // G, h rounded
     if (loss == LossType::softmax) bytes.workspace += 8.0 * b;  // row max, sum
@@ -214,13 +301,15 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
 }
 
 StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                                  const OptimizerConfig& optim, bool bf16) {
+                                  const OptimizerConfig& optim, bool bf16, bool sparse_gradient) {
   const double b = static_cast<double>(batch), nd = static_cast<double>(n) * static_cast<double>(d);
-  const double passes = loss == LossType::softmax ? 4.0 : 3.0;  // softmax: logits twice
-  // GEMMs: the logits, dh += G·W_c, dW_c = Gᵀ·h. Bytes: the loss pass over the logits (read,
+  // GEMMs: the logits, dh += G·W_c, dW_c = Gᵀ·h (softmax: the logits twice); with a sparse
+  // gradient only the logits (the backward's cost follows G's non-zeros, not modelled: a
+  // lower bound). Bytes: the loss pass over the logits (read,
   // write; softmax's first pass reads them once more), their column sums, and the update
   // (read W and dW, write W, read and write each per-weight state array: none with
   // rowwise).
+  const double passes = (loss == LossType::softmax ? 2.0 : 1.0) + (sparse_gradient ? 0.0 : 2.0);
   const double wb = bf16 ? 2.0 : 4.0;
   const double state = optim.rowwise ? 0.0 : optimizer_state_arrays(optim) * state_slot_bytes(optim);
   return StepWork::of(2.0 * b * nd * passes,
@@ -228,7 +317,9 @@ StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType 
 }
 
 int64_t DenseBlock::analytic_bytes() const {
-  return planned_bytes(ctx_->on_gpu(), d_, n_, max_batch_, chunk_, loss_, optim_, bf16()).rounded();
+  return planned_bytes(ctx_->on_gpu(), d_, n_, max_batch_, chunk_, loss_, optim_, bf16(),
+                       sparse_threshold_ > 0.0)
+      .rounded();
 }
 
 }  // namespace xmc

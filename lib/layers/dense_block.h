@@ -56,6 +56,17 @@ void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, cons
   v.field("stochastic_rounding", stochastic_rounding,
           "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
 }
+// The config key `sparse_gradient` of the backends built on a DenseBlock (dense,
+// bottleneck): DenseBlock::set_sparse_gradient's threshold.
+template <class V>
+void visit_sparse_gradient(V& v, double& sparse_gradient) {
+  v.field("sparse_gradient", sparse_gradient,
+          "Unbiased gradient sparsification: each per-point entry of dLoss/dlogit below this "
+          "magnitude becomes 0 or ±this value at random (probability |g|/value), so on the cpu "
+          "the two backward products cost per non-zero instead of per label (the forward still "
+          "scores every label); 0: exact. docs/benchmarks.md, \"Sparse gradients\"",
+          Range{0.0, 1.0});
+}
 // stochastic_rounding: bf16 only (InputError otherwise).
 DensePrecision dense_precision(Precision precision, bool stochastic_rounding);
 
@@ -86,6 +97,17 @@ class DenseBlock {
   // pass 2 (the loss and dL/dh of each process are its labels' share; the trainer sums
   // them). nullptr (the default): this block's labels are all there are.
   void set_comm(Comm* comm);
+  // Unbiased gradient sparsification (ops::sparsify_gradient) of each chunk's dL/dz with
+  // this per-point threshold (applied to G·B; 0: off, exact). On the CPU the two backward
+  // products then run over G's non-zeros (CSR by row and by column) instead of GEMMs; the
+  // GPU keeps its GEMMs on the sparsified G. Allocates the CPU's sparse workspaces
+  // (planned_bytes with sparse_gradient). Threshold ≥ 0, finite.
+  void set_sparse_gradient(double threshold);
+  // The random stream of that sparsification at an optimizer step (per seed and step; the
+  // counter of entry (i, l) is i·(the model's labels) + l).
+  static uint64_t sparse_stream(uint64_t seed, int64_t step) {
+    return gpu::rounding_stream(seed ^ 0x5350415253454752ULL, static_cast<uint64_t>(step));
+  }
   // Accumulate per-op times into *t (nullptr: off).
   void set_timings(DenseTimings* t) { timings_ = t; }
   int64_t analytic_bytes() const;  // planned_bytes of this block
@@ -93,12 +115,15 @@ class DenseBlock {
   // and their state, the chunk workspaces, and on a CUDA Context (gpu) the bf16 copies of
   // G and h, softmax's statistics, the loss accumulator and the targets' row pointers. The
   // CPU constructor checks the total against the memory budget.
+  // sparse_gradient: set_sparse_gradient's workspaces (CPU only).
   static LayerBytes planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
-                                  LossType loss, const OptimizerConfig& optim, bool bf16 = false);
+                                  LossType loss, const OptimizerConfig& optim, bool bf16 = false,
+                                  bool sparse_gradient = false);
   // The work of one step (layers/layer_bytes.h): the GEMMs, the loss pass over the logits,
   // the update of W, b and their state.
   static StepWork planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                               const OptimizerConfig& optim, bool bf16 = false);
+                               const OptimizerConfig& optim, bool bf16 = false,
+                               bool sparse_gradient = false);
   int64_t chunk() const { return chunk_; }
 
  private:
@@ -110,6 +135,10 @@ class DenseBlock {
   // hold h rounded (round_h).
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
   void round_h(ConstMatrix h) const;
+  bool sparse_cpu() const { return sparse_threshold_ > 0.0 && !ctx_->on_gpu(); }
+  // CPU sparse backward of one chunk: dh += G·W_c (wc [c×d]) and dw [c×d] = Gᵀ·h over the
+  // non-zeros of G = z [B×c].
+  void sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh, Matrix dw);
 
   Context* ctx_;
   int64_t d_, lo_, n_, max_batch_, chunk_;
@@ -129,6 +158,14 @@ class DenseBlock {
   DenseTimings* timings_ = nullptr;
   Comm* comm_ = nullptr;
   RowReductions reduce_;  // comm_'s, for softmax's statistics
+  double sparse_threshold_ = 0.0;
+  // CPU sparse backward: a chunk's G as CSR by row (indptr, indices, values) and by column
+  // (start, rows, col_values; cols = 0..chunk-1), and G·W_c before it is added to dh.
+  struct SparseWork {
+    Buffer<int64_t> indptr, start;
+    Buffer<uint32_t> indices, cols, rows;
+    Buffer<float> values, col_values, gw, zero;
+  } sparse_;
 };
 
 }  // namespace xmc

@@ -352,6 +352,27 @@ void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, con
   a->zero_grads += static_cast<unsigned long long>(zeros);
 }
 
+void sparsify_gradient(const Context& ctx, Matrix g, float threshold, uint64_t stream, int64_t col0,
+                       int64_t counter_cols, gpu::Bf16Matrix g_bf16) {
+  XMC_CHECK(
+      threshold > 0.0f && std::isfinite(threshold) && col0 >= 0 && col0 + g.cols <= counter_cols,
+      "gradient sparsification: threshold {}, columns [{}, {}) of {}", threshold, col0,
+      col0 + g.cols, counter_cols);
+  XMC_CHECK(!g_bf16.data || (ctx.on_gpu() && g_bf16.rows == g.rows && g_bf16.cols == g.cols),
+            "a bf16 gradient copy [{}×{}] of g [{}×{}] on device {}", g_bf16.rows, g_bf16.cols,
+            g.rows, g.cols, to_string(ctx.device()));
+  if (ctx.on_gpu())
+    return gpu::sparsify_gradient(ctx.cuda(), g, threshold, stream, col0, counter_cols, g_bf16);
+#pragma omp parallel for schedule(static) if (g.rows * g.cols > 16384)
+  for (int64_t r = 0; r < g.rows; ++r) {
+    float* gr = g.row(r);
+    const auto base = static_cast<uint64_t>(r * counter_cols + col0);
+    for (int64_t j = 0; j < g.cols; ++j)
+      gr[j] = gpu::sparsify_value(gr[j], threshold,
+                                  gpu::rounding_bits(stream, base + static_cast<uint64_t>(j)));
+  }
+}
+
 SoftmaxState::SoftmaxState(Context& ctx, int64_t max_batch) : ctx_(&ctx) {
   if (!ctx.on_gpu()) return;
   max_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(max_batch));

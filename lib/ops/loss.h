@@ -121,6 +121,19 @@ XMC_GPU_FN void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const f
                                   DeviceSoftmaxStats stats, const DeviceCsr& targets, int64_t lo,
                                   int64_t batch_size, LossAccum* acc,
                                   Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
+// Gradient sparsification (sparsify_gradient below): g when |g| >= t, else ±t with
+// probability |g|/t (the sign of g) and 0 otherwise, decided by the random bits `bits`
+// (the top 24 as a uniform in [0, 1)). Unbiased: its expectation is g. t > 0.
+XMC_HOST_DEVICE inline float sparsify_value(float g, float t, uint32_t bits) {
+  const float a = g < 0.0f ? -g : g;
+  if (a >= t) return g;
+  const float u = static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+  return u * t < a ? (g < 0.0f ? -t : t) : 0.0f;
+}
+// sparsify_gradient's device half: g [B×c] in place (and its bf16 copy g_bf16, optional).
+XMC_GPU_FN void sparsify_gradient(const CudaContext& ctx, Matrix g, float threshold,
+                                  uint64_t stream, int64_t col0, int64_t counter_cols,
+                                  Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
 
@@ -209,6 +222,17 @@ class LossAccumulator {
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
                            LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
+
+// Unbiased gradient sparsification on the Context's device: every entry of g [B×c] (the
+// loss gradient of labels [col0, col0+c), a DEVICE view on a CUDA Context) below
+// `threshold` in magnitude becomes ±threshold or 0 at random (gpu::sparsify_value), so
+// most of a trained layer's gradient entries are exactly zero and its expectation is
+// unchanged. Entry (i, j) draws gpu::rounding_bits(stream, i·counter_cols + col0 + j):
+// both devices, any chunking and any label sharding draw alike when counter_cols is the
+// model's label count and col0 the global label id. g_bf16 (CUDA only, optional [B×c]):
+// rewritten as the bf16 copy of the result.
+void sparsify_gradient(const Context& ctx, Matrix g, float threshold, uint64_t stream, int64_t col0,
+                       int64_t counter_cols, gpu::Bf16Matrix g_bf16 = {});
 
 // Softmax's running per-row statistics on the Context's device: SoftmaxStats (double) on
 // the CPU, device arrays (float) [max_batch] on a CUDA Context, in the ledger.

@@ -84,6 +84,47 @@ DEVICE_TEST("dense block: two steps match the CPU block for every loss and optim
   }
 }
 
+// The gradient sparsified (DenseBlock::set_sparse_gradient, per-point threshold 0.05): on
+// the CPU the backward products run over G's non-zeros, on CUDA the GEMMs take the
+// sparsified G; both draw the same entries (ops/loss.h sparsify_gradient). Two Adam steps
+// per loss against the CPU block with the first test's tolerances, and the block's ledger
+// bytes equal its analytic size (the CPU's sparse workspaces; none on CUDA).
+DEVICE_TEST("dense block with a sparse gradient: two steps match the CPU block", "[dense]") {
+  const int64_t d = 64, lo = 50, n = 1000, batch = 32, chunk = 300, labels = lo + n + 20;
+  for (LossType loss : {LossType::bce, LossType::squared_hinge, LossType::softmax}) {
+    DYNAMIC_SECTION(to_string(loss)) {
+      Rng rng(107);
+      const OptimizerConfig cfg = optimizers()[2];
+      Context cpu;
+      DenseBlock ref(cpu, d, lo, n, batch, chunk, loss, cfg, 11);
+      ref.set_sparse_gradient(0.05);
+      const MemSpace space = ctx.on_gpu() ? MemSpace::device : MemSpace::host;
+      const int64_t before = ctx.ledger().total_current(space);
+      DenseBlock got(ctx, d, lo, n, batch, chunk, loss, cfg, 11);
+      got.set_sparse_gradient(0.05);
+      CHECK(ctx.ledger().total_current(space) - before == got.analytic_bytes());
+      for (int64_t step = 1; step <= 2; ++step) {
+        const std::string sn = "step " + std::to_string(step);
+        const CsrMatrix t = random_targets(rng, batch, labels, 5);
+        auto h = random_floats(rng, static_cast<size_t>(batch * d), 3.0f);
+        std::vector<float> dh_ref(h.size(), 7.0f), dh_got(h.size());
+        const LrState lr{cfg.lr, step};
+        const StepStats rs =
+            ref.train_step(t, ConstMatrix(h.data(), batch, d), Matrix(dh_ref.data(), batch, d), lr);
+        const StepStats gs = block_step(ctx, got, t, h, dh_got, d, lr);
+        expect_close(sn + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
+        expect_close(sn + " dh", dh_got, dh_ref, 1e-6, 1e-3);
+        const Snapshot sg = snapshot(got), sr = snapshot(ref);
+        expect_close(sn + " weight", floats(sg, "weight"), floats(sr, "weight"),
+                     1e-6 + adam_weight_allowance(cfg, step), 1e-4);
+        expect_close(sn + " bias", floats(sg, "bias"), floats(sr, "bias"), 1e-6, 1e-4);
+        expect_close(sn + " weight_opt2", floats(sg, "weight_opt2"), floats(sr, "weight_opt2"),
+                     1e-8, 1e-3);
+      }
+    }
+  }
+}
+
 // bf16 weights (on CUDA h, G and W rounded to 8 bits of mantissa for bf16 GEMMs; on the CPU
 // W widened to fp32 chunk by chunk; stochastic rounding of the update), with fp32 or bf16
 // optimizer state: two Adam steps against the fp32 CPU block within bf16 accuracy — the

@@ -333,3 +333,142 @@ TEST_CASE("bottleneck reads a checkpoint of format 1, the layout before its Proj
   loaded.scores(h, Matrix(zl.data(), 4, 6));
   CHECK(zl == zt);
 }
+
+TEST_CASE("dense layer with a sparse gradient: one SGD step applies the sparsified gradient") {
+  // The CPU path builds G's non-zeros by row and by column and runs the two backward
+  // products over them; here they are checked against the products in double of the
+  // reference gradient sparsified with the same draws (DenseBlock::sparse_stream).
+  const int64_t batch = 6, d = 5, num_labels = 40;
+  const double threshold = 0.3;  // per point: most negatives' |σ(z)| at this scale is below
+  Batch b = make_batch(num_labels, {{1}, {0, 6, 39}, {}, {2, 3, 5}, {17}, {20, 21}});
+  Rng rng(7);
+  std::vector<float> hf(static_cast<size_t>(batch * d));
+  for (auto& x : hf) x = static_cast<float>(6.0 * rng.normal());  // logits spread over ±8
+  std::vector<double> h(hf.begin(), hf.end());
+  for (int64_t chunk : {int64_t{40}, int64_t{16}}) {
+    DYNAMIC_SECTION("chunk " << chunk) {
+      Context ctx(Device::cpu, 2);
+      LayerInit init;
+      init.ctx = &ctx;
+      init.input_dim = d;
+      init.num_labels = num_labels;
+      init.batch_size = batch;
+      init.optim.type = OptimizerType::sgd;
+      init.optim.lr = 1.0;
+      init.seed = 3;
+      DenseConfig c;
+      c.chunk_size = chunk;
+      c.sparse_gradient = threshold;
+      DenseLayer layer(init, c);
+      auto state = layer.state();
+      Params prm{
+          to_double(find(state, "output/weight")), to_double(find(state, "output/bias")), {}};
+      const std::vector<double> z = ref_logits(prm, h, batch, d, d, num_labels);
+      // G' = sparsify((σ(z) - y) / B) with the block's draws at step 1.
+      const uint64_t stream = DenseBlock::sparse_stream(init.seed, 1);
+      const auto t = static_cast<float>(threshold / batch);
+      std::vector<double> g(z.size());
+      int64_t zeros = 0, raised = 0;
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t l = 0; l < num_labels; ++l) {
+          const double y = is_pos(b, i, l) ? 1.0 : 0.0;
+          const double s = 1.0 / (1.0 + std::exp(-z[i * num_labels + l]));
+          const auto gf = static_cast<float>((s - y) / batch);
+          const float sp = gpu::sparsify_value(
+              gf, t, gpu::rounding_bits(stream, static_cast<uint64_t>(i * num_labels + l)));
+          zeros += sp == 0.0f;
+          raised += sp != gf && sp != 0.0f;
+          g[i * num_labels + l] = sp == gf ? (s - y) / batch : sp;
+        }
+      // The case exercises both outcomes and keeps some entries as they were.
+      CHECK(zeros > batch * num_labels / 4);
+      CHECK(raised > 5);
+      CHECK(zeros + raised < batch * num_labels);
+
+      std::vector<float> dhf(static_cast<size_t>(batch * d));
+      layer.train_step(b, ConstMatrix(hf.data(), batch, d), Matrix(dhf.data(), batch, d), {1.0, 1});
+      auto after = layer.state();
+      const auto w_new = to_double(find(after, "output/weight"));
+      const auto b_new = to_double(find(after, "output/bias"));
+      for (int64_t l = 0; l < num_labels; ++l) {
+        double db = 0.0;
+        for (int64_t i = 0; i < batch; ++i) db += g[i * num_labels + l];
+        check_close(prm.bias[l] - b_new[l], db, "db[" + std::to_string(l) + "]");
+        for (int64_t k = 0; k < d; ++k) {
+          double dw = 0.0;
+          for (int64_t i = 0; i < batch; ++i) dw += g[i * num_labels + l] * h[i * d + k];
+          check_close(prm.w[l * d + k] - w_new[l * d + k], dw,
+                      "dW[" + std::to_string(l) + "," + std::to_string(k) + "]");
+        }
+      }
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t k = 0; k < d; ++k) {
+          double dh = 0.0;
+          for (int64_t l = 0; l < num_labels; ++l) dh += g[i * num_labels + l] * prm.w[l * d + k];
+          check_close(dhf[i * d + k], dh,
+                      "dh[" + std::to_string(i) + "," + std::to_string(k) + "]");
+        }
+    }
+  }
+}
+
+TEST_CASE("dense and bottleneck with a sparse gradient: below every entry they train exactly") {
+  // A threshold below every |g| keeps G whole: the sparse products (CPU) must then give the
+  // GEMMs' steps, over several chunks and threads.
+  const int64_t batch = 16, d = 24, num_labels = 300;
+  auto run = [&](const std::string& backend, double threshold) {
+    Context ctx(Device::cpu, 2);
+    LayerInit init;
+    init.ctx = &ctx;
+    init.input_dim = d;
+    init.num_labels = num_labels;
+    init.batch_size = batch;
+    init.optim.type = OptimizerType::adam;
+    init.optim.lr = 0.01;
+    init.seed = 9;
+    std::unique_ptr<OutputLayer> layer;
+    if (backend == "dense") {
+      DenseConfig c;
+      c.chunk_size = 128;
+      c.sparse_gradient = threshold;
+      layer = std::make_unique<DenseLayer>(init, c);
+      DenseConfig plain = c;
+      plain.sparse_gradient = 0.0;
+      if (threshold > 0.0)
+        CHECK(DenseLayer::planned_bytes(layer->shape(), c).total() >
+              DenseLayer::planned_bytes(layer->shape(), plain).total());
+    } else {
+      BottleneckConfig c;
+      c.chunk_size = 128;
+      c.dim = 16;
+      c.sparse_gradient = threshold;
+      layer = std::make_unique<BottleneckLayer>(init, c);
+    }
+    CHECK(ctx.ledger().total_current() == layer->analytic_bytes());
+    Rng rng(4);
+    std::vector<std::vector<uint32_t>> pos(static_cast<size_t>(batch));
+    for (auto& p : pos) p = {static_cast<uint32_t>(rng.below(num_labels))};
+    Batch b = make_batch(num_labels, pos);
+    std::vector<float> hf(static_cast<size_t>(batch * d)), dh(hf.size());
+    for (auto& x : hf) x = static_cast<float>(rng.normal());
+    std::vector<float> dhs;
+    for (int64_t step = 1; step <= 3; ++step) {
+      layer->train_step(b, ConstMatrix(hf.data(), batch, d), Matrix(dh.data(), batch, d),
+                        {0.01, step});
+      dhs.insert(dhs.end(), dh.begin(), dh.end());
+    }
+    const std::string w = backend == "dense" ? "output/weight" : "output/dense/weight";
+    return std::make_pair(floats(layer->state(), w), dhs);
+  };
+  for (std::string backend : {"dense", "bottleneck"}) {
+    DYNAMIC_SECTION(backend) {
+      const auto exact = run(backend, 0.0);
+      const auto sparse = run(backend, 1e-30);
+      REQUIRE(exact.first.size() == sparse.first.size());
+      for (size_t i = 0; i < exact.first.size(); ++i)
+        REQUIRE(sparse.first[i] == Approx(exact.first[i]).margin(1e-6).epsilon(1e-5));
+      for (size_t i = 0; i < exact.second.size(); ++i)
+        REQUIRE(sparse.second[i] == Approx(exact.second[i]).margin(1e-7).epsilon(1e-4));
+    }
+  }
+}

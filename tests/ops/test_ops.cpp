@@ -733,6 +733,66 @@ DEVICE_TEST("losses over sizes and label chunks, with the bf16 gradient copy on 
   }
 }
 
+DEVICE_TEST("gradient sparsification: kept above the threshold, 0 or ±t below, unbiased",
+            "[dense][loss]") {
+  const bool cuda = ctx.on_gpu();
+  const int64_t b = 37, c = 513, col0 = 100, labels = 1000;
+  const float t = 0.01f;
+  const uint64_t stream = gpu::rounding_stream(77, 5);
+  Rng rng(12);
+  // Magnitudes from 0 to 3t: a third at or above the threshold.
+  const std::vector<float> g0 = random_floats(rng, static_cast<size_t>(b * c), 3.0f * t);
+  // The expected result, entry by entry, from the documented draw.
+  std::vector<double> want(g0.size());
+  int64_t zeros = 0, raised = 0;
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      const float x = g0[i * c + j];
+      const float v = gpu::sparsify_value(
+          x, t, gpu::rounding_bits(stream, static_cast<uint64_t>(i * labels + col0 + j)));
+      if (std::abs(x) >= t)
+        REQUIRE(v == x);
+      else
+        REQUIRE((v == 0.0f || v == t || v == -t));
+      if (v != 0.0f && v != x) REQUIRE(std::signbit(v) == std::signbit(x));
+      zeros += v == 0.0f;
+      raised += v != 0.0f && v != x;
+      want[i * c + j] = v;
+    }
+  // A third of the entries is below t, and half of those become 0: about a sixth each.
+  CHECK(zeros > b * c / 8);
+  CHECK(raised > b * c / 8);
+  // The whole matrix at once, and in two column pieces (the chunking of a layer): the same.
+  Buffer<float> g = put(ctx, g0);
+  Buffer<gpu::Bf16> g16(ctx, MemTag::workspace, cuda ? g0.size() : 0);
+  sparsify_gradient(ctx, Matrix(g.data(), b, c), t, stream, col0, labels,
+                    cuda ? gpu::Bf16Matrix(g16.data(), b, c) : gpu::Bf16Matrix{});
+  const auto got = get(g, g0.size());
+  expect_close("sparsified", got, want, 0, 0);
+  if (cuda) expect_close("bf16 copy", widen(get(g16, g0.size())), rounded(got), 0, 0);
+  Buffer<float> g2 = put(ctx, g0);
+  const int64_t c1 = 200;
+  sparsify_gradient(ctx, Matrix(g2.data(), b, c1, c), t, stream, col0, labels);
+  sparsify_gradient(ctx, Matrix(g2.data() + c1, b, c - c1, c), t, stream, col0 + c1, labels);
+  expect_close("sparsified in two pieces", get(g2, g0.size()), want, 0, 0);
+  // Unbiased: a constant below the threshold averages back to itself over many draws.
+  const int64_t rows = 64;
+  for (float x : {0.0023f, -0.0007f}) {
+    Buffer<float> m = put(ctx, std::vector<float>(static_cast<size_t>(rows * labels), x));
+    sparsify_gradient(ctx, Matrix(m.data(), rows, labels), t, stream, 0, labels);
+    const auto v = get(m, static_cast<size_t>(rows * labels));
+    double mean = 0.0;
+    for (float e : v) mean += e;
+    mean /= static_cast<double>(v.size());
+    // One draw's deviation is at most sqrt(t·|x|): 5 standard errors of the mean.
+    const double se = std::sqrt(t * std::abs(x) / static_cast<double>(v.size()));
+    CHECK(std::abs(mean - x) < 5.0 * se);
+  }
+  // Bad arguments are refused before the device branch.
+  CHECK_THROWS(sparsify_gradient(ctx, Matrix(g.data(), b, c), 0.0f, stream, col0, labels));
+  CHECK_THROWS(sparsify_gradient(ctx, Matrix(g.data(), b, c), t, stream, col0, c));
+}
+
 DEVICE_TEST("the dense optimizer update on the device equals OptimizerStep::apply",
             "[dense][optimizer]") {
   for (OptimizerType type : {OptimizerType::sgd, OptimizerType::adam, OptimizerType::adamw}) {
