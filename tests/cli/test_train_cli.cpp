@@ -53,6 +53,19 @@ double popularity_p1(const fs::path& train_labels, const fs::path& test_labels) 
   return static_cast<double>(hits) / static_cast<double>(test_rows.size());
 }
 
+// `xmctrain train <dir>/c.yaml --out <dir>/<out> --json EXTRA...`, which must succeed: its
+// JSON summary.
+json train_json(const fs::path& dir, const std::string& out,
+                const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"train", (dir / "c.yaml").string(), "--out",
+                                   (dir / out).string(), "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.out);
+}
+
 }  // namespace
 
 TEST_CASE("train then eval of the checkpoint then predict then eval of the predictions agree") {
@@ -183,14 +196,8 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
       "--set", "model.output.precision=bf16",    "--set", "model.output.stochastic_rounding=true",
       "--set", "model.output.chunk_size=32",     "--set", "optim.output.beta1=0",
       "--set", "optim.output.state_precision=bf16"};
-  auto train = [&](const std::string& dir, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
-                                     (tmp / dir).string(), "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto r = run_cli(args);
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
+  auto train = [&](const std::string& out, const std::vector<std::string>& extra) {
+    return train_json(tmp.path(), out, extra);
   };
   const json base = train("base", {}), thin = train("lean", lean);
   const double base_bytes = base["output_layer_bytes"].get<double>();
@@ -243,18 +250,8 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
 TEST_CASE("the dense layer's sparse gradient: the exact run's P@1, resumes exactly") {
   TempDir tmp;
   write_file(tmp / "c.yaml", small_train_config(tmp / "data", 3));
-  auto train = [&](const std::string& dir, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train", (tmp / "c.yaml").string(), "--out",
-                                     (tmp / dir).string(), "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto r = run_cli(args);
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return r.out;
-  };
   const std::vector<std::string> sparse = {"--set", "model.output.sparse_gradient=0.01"};
-  const json exact = json::parse(train("exact", {}));
-  const json sg = json::parse(train("sparse", sparse));
+  const json exact = train_json(tmp.path(), "exact"), sg = train_json(tmp.path(), "sparse", sparse);
   const double p1 = sg["metrics"]["P@1"].get<double>();
   INFO("P@1: exact " << exact["metrics"]["P@1"].get<double>() << ", sparse " << p1);
   CHECK(p1 >= exact["metrics"]["P@1"].get<double>() - 0.02);
@@ -265,7 +262,7 @@ TEST_CASE("the dense layer's sparse gradient: the exact run's P@1, resumes exact
   REQUIRE(part.exit_code == 0);
   std::vector<std::string> resume = sparse;
   resume.push_back("--resume");
-  CHECK(json::parse(train("part", resume))["metrics"] == sg["metrics"]);
+  CHECK(train_json(tmp.path(), "part", resume)["metrics"] == sg["metrics"]);
   // A threshold outside [0, 1] is refused with the key's name.
   auto bad = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "bad").string(), "--set",
                       "model.output.sparse_gradient=2"});
