@@ -272,6 +272,9 @@ check cli:dense_lean 120 cli_pair dense_lean 0.02 "${lean[@]}" \
   --set optim.output.state_precision=bf16
 check cli:dense_rowwise 120 cli_pair dense_rowwise 0.02 "${lean[@]}" \
   --set optim.output.rowwise=true
+# The sparse gradient (issue 42): the CPU's backward over G's non-zeros against CUDA's GEMMs
+# on the same sparsified G (the same draws on both devices).
+check cli:dense_sparse 120 cli_pair dense_sparse 0.01 --set model.output.sparse_gradient=0.01
 check cli:lsh_sampled 120 cli_pair lsh_sampled 0.01 --set model.output.type=lsh_sampled
 check cli:anns_sampled 120 cli_pair anns_sampled 0.01 --set model.output.type=anns_sampled \
   --set model.output.synchronous=true
