@@ -41,14 +41,7 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
   XMC_CHECK(!precision.stochastic_rounding || precision.bf16,
             "stochastic rounding needs bf16 weights (precision fp32 given)");
   // The host memory budget (a device block's weights live in GPU memory).
-  if (!ctx.on_gpu())
-    check_memory_plan(
-        planned_bytes(false, d, n, max_batch, chunk, loss, optim, precision.bf16).total(),
-        fmt::format("a dense output block of {} labels × d = {} (weights, {} "
-                    "optimizer state arrays, workspace)",
-                    n, d, optimizer_state_arrays(optim)),
-        "fewer labels, a narrower encoder output (the last model.encoder layer's "
-        "out) or an optimizer with less state (optim.output.type)");
+  if (!ctx.on_gpu()) check_host_budget(false);
   p_ = LabelParams(ctx, optim, n, d, precision.bf16);
   const auto zn = static_cast<size_t>(max_batch * chunk_);
   z_ = Buffer<float>(ctx, MemTag::workspace, zn);
@@ -174,11 +167,26 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
   return stats;
 }
 
+void DenseBlock::check_host_budget(bool sparse) const {
+  check_memory_plan(
+      planned_bytes(false, d_, n_, max_batch_, chunk_, loss_, optim_, precision_.bf16, sparse)
+          .total(),
+      fmt::format("a dense output block of {} labels × d = {} (weights, {} "
+                  "optimizer state arrays, workspace{})",
+                  n_, d_, optimizer_state_arrays(optim_),
+                  sparse ? " with model.output.sparse_gradient's" : ""),
+      sparse ? "a smaller model.output.chunk_size or train.batch_size (the sparse gradient "
+               "keeps 4 arrays of batch × chunk), or sparse_gradient: 0"
+             : "fewer labels, a narrower encoder output (the last model.encoder layer's "
+               "out) or an optimizer with less state (optim.output.type)");
+}
+
 void DenseBlock::set_sparse_gradient(double threshold) {
   XMC_CHECK(threshold >= 0.0 && std::isfinite(threshold), "sparse gradient threshold {}",
             threshold);
   sparse_threshold_ = threshold;
   if (!sparse_cpu()) return;
+  check_host_budget(true);  // before the workspaces are allocated
   Context& ctx = *ctx_;
   const auto zn = static_cast<size_t>(max_batch_ * chunk_), c = static_cast<size_t>(chunk_);
   constexpr MemTag ws = MemTag::workspace;

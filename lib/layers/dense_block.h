@@ -101,7 +101,8 @@ class DenseBlock {
   // this per-point threshold (applied to G·B; 0: off, exact). On the CPU the two backward
   // products then run over G's non-zeros (CSR by row and by column) instead of GEMMs; the
   // GPU keeps its GEMMs on the sparsified G. Allocates the CPU's sparse workspaces
-  // (planned_bytes with sparse_gradient). Threshold ≥ 0, finite.
+  // (planned_bytes with sparse_gradient), after checking the block's planned bytes with
+  // them against the memory budget (InputError). Threshold ≥ 0, finite.
   void set_sparse_gradient(double threshold);
   // The random stream of that sparsification at an optimizer step (per seed and step; the
   // counter of entry (i, l) is i·(the model's labels) + l).
@@ -136,6 +137,9 @@ class DenseBlock {
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
   void round_h(ConstMatrix h) const;
   bool sparse_cpu() const { return sparse_threshold_ > 0.0 && !ctx_->on_gpu(); }
+  // check_memory_plan of this block's planned host bytes (with the sparse workspaces when
+  // `sparse`): InputError naming what to change when over the budget.
+  void check_host_budget(bool sparse) const;
   // CPU sparse backward of one chunk: dh += G·W_c (wc [c×d]) and dw [c×d] = Gᵀ·h over the
   // non-zeros of G = z [B×c].
   void sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh, Matrix dw);

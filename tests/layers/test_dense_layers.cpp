@@ -263,8 +263,29 @@ TEST_CASE("dense layer larger than the memory budget is refused before allocatin
   CHECK_THAT(m, Catch::Matchers::Contains("more than the 1.0 GiB available (XMC_MEMORY_LIMIT)"));
   CHECK_THAT(m, Catch::Matchers::Contains("optim.output.type"));
   CHECK(ctx.ledger().total_peak() == 0);
+  // A layer that fits, but not with the sparse gradient's workspaces (4 arrays of batch ×
+  // chunk floats: 4 × 1024 × 65536 × 4 bytes = 1 GiB): refused naming what to change.
+  init.num_labels = 100'000;
+  init.input_dim = 16;
+  init.batch_size = 1024;
+  DenseConfig sparse;
+  sparse.chunk_size = 65536;
+  {
+    DenseLayer fits(init, sparse);  // 256 MiB of logits workspace and 19 MiB of weights
+  }
+  sparse.sparse_gradient = 0.01;
+  m.clear();
+  try {
+    DenseLayer layer(init, sparse);
+  } catch (const InputError& e) {
+    m = e.what();
+  }
+  CHECK_THAT(m, Catch::Matchers::Contains("sparse_gradient"));
+  CHECK_THAT(m, Catch::Matchers::Contains("model.output.chunk_size"));
   // The plan is what a built block reports.
   init.num_labels = 1000;
+  init.input_dim = 256;
+  init.batch_size = 64;
   DenseLayer small(init, DenseConfig{});
   CHECK(static_cast<double>(small.analytic_bytes()) ==
         DenseBlock::planned_bytes(false, 256, 1000, 64, 8192, LossType::bce, init.optim).total());
