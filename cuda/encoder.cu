@@ -28,7 +28,7 @@ __global__ void enc_csr_forward_kernel(const int64_t* __restrict__ indptr,
   const int64_t r = blockIdx.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < out;
        j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-    float acc = bias[j];
+    float acc = bias ? bias[j] : h[r * ldh + j];  // no bias: accumulate into h
     for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k)
       acc += values[k] * w[static_cast<int64_t>(indices[k]) * out + j];
     h[r * ldh + j] = relu ? fmaxf(acc, 0.0f) : acc;

@@ -197,8 +197,6 @@ void DenseBlock::set_sparse_gradient(double threshold) {
   sparse_.rows = Buffer<uint32_t>(ctx, ws, zn);
   sparse_.values = Buffer<float>(ctx, ws, zn);
   sparse_.col_values = Buffer<float>(ctx, ws, zn);
-  sparse_.gw = Buffer<float>(ctx, ws, static_cast<size_t>(max_batch_ * d_));
-  sparse_.zero = Buffer<float>(ctx, ws, static_cast<size_t>(d_));
   uint32_t* cols = sparse_.cols.data();
   for (size_t j = 0; j < c; ++j) cols[j] = static_cast<uint32_t>(j);
 }
@@ -243,17 +241,11 @@ void DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, 
     }
   for (int64_t j = c; j > 0; --j) start[j] = start[j - 1];  // back to the column starts
   start[0] = 0;
-  // dh += G·W_c through the sparse-input forward (zero bias), then dW_c = Gᵀ·h through the
-  // sparse layer's weight gradient over every column of the chunk (empty ones give zero rows).
-  const Matrix gw(sparse_.gw.data(), rows, d_);
-  ops::csr_dense_forward(*ctx_, gpu::DeviceCsrValues{indptr, idx, val, rows, c}, wc,
-                         sparse_.zero.data(), false, gw);
-#pragma omp parallel for schedule(static) if (rows * d_ > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = dh.row(r);
-    const float* a = gw.row(r);
-    for (int64_t j = 0; j < d_; ++j) o[j] += a[j];
-  }
+  // dh += G·W_c through the sparse-input forward (no bias: it accumulates), then dW_c =
+  // Gᵀ·h through the sparse layer's weight gradient over every column of the chunk (empty
+  // ones give zero rows).
+  ops::csr_dense_forward(*ctx_, gpu::DeviceCsrValues{indptr, idx, val, rows, c}, wc, nullptr, false,
+                         dh);
   ops::csr_column_grad(*ctx_, gpu::DeviceCsrByColumn{sparse_.cols.data(), start, crow, cval, c}, h,
                        dw);
 }
@@ -298,8 +290,8 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
   const double c = static_cast<double>(std::min(chunk, n));
   LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
   bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (CPU bf16: also W_c widened), db_c
-  if (sparse_gradient && !gpu)                   // G by row and by column, G·W_c, the zero bias
-    bytes.workspace += 8.0 * (b + 1 + c + 1) + 4.0 * (4.0 * b * c + c + b * dd + dd);
+  if (sparse_gradient && !gpu)                   // G by row and by column
+    bytes.workspace += 8.0 * (b + 1 + c + 1) + 4.0 * (4.0 * b * c + c);
   if (gpu) {
     if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);        // G, h rounded
     if (loss == LossType::softmax) bytes.workspace += 8.0 * b;  // row max, sum

@@ -164,11 +164,11 @@ class DenseBlock {
   RowReductions reduce_;  // comm_'s, for softmax's statistics
   double sparse_threshold_ = 0.0;
   // CPU sparse backward: a chunk's G as CSR by row (indptr, indices, values) and by column
-  // (start, rows, col_values; cols = 0..chunk-1), and G·W_c before it is added to dh.
+  // (start, rows, col_values; cols = 0..chunk-1).
   struct SparseWork {
     Buffer<int64_t> indptr, start;
     Buffer<uint32_t> indices, cols, rows;
-    Buffer<float> values, col_values, gw, zero;
+    Buffer<float> values, col_values;
   } sparse_;
 };
 

@@ -19,7 +19,7 @@ void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const 
 #pragma omp parallel for schedule(dynamic, 8) if (nnz * out > 65536)
   for (int64_t r = 0; r < x.rows; ++r) {
     float* hr = h.row(r);
-    std::copy(bias, bias + out, hr);
+    if (bias) std::copy(bias, bias + out, hr);  // no bias: accumulate into h
     for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k) {
       const float* wr = w + static_cast<int64_t>(x.indices[k]) * out;
       const float v = x.values[k];

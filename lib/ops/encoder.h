@@ -35,8 +35,9 @@ struct DeviceCsrByColumn {
 namespace xmc::ops {
 
 // h [B×out] = bias + x·W (W [cols×out], one row per input feature), then relu when
-// `relu`. CPU: per row the bias, then the row's non-zeros in order; CUDA: one thread per
-// output column, the row's non-zeros in order.
+// `relu`; bias nullptr: h += x·W (h's values in place of the bias). CPU: per row the bias,
+// then the row's non-zeros in order; CUDA: one thread per output column, the row's
+// non-zeros in order.
 void csr_dense_forward(const Context& ctx, const gpu::DeviceCsrValues& x, const float* w,
                        const float* bias, bool relu, Matrix h);
 // dz = dh ⊙ (h > 0) when relu, else dz = dh (h: the activation's output); dz may be dh.

@@ -321,6 +321,14 @@ DEVICE_TEST("the sparse-input layer's forward and weight gradient", "[encoder]")
       h[r * out + j] = std::max(0.0, s);
     }
   expect_close("", get(dh, h.size()), h, 1e-6, 1e-5);
+  // Without a bias the product is added to h (no relu): h + x·W.
+  ops::csr_dense_forward(ctx, {dip.data(), didx.data(), dval.data(), rows, cols}, dw.data(),
+                         nullptr, false, Matrix(dh.data(), rows, out));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < out; ++j)
+      for (int64_t k = x.indptr[r]; k < x.indptr[r + 1]; ++k)
+        h[r * out + j] += double(x.values[k]) * w[x.indices[k] * out + j];
+  expect_close("accumulated", get(dh, h.size()), h, 1e-6, 1e-5);
   // g [U×out]: row u = Σ_{entries of column cols[u]} value · dz[row].
   auto dcols = put(ctx, xt.cols);
   auto dstart = put(ctx, xt.start);
