@@ -2,15 +2,59 @@
 // codes (0 ok, 2 usage/config/input error, 1 other failure). Logs go to stderr.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 
+namespace {
+
+// Where OpenBLAS fell back to kernels below the CPU's (core/blas_kernels.h) and the user
+// did not choose them (OPENBLAS_CORETYPE unset), runs this program again, same pid and
+// arguments, with OPENBLAS_CORETYPE set to the better core: the library reads it only when
+// it loads. XMC_BLAS_FALLBACK carries the detected core to the new process, which says so.
+void restart_with_better_blas(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string detected = xmc::blas_kernels();
+  const std::string better = xmc::better_blas_kernels(detected, xmc::cpu_vector_isa());
+  if (better.empty()) return;
+  setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  setenv("XMC_BLAS_FALLBACK", detected.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // exec failed: carry on with the detected kernels.
+  unsetenv("OPENBLAS_CORETYPE");
+  setenv("XMC_BLAS_FALLBACK", ("!" + detected).c_str(), 1);
+}
+
+void report_blas_restart() {
+  const char* fallback = std::getenv("XMC_BLAS_FALLBACK");
+  if (fallback == nullptr) return;
+  const std::string detected = fallback;
+  if (detected.starts_with("!"))
+    spdlog::warn(
+        "OpenBLAS did not recognise this CPU and runs its {} kernels, below what the CPU "
+        "supports; restarting with better ones failed: set OPENBLAS_CORETYPE (e.g. Haswell, "
+        "SkylakeX) to choose them",
+        detected.substr(1));
+  else
+    spdlog::info(
+        "OpenBLAS did not recognise this CPU (it chose its {} kernels): running with "
+        "OPENBLAS_CORETYPE={}; set OPENBLAS_CORETYPE to choose the kernels yourself",
+        detected, xmc::blas_kernels());
+  unsetenv("XMC_BLAS_FALLBACK");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  restart_with_better_blas(argv);
   CLI::App app{
       "xmctrain: train and evaluate output layers of extreme multi-label classifiers.\n"
       "Run 'xmctrain SUBCOMMAND --help' for the options of each subcommand."};
@@ -40,6 +84,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
+  report_blas_restart();
 
   try {
     for (auto& c : commands)

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/blas_kernels.h"
 #include "core/context.h"
 #include "core/resources.h"
 #include "core/rng.h"
@@ -107,6 +108,12 @@ std::string ceilings_cache_path(int threads) {
   return fmt::format("{}/xmctrain/ceilings-cpu-{}t.json", base, threads);
 }
 
+nlohmann::json cpu_ceilings(double sgemm_gflops, double memory_gbps) {
+  return {{"sgemm_gflops", sgemm_gflops},
+          {"memory_gbps", memory_gbps},
+          {"blas_kernels", blas_kernels()}};
+}
+
 nlohmann::json measure_ceilings(int threads) {
   std::string cpu;
   std::ifstream info("/proc/cpuinfo");
@@ -118,7 +125,7 @@ nlohmann::json measure_ceilings(int threads) {
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return {{"ceilings", {{"sgemm_gflops", gemm}, {"memory_gbps", mem}}},
+  return {{"ceilings", cpu_ceilings(gemm, mem)},
           {"threads", threads},
           {"device", "cpu"},
           {"cpu", cpu},
@@ -148,9 +155,11 @@ nlohmann::json op_figures(double seconds, double flops, double bytes, double gem
 }
 
 std::string ceilings_line(const nlohmann::json& j) {
-  return fmt::format("ceilings: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s\n",
+  const std::string kernels = j["ceilings"].value("blas_kernels", std::string());
+  return fmt::format("ceilings: sgemm {:.1f} GFLOP/s, memory {:.1f} GB/s{}\n",
                      j["ceilings"].value("sgemm_gflops", 0.0),
-                     j["ceilings"].value("memory_gbps", 0.0));
+                     j["ceilings"].value("memory_gbps", 0.0),
+                     kernels.empty() ? std::string() : ", OpenBLAS " + kernels + " kernels");
 }
 
 std::string op_header(int name_width) {

@@ -24,6 +24,11 @@ double measure_memory_gbps(long long bytes = 1LL << 29);
 double measure_fanin_gflops(int64_t batch, int64_t inputs, int64_t fan_in, int64_t group,
                             int64_t labels = 8192);
 
+// The "ceilings" object of a CPU benchmark's JSON: {"sgemm_gflops", "memory_gbps",
+// "blas_kernels"}, the last the core whose kernels OpenBLAS ran (core/blas_kernels.h),
+// since the sgemm figure depends on it.
+nlohmann::json cpu_ceilings(double sgemm_gflops, double memory_gbps);
+
 // Where `xmctrain bench ceilings` caches the CPU ceilings measured with `threads` threads
 // and `xmctrain plan` looks for them: $XDG_CACHE_HOME/xmctrain/ceilings-cpu-<threads>t.json
 // (XDG_CACHE_HOME defaulting to ~/.cache).
@@ -40,7 +45,8 @@ double time_over_blocks(int iters, int64_t n, int64_t chunk,
 // flops > 0, "gbps" and "memory_ratio" (of memory_gbps) when bytes > 0.
 nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
                           double memory_gbps);
-// "ceilings: sgemm … GFLOP/s, memory … GB/s" from a benchmark's JSON (its "ceilings"), and
+// "ceilings: sgemm … GFLOP/s, memory … GB/s[, OpenBLAS … kernels]" from a benchmark's JSON
+// (its "ceilings"), and
 // the column header of op_row's table.
 std::string ceilings_line(const nlohmann::json& j);
 std::string op_header(int name_width);

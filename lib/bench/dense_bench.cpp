@@ -65,7 +65,7 @@ nlohmann::json bench_dense(const DenseBenchParams& p) {
   j["params"] = {{"batch", p.batch}, {"dim", p.dim},        {"labels", p.labels},
                  {"chunk", p.chunk}, {"iters", p.iters},    {"optimizer", p.optimizer},
                  {"loss", p.loss},   {"precision", "fp32"}, {"sparse_gradient", p.sparse_gradient}};
-  j["ceilings"] = {{"sgemm_gflops", gemm}, {"memory_gbps", mem}};
+  j["ceilings"] = cpu_ceilings(gemm, mem);
   // Minimal traffic: forward and dh read W once each; the update reads W, dW and the
   // optimizer state and writes W and the state back.
   j["ops"] = {

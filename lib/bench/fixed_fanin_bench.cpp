@@ -92,7 +92,7 @@ nlohmann::json bench_fixed_fanin(const FixedFaninBenchParams& p) {
   j["threads"] = ctx.threads();
   j["params"] = {{"batch", b}, {"dim", m}, {"labels", n}, {"fan_in", f},
                  {"chunk", chunk}, {"nonzero", nz}, {"iters", p.iters}};
-  j["ceilings"] = {{"sgemm_gflops", gemm}, {"memory_gbps", mem}};
+  j["ceilings"] = cpu_ceilings(gemm, mem);
   j["ops"] = {
       {"forward", op(t_fwd, sparse_flops, sparse_bytes)},
       {"weight_grad", op(t_wg, sparse_flops, sparse_bytes)},

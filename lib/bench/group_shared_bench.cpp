@@ -40,6 +40,7 @@ nlohmann::json bench_group_shared(const GroupSharedBenchParams& p) {
                                                  .iters = p.iters,
                                                  .threads = p.threads});
     j["ceilings"]["sgemm_gflops"] = ff["ceilings"]["sgemm_gflops"];
+    j["ceilings"]["blas_kernels"] = ff["ceilings"]["blas_kernels"];
     j["fixed_fanin"][std::to_string(f)] = ff["ops"];
 
     std::vector<float> w(static_cast<size_t>(n * f)), bias(static_cast<size_t>(n), 0.0f);

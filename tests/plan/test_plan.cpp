@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/blas_kernels.h"
 #include "support/test_support.h"
 
 using namespace xmc::test;
@@ -111,6 +112,33 @@ TEST_CASE(
     CHECK(step_plan > step / (sampled ? 25 : 8));
     CHECK(step_plan < step * 8);
   }
+}
+
+// The ceilings name the kernels OpenBLAS ran, and xmctrain never runs kernels below what
+// the CPU supports: on a CPU that OpenBLAS does not recognise (it falls back to Prescott's
+// SSE3 kernels, as on the dev VM) the binary restarts itself with OPENBLAS_CORETYPE set
+// and says so; a core the user chose is kept.
+TEST_CASE("bench ceilings: OpenBLAS runs kernels the CPU supports, or the ones the user set") {
+  TempDir tmp;
+  const fs::path out = tmp / "ceilings.json";
+  auto a = run_cli({"bench", "ceilings", "--threads", "1", "--out", out.string(), "--json"});
+  INFO(a.err);
+  REQUIRE(a.exit_code == 0);
+  const std::string kernels = json::parse(a.out)["ceilings"]["blas_kernels"];
+  INFO("kernels " << kernels);
+  CHECK(xmc::better_blas_kernels(kernels, xmc::cpu_vector_isa()).empty());
+  // The restart is reported exactly when OpenBLAS alone would have chosen worse kernels.
+  const bool fell_back =
+      !xmc::better_blas_kernels(xmc::blas_kernels(), xmc::cpu_vector_isa()).empty();
+  CHECK((a.err.find("OpenBLAS did not recognise this CPU") != std::string::npos) == fell_back);
+
+  auto b = run_cli({"bench", "ceilings", "--threads", "1", "--out", out.string(), "--json"},
+                   {{"OPENBLAS_CORETYPE", "Prescott"}});
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK(json::parse(b.out)["ceilings"]["blas_kernels"] == "Prescott");
+  CHECK(b.err.find("OpenBLAS did not recognise") == std::string::npos);
+  CHECK(json::parse(read_file(out))["ceilings"]["blas_kernels"] == "Prescott");
 }
 
 TEST_CASE("plan: impossible requests exit 2 with a message") {
