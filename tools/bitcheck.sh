@@ -11,7 +11,10 @@
 #   wordnet_group_shared, wordnet_lsh, wordnet_anns, wordnet_anns_wide (the shipped
 #   configs/wordnet_*.yaml, which need datasets/wordnet: tools/build_wordnet.py), or
 #   `wordnet` for all seven. Environment: XMC_BITCHECK_DIR (work folder, default
-#   /tmp/xmc-bitcheck; the synthetic data is generated there once).
+#   /tmp/xmc-bitcheck; the synthetic data is generated there once), OPENBLAS_CORETYPE
+#   (default Prescott, which every x86-64 CPU runs: both binaries must run the same BLAS
+#   kernels, and a binary from before the kernel check of app/main.cpp keeps OpenBLAS's
+#   own choice; docs/design-notes.md, "OpenBLAS's kernels").
 # Exit 0 when every case is identical, 1 otherwise (the differing fields are printed).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 REF_BINARY NEW_BINARY [CASE...]" >&2; exit 2; }
@@ -20,6 +23,7 @@ new=$(realpath "$2")
 shift 2
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${XMC_BITCHECK_DIR:-/tmp/xmc-bitcheck}
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Prescott}
 mkdir -p "$work"
 cd "$work"
 
