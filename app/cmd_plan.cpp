@@ -10,6 +10,7 @@
 #include "bench/ceilings.h"
 #include "commands.h"
 #include "config/config_loader.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/resources.h"
 #include "layers/registry.h"
@@ -91,13 +92,26 @@ Ceilings resolve_gemm_memory(const PlanOpts& o, Device device) {
         "bench dense --device cuda --json` on that GPU) or --gemm-gflops and --memory-gbps");
   const Context ctx(Device::cpu, o.threads);
   const std::string cache = bench::ceilings_cache_path(ctx.threads());
-  if (std::filesystem::exists(cache))
-    return from_file(cache, "cached by `xmctrain bench ceilings` in");
+  // The cache holds if it was measured with the BLAS kernels this process runs (the sgemm
+  // rate depends on them: core/blas_kernels.h); otherwise the ceilings are measured now.
+  std::string why = fmt::format("no cache at {}", cache);
+  if (std::filesystem::exists(cache)) {
+    Ceilings c = from_file(cache, "cached by `xmctrain bench ceilings` in");
+    std::string cached;
+    try {
+      cached = nlohmann::json::parse(std::ifstream(cache))["ceilings"].value("blas_kernels", "");
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (cached == blas_kernels()) return c;
+    why = fmt::format("the cache at {} was measured with {} kernels, this process runs {}", cache,
+                      cached.empty() ? std::string("unrecorded BLAS") : "OpenBLAS " + cached,
+                      blas_kernels());
+  }
   return {.gemm_gflops = bench::measure_sgemm_gflops(1024),
           .memory_gbps = bench::measure_memory_gbps(1LL << 28),
-          .source = fmt::format("measured now with {} threads (quick: sgemm 1024³, 256 MiB; no "
-                                "cache at {}: `xmctrain bench ceilings --threads {}` writes it)",
-                                ctx.threads(), cache, ctx.threads())};
+          .source = fmt::format("measured now with {} threads (quick: sgemm 1024³, 256 MiB; {}: "
+                                "`xmctrain bench ceilings --threads {}` writes it)",
+                                ctx.threads(), why, ctx.threads())};
 }
 
 // The machine's ceilings: given, from a file, from the cache `xmctrain bench ceilings`

@@ -141,6 +141,39 @@ TEST_CASE("bench ceilings: OpenBLAS runs kernels the CPU supports, or the ones t
   CHECK(json::parse(read_file(out))["ceilings"]["blas_kernels"] == "Prescott");
 }
 
+// plan's cached CPU ceilings hold only for the BLAS kernels they were measured with (a
+// cache written while OpenBLAS ran its Prescott fallback has a quarter of the sgemm rate).
+TEST_CASE("plan: a CPU ceilings cache measured with other BLAS kernels is measured again") {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"XDG_CACHE_HOME", tmp.path().string()}};
+  const std::vector<std::string> plan = {"plan",  "--labels",  "1000", "--dim",
+                                         "64",    "--points",  "1000", "--backend",
+                                         "dense", "--threads", "1",    "--json"};
+  fs::create_directories(tmp / "xmctrain");
+  const fs::path cache = tmp / "xmctrain" / "ceilings-cpu-1t.json";
+  write_file(cache, R"({"ceilings": {"sgemm_gflops": 0.001, "memory_gbps": 0.001, "blas_kernels": )"
+                    R"("NotACore"}, "threads": 1})");
+  auto stale = run_cli(plan, env);
+  INFO(stale.err);
+  REQUIRE(stale.exit_code == 0);
+  const json a = json::parse(stale.out)["ceilings"];
+  CHECK(a["sgemm_gflops"].get<double>() > 0.1);  // measured now, not the cache's 0.001
+  CHECK_THAT(a["source"].get<std::string>(),
+             Catch::Matchers::Contains("measured with OpenBLAS NotACore kernels"));
+
+  // `bench ceilings` rewrites the cache with this binary's kernels: plan takes it.
+  auto c = run_cli({"bench", "ceilings", "--threads", "1"}, env);
+  INFO(c.err);
+  REQUIRE(c.exit_code == 0);
+  auto fresh = run_cli(plan, env);
+  INFO(fresh.err);
+  REQUIRE(fresh.exit_code == 0);
+  const json b = json::parse(fresh.out)["ceilings"];
+  CHECK_THAT(b["source"].get<std::string>(), Catch::Matchers::Contains("cached by"));
+  CHECK(b["sgemm_gflops"] == json::parse(read_file(cache))["ceilings"]["sgemm_gflops"]);
+}
+
 TEST_CASE("plan: impossible requests exit 2 with a message") {
   const std::vector<std::string> ceil = {"--gemm-gflops", "10", "--memory-gbps", "10"};
   auto run = [&](std::vector<std::string> args) {
