@@ -46,8 +46,7 @@ double time_over_blocks(int iters, int64_t n, int64_t chunk,
 nlohmann::json op_figures(double seconds, double flops, double bytes, double gemm_gflops,
                           double memory_gbps);
 // "ceilings: sgemm … GFLOP/s, memory … GB/s[, OpenBLAS … kernels]" from a benchmark's JSON
-// (its "ceilings"), and
-// the column header of op_row's table.
+// (its "ceilings"), and the column header of op_row's table.
 std::string ceilings_line(const nlohmann::json& j);
 std::string op_header(int name_width);
 // Its table row: name (left, name_width), ms, GFLOP/s, %gemm, GB/s, %mem ("-" where absent).
