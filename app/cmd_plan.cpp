@@ -97,15 +97,11 @@ Ceilings resolve_gemm_memory(const PlanOpts& o, Device device) {
   std::string why = fmt::format("no cache at {}", cache);
   if (std::filesystem::exists(cache)) {
     Ceilings c = from_file(cache, "cached by `xmctrain bench ceilings` in");
-    std::string cached;
-    try {
-      cached = nlohmann::json::parse(std::ifstream(cache))["ceilings"].value("blas_kernels", "");
-    } catch (const nlohmann::json::exception&) {
-    }
-    if (cached == blas_kernels()) return c;
-    why = fmt::format("the cache at {} was measured with {} kernels, this process runs {}", cache,
-                      cached.empty() ? std::string("unrecorded BLAS") : "OpenBLAS " + cached,
-                      blas_kernels());
+    if (c.blas_kernels == blas_kernels()) return c;
+    why = fmt::format(
+        "the cache at {} was measured with {} kernels, this process runs {}", cache,
+        c.blas_kernels.empty() ? std::string("unrecorded BLAS") : "OpenBLAS " + c.blas_kernels,
+        blas_kernels());
   }
   return {.gemm_gflops = bench::measure_sgemm_gflops(1024),
           .memory_gbps = bench::measure_memory_gbps(1LL << 28),

@@ -19,42 +19,42 @@ namespace {
 // Where OpenBLAS fell back to kernels below the CPU's (core/blas_kernels.h) and the user
 // did not choose them (OPENBLAS_CORETYPE unset), runs this program again, same pid and
 // arguments, with OPENBLAS_CORETYPE set to the better core: the library reads it only when
-// it loads. XMC_BLAS_FALLBACK carries the detected core to the new process, which says so.
-void restart_with_better_blas(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+// it loads. XMC_BLAS_FALLBACK carries the detected core to the new process. Returns what
+// to log once the logger is set up: the new process says what it runs (info), a failed
+// exec, which carries on with the detected kernels, says so (warning); otherwise nothing.
+struct BlasNote {
+  std::string text;
+  bool warning = false;
+};
+BlasNote restart_with_better_blas(char** argv) {
+  if (const char* fallback = std::getenv("XMC_BLAS_FALLBACK")) {  // the restarted process
+    const std::string note = fmt::format(
+        "OpenBLAS did not recognise this CPU (it chose its {} kernels): running with "
+        "OPENBLAS_CORETYPE={}; set OPENBLAS_CORETYPE to choose the kernels yourself",
+        fallback, xmc::blas_kernels());
+    unsetenv("XMC_BLAS_FALLBACK");
+    return {note};
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return {};
   const std::string detected = xmc::blas_kernels();
   const std::string better = xmc::better_blas_kernels(detected, xmc::cpu_vector_isa());
-  if (better.empty()) return;
+  if (better.empty()) return {};
   setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   setenv("XMC_BLAS_FALLBACK", detected.c_str(), 1);
   execv("/proc/self/exe", argv);
-  // exec failed: carry on with the detected kernels.
   unsetenv("OPENBLAS_CORETYPE");
-  setenv("XMC_BLAS_FALLBACK", ("!" + detected).c_str(), 1);
-}
-
-void report_blas_restart() {
-  const char* fallback = std::getenv("XMC_BLAS_FALLBACK");
-  if (fallback == nullptr) return;
-  const std::string detected = fallback;
-  if (detected.starts_with("!"))
-    spdlog::warn(
-        "OpenBLAS did not recognise this CPU and runs its {} kernels, below what the CPU "
-        "supports; restarting with better ones failed: set OPENBLAS_CORETYPE (e.g. Haswell, "
-        "SkylakeX) to choose them",
-        detected.substr(1));
-  else
-    spdlog::info(
-        "OpenBLAS did not recognise this CPU (it chose its {} kernels): running with "
-        "OPENBLAS_CORETYPE={}; set OPENBLAS_CORETYPE to choose the kernels yourself",
-        detected, xmc::blas_kernels());
   unsetenv("XMC_BLAS_FALLBACK");
+  return {fmt::format("OpenBLAS did not recognise this CPU and runs its {} kernels, below "
+                      "what the CPU supports; restarting with OPENBLAS_CORETYPE={} failed: "
+                      "set it yourself",
+                      detected, better),
+          true};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  restart_with_better_blas(argv);
+  const BlasNote blas_note = restart_with_better_blas(argv);
   CLI::App app{
       "xmctrain: train and evaluate output layers of extreme multi-label classifiers.\n"
       "Run 'xmctrain SUBCOMMAND --help' for the options of each subcommand."};
@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   spdlog::set_level(spdlog::level::from_str(log_level));
-  report_blas_restart();
+  if (!blas_note.text.empty())
+    spdlog::log(blas_note.warning ? spdlog::level::warn : spdlog::level::info, "{}",
+                blas_note.text);
 
   try {
     for (auto& c : commands)

@@ -123,6 +123,7 @@ Ceilings ceilings_from_json(const nlohmann::json& j, const std::string& what) {
   if (c.contains("sgemm_gflops") && c.contains("memory_gbps")) {
     out.gemm_gflops = c["sgemm_gflops"].get<double>();
     out.memory_gbps = c["memory_gbps"].get<double>();
+    out.blas_kernels = c.value("blas_kernels", std::string());
   } else if (c.contains("fp32_tflops") && c.contains("copy_gbs")) {
     out.gemm_gflops = 1e3 * c["fp32_tflops"].get<double>();
     out.memory_gbps = c["copy_gbs"].get<double>();

@@ -28,12 +28,16 @@ struct Ceilings {
   double gemm_gflops = 0.0;  // fp32 GEMM, GFLOP/s
   double memory_gbps = 0.0;  // memory bandwidth, GB/s (read + written)
   std::string source{};      // e.g. "file ~/.cache/xmctrain/ceilings-cpu-1t.json"
+  // The OpenBLAS kernels the CPU ceilings were measured with ("blas_kernels" of the JSON;
+  // empty when not recorded, and for a GPU's).
+  std::string blas_kernels{};
   // The fan-in ops' rate (GFLOP/s) at a shape (the caller measures it); empty: the GEMM rate.
   std::function<double(const FaninShape&)> fanin_gflops{};
   std::string fanin_source{};  // how fanin_gflops is obtained
 };
-// The "ceilings" object of a bench JSON: {"sgemm_gflops", "memory_gbps"} (`bench
-// ceilings`, `bench dense`, `bench fixed_fanin`) or {"fp32_tflops", "copy_gbs"} (bench dense
+// The "ceilings" object of a bench JSON: {"sgemm_gflops", "memory_gbps"[, "blas_kernels"]}
+// (`bench ceilings`, `bench dense`, `bench fixed_fanin`) or {"fp32_tflops", "copy_gbs"} (bench
+// dense
 // --device cuda). InputError naming `what` when neither is there.
 Ceilings ceilings_from_json(const nlohmann::json& j, const std::string& what);
 // Seconds of a step's work at these ceilings: each kind of work at its own rate, summed.

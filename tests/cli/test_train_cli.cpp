@@ -196,10 +196,7 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
       "--set", "model.output.precision=bf16",    "--set", "model.output.stochastic_rounding=true",
       "--set", "model.output.chunk_size=32",     "--set", "optim.output.beta1=0",
       "--set", "optim.output.state_precision=bf16"};
-  auto train = [&](const std::string& out, const std::vector<std::string>& extra) {
-    return train_json(tmp.path(), out, extra);
-  };
-  const json base = train("base", {}), thin = train("lean", lean);
+  const json base = train_json(tmp.path(), "base"), thin = train_json(tmp.path(), "lean", lean);
   const double base_bytes = base["output_layer_bytes"].get<double>();
   const double lean_bytes = thin["output_layer_bytes"].get<double>();
   INFO("output layer: fp32 Adam " << base_bytes << " bytes, lean " << lean_bytes);
@@ -220,7 +217,7 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
   // shape [labels]) evaluates to the run's metrics.
   std::vector<std::string> row = lean;
   row.insert(row.end(), {"--set", "optim.output.rowwise=true"});
-  const json rw = train("row", row);
+  const json rw = train_json(tmp.path(), "row", row);
   const double row_p1 = rw["metrics"]["P@1"].get<double>();
   INFO("rowwise: " << rw["output_layer_bytes"].get<double>() << " bytes, P@1 " << row_p1);
   CHECK(rw["output_layer_bytes"].get<double>() <= 0.2 * base_bytes);
@@ -240,7 +237,7 @@ TEST_CASE("the lean bf16 dense mode: a third of fp32 Adam's bytes, its P@1, chec
   REQUIRE(part.exit_code == 0);
   std::vector<std::string> resume = lean;
   resume.push_back("--resume");
-  CHECK(train("part", resume)["metrics"] == thin["metrics"]);
+  CHECK(train_json(tmp.path(), "part", resume)["metrics"] == thin["metrics"]);
 }
 
 // model.output.sparse_gradient on the small synthetic run: P@1 within 2 points of the
