@@ -18,7 +18,7 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
       // The same initial P on both devices: drawn on the host (uploaded on the GPU).
       proj_(*init.ctx, init.input_dim, cfg.dim, Projection::Kind::linear, init.optim,
             init.batch_size, Rng::stream(init.seed, 0xb0771e)) {
-  block_.set_sparse_gradient(cfg.sparse_gradient);
+  block_.set_sparse_gradient(cfg.sparse_gradient, cfg.lazy_update);
   // Label-sharded: every process holds all of P (the same initial values: same seed) and
   // its own labels' dense rows; dP is summed over the processes before each update, so
   // the copies of P stay identical, and softmax normalises over every label.

@@ -25,6 +25,7 @@ struct BottleneckConfig {
   Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
   double sparse_gradient = 0.0;
+  bool lazy_update = false;
 
   template <class V>
   void visit(V& v) {
@@ -33,7 +34,7 @@ struct BottleneckConfig {
     v.field("chunk_size", chunk_size, "Labels processed per chunk", Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,
                     "Weight storage of the dense part: fp32, or bf16 (the projection stays fp32)");
-    visit_sparse_gradient(v, sparse_gradient);
+    visit_sparse_gradient(v, sparse_gradient, lazy_update);
   }
 };
 

@@ -8,7 +8,7 @@ DenseLayer::DenseLayer(const LayerInit& init, const DenseConfig& cfg)
       block_(*init.ctx, init.input_dim, init.label_lo, init.label_end() - init.label_lo,
              init.batch_size, cfg.chunk_size, cfg.loss, init.optim, init.seed,
              dense_precision(cfg.precision, cfg.stochastic_rounding)) {
-  block_.set_sparse_gradient(cfg.sparse_gradient);
+  block_.set_sparse_gradient(cfg.sparse_gradient, cfg.lazy_update);
   set_device_views(init.ctx->on_gpu());
   // Softmax normalises over every label: a shard merges its statistics with the others'.
   if (Comm* c = init.shard_comm()) block_.set_comm(c);

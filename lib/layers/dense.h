@@ -17,6 +17,7 @@ struct DenseConfig {
   Precision precision = Precision::fp32;
   bool stochastic_rounding = false;
   double sparse_gradient = 0.0;
+  bool lazy_update = false;
 
   template <class V>
   void visit(V& v) {
@@ -26,7 +27,7 @@ struct DenseConfig {
     visit_precision(v, precision, stochastic_rounding,
                     "Weight storage: fp32, or bf16 (half the weight memory, no fp32 copy; fp32 "
                     "accumulation: bf16 GEMMs on cuda, each chunk widened to fp32 on the cpu)");
-    visit_sparse_gradient(v, sparse_gradient);
+    visit_sparse_gradient(v, sparse_gradient, lazy_update);
   }
 };
 

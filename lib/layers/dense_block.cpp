@@ -139,8 +139,9 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     // sums of G; then update the chunk. CPU bf16: dw_ holds W_c widened by logits() until
     // dW_c overwrites it.
     const Matrix dw(dw_.data(), c, d_);
+    int64_t touched = c;  // rows of dW_c written (lazy_: the non-empty columns of G)
     if (sparse_cpu()) {
-      sparse_backward(z, bf16() ? dw_.data() : p_.w.f32() + c0 * d_, h, dh, dw);
+      touched = sparse_backward(z, bf16() ? dw_.data() : p_.w.f32() + c0 * d_, h, dh);
       mark(&DenseTimings::backward_input);
     } else if (gpu_bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
@@ -155,8 +156,20 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
     }
     ops::column_sums(ctx, z, db_.data());
     mark(&DenseTimings::backward_weight);
-    p_.update(*ctx_, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
-              WeightArray::rounding_key(precision_.stochastic_rounding, seed_, c0));
+    if (lazy_ && sparse_cpu()) {
+      // The touched rows only: their bias gradients gathered in place (cols ascend, so
+      // cols[u] ≥ u), their chunk indices made block rows.
+      uint32_t* ids = sparse_.cols.data();
+      float* db = db_.data();
+      for (int64_t u = 0; u < touched; ++u) {
+        db[u] = db[ids[u]];
+        ids[u] += static_cast<uint32_t>(c0);
+      }
+      p_.update_rows(*ctx_, optim_, lr.lr, lr.step, ids, touched, dw_.data(), db);
+    } else {
+      p_.update(*ctx_, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
+                WeightArray::rounding_key(precision_.stochastic_rounding, seed_, c0));
+    }
     mark(&DenseTimings::update);
   }
   const gpu::LossAccum acc = acc_.read();
@@ -181,10 +194,21 @@ void DenseBlock::check_host_budget(bool sparse) const {
                "out) or an optimizer with less state (optim.output.type)");
 }
 
-void DenseBlock::set_sparse_gradient(double threshold) {
+void DenseBlock::set_sparse_gradient(double threshold, bool lazy) {
   XMC_CHECK(threshold >= 0.0 && std::isfinite(threshold), "sparse gradient threshold {}",
             threshold);
+  if (lazy) {
+    if (threshold == 0.0)
+      throw_input(
+          "model.output.lazy_update updates the rows that the sparsified gradient touches: it "
+          "needs model.output.sparse_gradient > 0 (it is 0)");
+    if (bf16() || optim_.state_precision == StatePrecision::bf16 || optim_.rowwise)
+      throw_input(
+          "model.output.lazy_update needs fp32 label weights and optimizer state (precision "
+          "fp32, optim.output.state_precision fp32, rowwise false)");
+  }
   sparse_threshold_ = threshold;
+  lazy_ = lazy && !ctx_->on_gpu();
   if (!sparse_cpu()) return;
   check_host_budget(true);  // before the workspaces are allocated
   Context& ctx = *ctx_;
@@ -201,8 +225,7 @@ void DenseBlock::set_sparse_gradient(double threshold) {
   for (size_t j = 0; j < c; ++j) cols[j] = static_cast<uint32_t>(j);
 }
 
-void DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh,
-                                 Matrix dw) {
+int64_t DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh) {
   const int64_t rows = z.rows, c = z.cols;
   int64_t* indptr = sparse_.indptr.data();
   // CSR by row: count, prefix, fill (rows in parallel).
@@ -241,13 +264,26 @@ void DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, 
     }
   for (int64_t j = c; j > 0; --j) start[j] = start[j - 1];  // back to the column starts
   start[0] = 0;
+  // lazy_: only the non-empty columns, compacted in place (u ≤ j).
+  uint32_t* cols = sparse_.cols.data();
+  int64_t count = c;
+  if (lazy_) {
+    count = 0;
+    for (int64_t j = 0; j < c; ++j)
+      if (start[j + 1] > start[j]) {
+        cols[count] = static_cast<uint32_t>(j);
+        start[count++] = start[j];
+      }
+    start[count] = nnz;
+  }
   // dh += G·W_c through the sparse-input forward (no bias: it accumulates), then dW_c =
-  // Gᵀ·h through the sparse layer's weight gradient over every column of the chunk (empty
-  // ones give zero rows).
+  // Gᵀ·h through the sparse layer's weight gradient over the columns (without lazy_ every
+  // column of the chunk: empty ones give zero rows).
   ops::csr_dense_forward(*ctx_, gpu::DeviceCsrValues{indptr, idx, val, rows, c}, wc, nullptr, false,
                          dh);
-  ops::csr_column_grad(*ctx_, gpu::DeviceCsrByColumn{sparse_.cols.data(), start, crow, cval, c}, h,
-                       dw);
+  ops::csr_column_grad(*ctx_, gpu::DeviceCsrByColumn{cols, start, crow, cval, count}, h,
+                       Matrix(dw_.data(), count, d_));
+  return count;
 }
 
 void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {

@@ -56,16 +56,22 @@ void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, cons
   v.field("stochastic_rounding", stochastic_rounding,
           "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
 }
-// The config key `sparse_gradient` of the backends built on a DenseBlock (dense,
-// bottleneck): DenseBlock::set_sparse_gradient's threshold.
+// The config keys `sparse_gradient` and `lazy_update` of the backends built on a DenseBlock
+// (dense, bottleneck): DenseBlock::set_sparse_gradient's threshold and `lazy`.
 template <class V>
-void visit_sparse_gradient(V& v, double& sparse_gradient) {
+void visit_sparse_gradient(V& v, double& sparse_gradient, bool& lazy_update) {
   v.field("sparse_gradient", sparse_gradient,
           "Unbiased gradient sparsification: each per-point entry of dLoss/dlogit below this "
           "magnitude becomes 0 or ±this value at random (probability |g|/value), so on the cpu "
           "the two backward products cost per non-zero instead of per label (the forward still "
           "scores every label); 0: exact. docs/benchmarks.md, \"Sparse gradients\"",
           Range{0.0, 1.0});
+  v.field("lazy_update", lazy_update,
+          "With sparse_gradient on the cpu: update only the label rows whose sparsified "
+          "gradient has a non-zero (the sampled backends' lazy update: the other rows and their "
+          "optimizer state wait, Adam's moments included) instead of every row at every step; "
+          "fp32 weights and optimizer state. On cuda every row is updated. docs/benchmarks.md, "
+          "\"Lazy updates\"");
 }
 // stochastic_rounding: bf16 only (InputError otherwise).
 DensePrecision dense_precision(Precision precision, bool stochastic_rounding);
@@ -103,7 +109,11 @@ class DenseBlock {
   // GPU keeps its GEMMs on the sparsified G. Allocates the CPU's sparse workspaces
   // (planned_bytes with sparse_gradient), after checking the block's planned bytes with
   // them against the memory budget (InputError). Threshold ≥ 0, finite.
-  void set_sparse_gradient(double threshold);
+  // lazy (CPU, with a threshold > 0): each chunk then updates only the rows of W and b whose
+  // column of G has a non-zero (LabelParams::update_rows), the other rows and their state
+  // are left as they are; InputError without a threshold, with bf16 weights or state, or
+  // row-wise Adam. Ignored on a CUDA Context.
+  void set_sparse_gradient(double threshold, bool lazy = false);
   // The random stream of that sparsification at an optimizer step (per seed and step; the
   // counter of entry (i, l) is i·(the model's labels) + l).
   static uint64_t sparse_stream(uint64_t seed, int64_t step) {
@@ -140,9 +150,11 @@ class DenseBlock {
   // check_memory_plan of this block's planned host bytes (with the sparse workspaces when
   // `sparse`): InputError naming what to change when over the budget.
   void check_host_budget(bool sparse) const;
-  // CPU sparse backward of one chunk: dh += G·W_c (wc [c×d]) and dw [c×d] = Gᵀ·h over the
-  // non-zeros of G = z [B×c].
-  void sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh, Matrix dw);
+  // CPU sparse backward of one chunk: dh += G·W_c (wc [c×d]) and dW_c = Gᵀ·h over the
+  // non-zeros of G = z [B×c], into dw_. Returns the rows of dW_c written: c (every column of
+  // the chunk, empty ones zero), or with lazy_ the non-empty columns only, their chunk
+  // indices then in sparse_.cols[0, count) ascending.
+  int64_t sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh);
 
   Context* ctx_;
   int64_t d_, lo_, n_, max_batch_, chunk_;
@@ -163,8 +175,9 @@ class DenseBlock {
   Comm* comm_ = nullptr;
   RowReductions reduce_;  // comm_'s, for softmax's statistics
   double sparse_threshold_ = 0.0;
+  bool lazy_ = false;  // set_sparse_gradient's, CPU only
   // CPU sparse backward: a chunk's G as CSR by row (indptr, indices, values) and by column
-  // (start, rows, col_values; cols = 0..chunk-1).
+  // (start, rows, col_values; cols = 0..chunk-1, or with lazy_ the non-empty columns).
   struct SparseWork {
     Buffer<int64_t> indptr, start;
     Buffer<uint32_t> indices, cols, rows;

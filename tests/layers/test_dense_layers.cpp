@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -488,4 +490,126 @@ TEST_CASE("dense and bottleneck with a sparse gradient: below every entry they t
         REQUIRE(sparse.second[i] == Approx(exact.second[i]).margin(1e-7).epsilon(1e-4));
     }
   }
+}
+
+TEST_CASE("dense and bottleneck with lazy updates: touched rows step as without, the rest wait") {
+  // DenseBlock::set_sparse_gradient(threshold, lazy): each chunk updates only the label rows
+  // whose column of the sparsified G has a non-zero. From a zero optimizer state the first
+  // step is the plain sparse step bit for bit (a row without gradient does not move); at
+  // the second, every row either steps exactly as without lazy (it is touched: same state,
+  // same gradient) or keeps its weight, bias and both Adam moments (it waits), where without
+  // lazy Adam's first moment still moves the rows touched before.
+  // Batch 4 and threshold 1 (0.25 an entry): an entry of |g| ≈ 0.5/4 survives with
+  // probability about 1/2, so a column of 4 entries is empty now and then.
+  const int64_t batch = 4, d = 8, num_labels = 300;
+  auto make = [&](const std::string& backend, bool lazy, Context& ctx) {
+    LayerInit init;
+    init.ctx = &ctx;
+    init.input_dim = d;
+    init.num_labels = num_labels;
+    init.batch_size = batch;
+    init.optim.type = OptimizerType::adam;
+    init.optim.lr = 0.01;
+    init.seed = 5;
+    std::unique_ptr<OutputLayer> layer;
+    if (backend == "dense") {
+      DenseConfig c;
+      c.chunk_size = 128;  // three chunks, the last one partial
+      c.sparse_gradient = 1.0;
+      c.lazy_update = lazy;
+      layer = std::make_unique<DenseLayer>(init, c);
+    } else {
+      BottleneckConfig c;
+      c.chunk_size = 128;
+      c.dim = 6;
+      c.sparse_gradient = 1.0;
+      c.lazy_update = lazy;
+      layer = std::make_unique<BottleneckLayer>(init, c);
+    }
+    CHECK(ctx.ledger().total_current() == layer->analytic_bytes());
+    return layer;
+  };
+  Rng rng(11);
+  std::vector<Batch> batches;
+  std::vector<std::vector<float>> hs;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::vector<uint32_t>> pos(static_cast<size_t>(batch));
+    for (auto& p : pos) p = {static_cast<uint32_t>(rng.below(num_labels))};
+    batches.push_back(make_batch(num_labels, pos));
+    hs.emplace_back(static_cast<size_t>(batch * d));
+    for (auto& x : hs.back()) x = static_cast<float>(rng.normal());
+  }
+  for (std::string backend : {"dense", "bottleneck"}) {
+    DYNAMIC_SECTION(backend) {
+      const std::string pre = backend == "dense" ? "output/" : "output/dense/";
+      const std::vector<std::string> names = {"weight", "bias", "weight_opt1", "weight_opt2"};
+      Context ca(Device::cpu, 2), cb(Device::cpu, 2);
+      auto plain = make(backend, false, ca);
+      auto lazy = make(backend, true, cb);
+      const int64_t width = backend == "dense" ? d : 6;
+      std::vector<float> dh_plain(static_cast<size_t>(batch * d)), dh_lazy(dh_plain.size());
+      auto step = [&](int s) {
+        const ConstMatrix h(hs[s].data(), batch, d);
+        plain->train_step(batches[s], h, Matrix(dh_plain.data(), batch, d), {0.01, s + 1});
+        lazy->train_step(batches[s], h, Matrix(dh_lazy.data(), batch, d), {0.01, s + 1});
+      };
+      step(0);
+      CHECK(dh_lazy == dh_plain);
+      for (const auto& n : names) {
+        INFO(n);
+        CHECK(floats(lazy->state(), pre + n) == floats(plain->state(), pre + n));
+      }
+      std::map<std::string, std::vector<double>> before;
+      for (const auto& n : names) before[n] = floats(lazy->state(), pre + n);
+      step(1);
+      CHECK(dh_lazy == dh_plain);  // the same weights before the step
+      std::map<std::string, std::vector<double>> got, want;
+      for (const auto& n : names) {
+        got[n] = floats(lazy->state(), pre + n);
+        want[n] = floats(plain->state(), pre + n);
+      }
+      auto row = [&](const std::vector<double>& v, int64_t r, int64_t w) {
+        return std::vector<double>(v.begin() + r * w, v.begin() + (r + 1) * w);
+      };
+      int64_t stepped = 0, waited = 0, waited_moving = 0;
+      for (int64_t r = 0; r < num_labels; ++r) {
+        bool same_as_plain = true, same_as_before = true;
+        for (const auto& n : names) {
+          const int64_t w = n == "bias" ? 1 : width;
+          same_as_plain = same_as_plain && row(got[n], r, w) == row(want[n], r, w);
+          same_as_before = same_as_before && row(got[n], r, w) == row(before[n], r, w);
+        }
+        INFO("row " << r);
+        CHECK((same_as_plain || same_as_before));
+        if (!same_as_before) ++stepped;
+        if (same_as_before && !same_as_plain) {
+          ++waited;
+          waited_moving += row(want["weight"], r, width) != row(before["weight"], r, width);
+        }
+      }
+      // Both kinds occur, and waiting rows that plain Adam moves by their first moment.
+      CHECK(stepped > 0);
+      CHECK(waited > 0);
+      CHECK(waited_moving > 0);
+    }
+  }
+}
+
+TEST_CASE("lazy updates without a sparse gradient, or with bf16 weights, are refused") {
+  Context ctx(Device::cpu, 1);
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = 8;
+  init.num_labels = 50;
+  init.batch_size = 4;
+  DenseConfig c;
+  c.lazy_update = true;
+  CHECK_THROWS_AS(DenseLayer(init, c), InputError);
+  CHECK_THROWS_WITH(DenseLayer(init, c), Catch::Matchers::Contains("sparse_gradient > 0"));
+  c.sparse_gradient = 0.01;
+  c.precision = Precision::bf16;
+  CHECK_THROWS_WITH(DenseLayer(init, c), Catch::Matchers::Contains("lazy_update needs fp32"));
+  c.precision = Precision::fp32;
+  DenseLayer ok(init, c);  // fp32 with a threshold: accepted
+  CHECK(ok.analytic_bytes() == ctx.ledger().total_current());
 }
