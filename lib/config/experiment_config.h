@@ -152,6 +152,8 @@ struct ModelConfig {
   std::vector<EncoderLayerConfig> encoder;
   OutputSpec output;
   std::string bias_init = "zero";
+  std::string weight_init = "random";
+  double centroid_scale = 0.5;
 
   template <class V>
   void visit(V& v) {
@@ -162,6 +164,18 @@ struct ModelConfig {
             "p = (n_l+0.5)/(N+1) from the training labels, so the first steps need not push "
             "every logit down together; docs/benchmarks.md, WordNet)",
             Choices{"zero", "log_prior"});
+    v.field("weight_init", weight_init,
+            "Initial label weights: random, or centroid (one pass over the training points "
+            "before the first step: label l's weight vector points along the mean of the "
+            "encoder outputs of its training points, scaled by centroid_scale over their mean "
+            "norm; labels without points keep the random start; backends dense, lsh_sampled "
+            "and anns_sampled; docs/benchmarks.md, \"Centroid initialisation\")",
+            Choices{"random", "centroid"});
+    v.field("centroid_scale", centroid_scale,
+            "weight_init centroid: the logit a point of average norm lying along its label's "
+            "centroid gets from the weights (the bias aside); 0.5 chosen on the validation "
+            "splits of WordNet and GCIDE (docs/benchmarks.md, \"Centroid initialisation\")",
+            Range{0.0, 1000.0});
   }
   bool operator==(const ModelConfig&) const = default;
 };

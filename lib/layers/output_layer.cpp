@@ -59,6 +59,39 @@ void OutputLayer::init_bias_impl(std::vector<TensorRef>& refs, std::span<const f
   std::copy(bias.begin() + lo_, bias.begin() + hi_, std::get<float*>(r.data));
 }
 
+namespace {
+// The "output/weight" tensor of label rows over the whole input, or nullptr.
+const TensorRef* weight_rows(const std::vector<TensorRef>& refs, int64_t rows, int64_t d) {
+  const TensorRef* found = nullptr;
+  for (const TensorRef& r : refs) {
+    if (r.name == "output/indices") return nullptr;  // fan-in weights: a subset of inputs each
+    if (r.name == "output/weight" && r.shape == std::vector<int64_t>{rows, d} &&
+        std::holds_alternative<float*>(r.data))
+      found = &r;
+  }
+  return found;
+}
+}  // namespace
+
+bool OutputLayer::has_weight_rows() {
+  return weight_rows(state_impl(), hi_ - lo_, input_dim_) != nullptr;
+}
+
+void OutputLayer::init_weight_rows(ConstMatrix w, std::span<const int64_t> labels) {
+  XMC_CHECK(w.rows == num_labels_ && w.cols == input_dim_,
+            "init_weight_rows: w [{}×{}] for {} labels × d = {}", w.rows, w.cols, num_labels_,
+            input_dim_);
+  sync_state(StateSync::to_host);
+  const std::vector<TensorRef> refs = state_impl();
+  const TensorRef* r = weight_rows(refs, hi_ - lo_, input_dim_);
+  XMC_CHECK(r != nullptr, "init_weight_rows: no output/weight [{}×{}]", hi_ - lo_, input_dim_);
+  float* dst = std::get<float*>(r->data);
+  for (const int64_t l : labels)
+    if (l >= lo_ && l < hi_)
+      std::copy(w.row(l), w.row(l) + input_dim_, dst + (l - lo_) * input_dim_);
+  sync_state(StateSync::to_device);
+}
+
 TopK OutputLayer::topk(ConstMatrix h, int k) const {
   XMC_CHECK(h.cols == input_dim_, "topk: h has {} columns, expected {}", h.cols, input_dim_);
   XMC_CHECK(k >= 1, "topk: k={} must be >= 1", k);

@@ -77,6 +77,13 @@ class OutputLayer {
   // initialisation, e.g. the label log-prior), on whichever device the layer lives: host
   // copies of state(), changed, then uploaded — the path a checkpoint load takes.
   void init_bias(std::span<const float> bias);
+  // Whether the layer scores label l by one fp32 weight row over its whole input
+  // ("output/weight" [labels held × d], no fan-in indices): dense, lsh_sampled,
+  // anns_sampled. What init_weight_rows needs.
+  bool has_weight_rows();
+  // Sets the weight row of each label in `labels` (global ids; those the layer holds) to
+  // row l of w [L×d], the way init_bias sets the bias (has_weight_rows() must hold).
+  void init_weight_rows(ConstMatrix w, std::span<const int64_t> labels);
   bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
   // workspace (for the ledger cross-check): the backend's planned_bytes (layer_bytes.h) of

@@ -122,6 +122,13 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   // shard set every parameter from the checkpoint set).
   if (shard_set == nullptr && cfg.model.bias_init == "log_prior")
     output_->init_bias(label_log_prior(meta_.label_freq, meta_.n_train));
+  // The rows themselves are set by the trainer (TrainLoop::init_centroid_weights), which has
+  // the data; a backend that cannot take them is refused here, before anything is written.
+  if (shard_set == nullptr && cfg.model.weight_init == "centroid" && !output_->has_weight_rows())
+    throw_input(
+        "model.weight_init: centroid sets each label's weight vector over the whole encoder "
+        "output, which backend {} does not have (dense, lsh_sampled and anns_sampled do)",
+        cfg.model.output.type);
 }
 
 TopK Model::predict(const Batch& batch, int k) {

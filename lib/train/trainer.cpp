@@ -82,6 +82,7 @@ class TrainLoop {
   // Label-sharded: dL/dh and the step's loss statistics summed over the ranks.
   void reduce_step(Matrix dh, StepStats& s);
   DenseMatrix embed_train();
+  void init_centroid_weights();
   TrainerView view(int64_t epoch) const;
 
   const ExperimentConfig& cfg_;
@@ -204,6 +205,54 @@ void TrainLoop::reduce_step(Matrix dh, StepStats& s) {
   agreed_signal_ = static_cast<int>(sig);
 }
 
+// model.weight_init: centroid — each label's weight row along the mean of its training
+// points' encoder outputs, norm centroid_scale / (the points' mean norm); labels without
+// points keep their random rows. One pass in order, batch by batch (no [N×d] copy).
+void TrainLoop::init_centroid_weights() {
+  const Dataset& train = data_.train;
+  const int64_t d = model_.encoder().output_dim(), labels = model_.meta().num_labels;
+  Stopwatch sw;
+  // The sums, then the rows, in one [L×d] host array held until the rows are copied in.
+  std::vector<float> w(static_cast<size_t>(labels * d), 0.0f);
+  std::vector<int64_t> seen(static_cast<size_t>(labels), 0);
+  std::vector<float> h(static_cast<size_t>(cfg_.eval.batch_size * d));
+  double norms = 0.0;
+  Batcher in_order(train, cfg_.eval.batch_size, 0, /*shuffle=*/false);
+  in_order.start_epoch(0);
+  Batch b;
+  while (in_order.next(b)) {
+    model_.embed(b, Matrix(h.data(), b.size(), d));
+    for (int64_t i = 0; i < b.size(); ++i) {
+      const float* hi = h.data() + i * d;
+      double sq = 0.0;
+      for (int64_t j = 0; j < d; ++j) sq += static_cast<double>(hi[j]) * hi[j];
+      norms += std::sqrt(sq);
+      for (int64_t p = b.labels.indptr[i]; p < b.labels.indptr[i + 1]; ++p) {
+        const int64_t l = b.labels.indices[p];
+        float* s = w.data() + l * d;
+        for (int64_t j = 0; j < d; ++j) s[j] += hi[j];
+        ++seen[static_cast<size_t>(l)];
+      }
+    }
+  }
+  const double mean_norm = norms / static_cast<double>(std::max<int64_t>(1, train.num_points()));
+  std::vector<int64_t> rows;
+  for (int64_t l = 0; l < labels; ++l) {
+    float* s = w.data() + l * d;
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sq += static_cast<double>(s[j]) * s[j];
+    if (seen[static_cast<size_t>(l)] == 0 || sq == 0.0 || mean_norm == 0.0) continue;
+    const auto f = static_cast<float>(cfg_.model.centroid_scale / (std::sqrt(sq) * mean_norm));
+    for (int64_t j = 0; j < d; ++j) s[j] *= f;
+    rows.push_back(l);
+  }
+  model_.output().init_weight_rows(ConstMatrix(w.data(), labels, d), rows);
+  spdlog::info(
+      "weight_init centroid: {} of {} labels from their training points' mean (scale "
+      "{}, mean norm {:.4g}), {:.2f} s",
+      rows.size(), labels, cfg_.model.centroid_scale, mean_norm, sw.lap());
+}
+
 // Embeds every training point with the current encoder (ANNS refresh).
 DenseMatrix TrainLoop::embed_train() {
   const Dataset& train = data_.train;
@@ -226,6 +275,7 @@ bool TrainLoop::run_epochs() {
   const auto n = static_cast<size_t>(batch_size_ * model_.encoder().output_dim());
   dh_ = Buffer<float>(ctx_, MemTag::activations, n);
   if (ctx_.on_gpu()) spdlog::info("device: cuda, {}", ctx_.cuda().info().name);
+  if (!opt_.resume && cfg_.model.weight_init == "centroid") init_centroid_weights();
   batcher_.emplace(data_.train, batch_size_, cfg_.seed, cfg_.train.shuffle);
   stop_.emplace();
   for (int64_t epoch = from_.epoch; epoch < cfg_.train.epochs; ++epoch)

@@ -1,18 +1,21 @@
 // End-to-end: xmctrain train / eval / predict / --resume on a small synthetic dataset, and
 // the failures a user meets first (bad config, unwritable output).
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
-#include <thread>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
 
+#include "io/load.h"
 #include "support/test_support.h"
+#include "train/checkpoint.h"
 
 using namespace xmc::test;
 using nlohmann::json;
@@ -265,6 +268,67 @@ TEST_CASE("the dense layer's sparse gradient: the exact run's P@1, resumes exact
                       "model.output.sparse_gradient=2"});
   CHECK(bad.exit_code != 0);
   CHECK(bad.err.find("sparse_gradient") != std::string::npos);
+}
+
+// model.weight_init: centroid. With no encoder (h = the features) and an output step too
+// small to move a float, the checkpoint holds the initial rows: label l's row is the mean of
+// its training points' features scaled to centroid_scale / (the points' mean norm); a
+// label without training points keeps its random row. docs/benchmarks.md, "Centroid
+// initialisation".
+TEST_CASE("weight_init centroid starts each label's row at its training points' mean") {
+  TempDir tmp;
+  write_file(tmp / "c.yaml", small_train_config(tmp / "data", 1));
+  const std::vector<std::string> set = {
+      "--set", "model.encoder=[]",        "--set", "optim.output.type=sgd",
+      "--set", "optim.output.lr=1e-30",   "--set", "model.weight_init=centroid",
+      "--set", "model.centroid_scale=2.5"};
+  train_json(tmp.path(), "init", set);
+  xmc::io::DataSource src;
+  src.features = (tmp / "data" / "trn_X.npy").string();
+  src.labels = (tmp / "data" / "trn_X_Y.txt").string();
+  const xmc::Dataset train = xmc::io::load_dataset(src);
+  const xmc::DenseMatrix& x = train.dense_features();
+  const int64_t d = x.cols, labels = train.labels.cols;
+  std::vector<double> sum(static_cast<size_t>(labels * d), 0.0), count(labels, 0.0);
+  double norms = 0.0;
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const float* xi = x.values.data() + i * d;
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sq += double{xi[j]} * xi[j];
+    norms += std::sqrt(sq);
+    for (int64_t p = train.labels.indptr[i]; p < train.labels.indptr[i + 1]; ++p) {
+      const int64_t l = train.labels.indices[p];
+      count[l] += 1.0;
+      for (int64_t j = 0; j < d; ++j) sum[l * d + j] += xi[j];
+    }
+  }
+  const double mean_norm = norms / static_cast<double>(x.rows);
+  std::vector<float> w(static_cast<size_t>(labels * d)), b(static_cast<size_t>(labels));
+  xmc::CheckpointReader ckpt((tmp / "init" / "checkpoint.h5").string());
+  ckpt.read({"output/weight", {labels, d}, w.data()});
+  int64_t centred = 0, unseen = 0;
+  for (int64_t l = 0; l < labels; ++l) {
+    INFO("label " << l << " with " << count[l] << " training points");
+    if (count[l] == 0.0) {  // its random row: not zero, not a centroid
+      ++unseen;
+      CHECK(
+          std::any_of(w.begin() + l * d, w.begin() + (l + 1) * d, [](float v) { return v != 0; }));
+      continue;
+    }
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sq += sum[l * d + j] * sum[l * d + j];
+    const double f = 2.5 / (std::sqrt(sq) * mean_norm);
+    for (int64_t j = 0; j < d; ++j)
+      REQUIRE(w[l * d + j] == Approx(sum[l * d + j] * f).margin(1e-5).epsilon(1e-4));
+    ++centred;
+  }
+  CHECK(centred > labels / 2);
+  // A backend without a [labels × d] weight matrix is refused, naming the key.
+  auto bad = run_cli({"train", (tmp / "c.yaml").string(), "--out", (tmp / "bad").string(), "--set",
+                      "model.weight_init=centroid", "--set", "model.output.type=fixed_fanin"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("model.weight_init: centroid") != std::string::npos);
+  CHECK(!fs::exists(tmp / "bad" / "checkpoint.h5"));
 }
 
 TEST_CASE("a run killed with SIGKILL mid-training resumes to the same final metrics") {
