@@ -73,10 +73,6 @@ const TensorRef* weight_rows(const std::vector<TensorRef>& refs, int64_t rows, i
 }
 }  // namespace
 
-bool OutputLayer::has_weight_rows() {
-  return weight_rows(state_impl(), hi_ - lo_, input_dim_) != nullptr;
-}
-
 void OutputLayer::init_weight_rows(ConstMatrix w, std::span<const int64_t> labels) {
   XMC_CHECK(w.rows == num_labels_ && w.cols == input_dim_,
             "init_weight_rows: w [{}×{}] for {} labels × d = {}", w.rows, w.cols, num_labels_,

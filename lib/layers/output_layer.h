@@ -77,13 +77,16 @@ class OutputLayer {
   // initialisation, e.g. the label log-prior), on whichever device the layer lives: host
   // copies of state(), changed, then uploaded — the path a checkpoint load takes.
   void init_bias(std::span<const float> bias);
-  // Whether the layer scores label l by one fp32 weight row over its whole input
-  // ("output/weight" [labels held × d], no fan-in indices): dense, lsh_sampled,
-  // anns_sampled. What init_weight_rows needs.
-  bool has_weight_rows();
   // Sets the weight row of each label in `labels` (global ids; those the layer holds) to
-  // row l of w [L×d], the way init_bias sets the bias (has_weight_rows() must hold).
+  // row l of w [L×d], the way init_bias sets the bias: for the layers that score label l by
+  // one fp32 weight row over their whole input ("output/weight" [labels held × d], no
+  // fan-in indices: dense, lsh_sampled, anns_sampled, the backends with_weight_rows names).
   void init_weight_rows(ConstMatrix w, std::span<const int64_t> labels);
+  // Whether backend `type` has such rows (fp32 weights: a bf16 dense layer's host copy is
+  // fp32 too, rounded back on upload).
+  static bool with_weight_rows(std::string_view type) {
+    return type == "dense" || type == "lsh_sampled" || type == "anns_sampled";
+  }
   bool device_views() const { return device_views_; }
   // Analytic size in bytes of the long-lived buffers: weights + optimizer state +
   // workspace (for the ledger cross-check): the backend's planned_bytes (layer_bytes.h) of

@@ -87,6 +87,13 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
         "optim.encoder.state_precision: {}: the encoder keeps fp32 optimizer state (bf16 state "
         "is for the output layer's bf16 label weights, optim.output.state_precision)",
         to_string(cfg.optim.encoder.state_precision));
+  // The rows themselves are set by the trainer (TrainLoop::init_centroid_weights), which has
+  // the data; a backend that cannot take them is refused here, before anything is built or written.
+  if (cfg.model.weight_init == "centroid" && !OutputLayer::with_weight_rows(cfg.model.output.type))
+    throw_input(
+        "model.weight_init: centroid sets each label's weight vector over the whole encoder "
+        "output, which backend {} does not have (dense, lsh_sampled and anns_sampled do)",
+        cfg.model.output.type);
   encoder_ = std::make_unique<Encoder>(ctx, cfg.model.encoder, meta_.input_dim, meta_.sparse_input,
                                        cfg.optim.encoder, cfg.seed);
   LayerInit init{.ctx = &ctx,
@@ -122,13 +129,6 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
   // shard set every parameter from the checkpoint set).
   if (shard_set == nullptr && cfg.model.bias_init == "log_prior")
     output_->init_bias(label_log_prior(meta_.label_freq, meta_.n_train));
-  // The rows themselves are set by the trainer (TrainLoop::init_centroid_weights), which has
-  // the data; a backend that cannot take them is refused here, before anything is written.
-  if (shard_set == nullptr && cfg.model.weight_init == "centroid" && !output_->has_weight_rows())
-    throw_input(
-        "model.weight_init: centroid sets each label's weight vector over the whole encoder "
-        "output, which backend {} does not have (dense, lsh_sampled and anns_sampled do)",
-        cfg.model.output.type);
 }
 
 TopK Model::predict(const Batch& batch, int k) {
