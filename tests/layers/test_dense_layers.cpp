@@ -431,39 +431,54 @@ TEST_CASE("dense layer with a sparse gradient: one SGD step applies the sparsifi
   }
 }
 
+// A dense or bottleneck layer (bottleneck: projection width dim) of Adam lr 0.01 over
+// chunks of 128 labels, with this sparse gradient and lazy update; the ledger is checked
+// against its analytic bytes.
+static std::unique_ptr<OutputLayer> sparse_dense_layer(Context& ctx, const std::string& backend,
+                                                       int64_t d, int64_t num_labels, int64_t batch,
+                                                       uint64_t seed, int64_t dim, double threshold,
+                                                       bool lazy) {
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = d;
+  init.num_labels = num_labels;
+  init.batch_size = batch;
+  init.optim.type = OptimizerType::adam;
+  init.optim.lr = 0.01;
+  init.seed = seed;
+  std::unique_ptr<OutputLayer> layer;
+  if (backend == "dense") {
+    DenseConfig c;
+    c.chunk_size = 128;
+    c.sparse_gradient = threshold;
+    c.lazy_update = lazy;
+    layer = std::make_unique<DenseLayer>(init, c);
+  } else {
+    BottleneckConfig c;
+    c.chunk_size = 128;
+    c.dim = dim;
+    c.sparse_gradient = threshold;
+    c.lazy_update = lazy;
+    layer = std::make_unique<BottleneckLayer>(init, c);
+  }
+  CHECK(ctx.ledger().total_current() == layer->analytic_bytes());
+  return layer;
+}
+
 TEST_CASE("dense and bottleneck with a sparse gradient: below every entry they train exactly") {
   // A threshold below every |g| keeps G whole: the sparse products (CPU) must then give the
   // GEMMs' steps, over several chunks and threads.
   const int64_t batch = 16, d = 24, num_labels = 300;
   auto run = [&](const std::string& backend, double threshold) {
     Context ctx(Device::cpu, 2);
-    LayerInit init;
-    init.ctx = &ctx;
-    init.input_dim = d;
-    init.num_labels = num_labels;
-    init.batch_size = batch;
-    init.optim.type = OptimizerType::adam;
-    init.optim.lr = 0.01;
-    init.seed = 9;
-    std::unique_ptr<OutputLayer> layer;
-    if (backend == "dense") {
-      DenseConfig c;
-      c.chunk_size = 128;
+    auto layer = sparse_dense_layer(ctx, backend, d, num_labels, batch, 9, 16, threshold, false);
+    if (backend == "dense" && threshold > 0.0) {
+      DenseConfig c, plain;
+      c.chunk_size = plain.chunk_size = 128;
       c.sparse_gradient = threshold;
-      layer = std::make_unique<DenseLayer>(init, c);
-      DenseConfig plain = c;
-      plain.sparse_gradient = 0.0;
-      if (threshold > 0.0)
-        CHECK(DenseLayer::planned_bytes(layer->shape(), c).total() >
-              DenseLayer::planned_bytes(layer->shape(), plain).total());
-    } else {
-      BottleneckConfig c;
-      c.chunk_size = 128;
-      c.dim = 16;
-      c.sparse_gradient = threshold;
-      layer = std::make_unique<BottleneckLayer>(init, c);
+      CHECK(DenseLayer::planned_bytes(layer->shape(), c).total() >
+            DenseLayer::planned_bytes(layer->shape(), plain).total());
     }
-    CHECK(ctx.ledger().total_current() == layer->analytic_bytes());
     Rng rng(4);
     std::vector<std::vector<uint32_t>> pos(static_cast<size_t>(batch));
     for (auto& p : pos) p = {static_cast<uint32_t>(rng.below(num_labels))};
@@ -502,32 +517,9 @@ TEST_CASE("dense and bottleneck with lazy updates: touched rows step as without,
   // Batch 4 and threshold 1 (0.25 an entry): an entry of |g| ≈ 0.5/4 survives with
   // probability about 1/2, so a column of 4 entries is empty now and then.
   const int64_t batch = 4, d = 8, num_labels = 300;
+  // Chunks of 128 labels: three, the last one partial.
   auto make = [&](const std::string& backend, bool lazy, Context& ctx) {
-    LayerInit init;
-    init.ctx = &ctx;
-    init.input_dim = d;
-    init.num_labels = num_labels;
-    init.batch_size = batch;
-    init.optim.type = OptimizerType::adam;
-    init.optim.lr = 0.01;
-    init.seed = 5;
-    std::unique_ptr<OutputLayer> layer;
-    if (backend == "dense") {
-      DenseConfig c;
-      c.chunk_size = 128;  // three chunks, the last one partial
-      c.sparse_gradient = 1.0;
-      c.lazy_update = lazy;
-      layer = std::make_unique<DenseLayer>(init, c);
-    } else {
-      BottleneckConfig c;
-      c.chunk_size = 128;
-      c.dim = 6;
-      c.sparse_gradient = 1.0;
-      c.lazy_update = lazy;
-      layer = std::make_unique<BottleneckLayer>(init, c);
-    }
-    CHECK(ctx.ledger().total_current() == layer->analytic_bytes());
-    return layer;
+    return sparse_dense_layer(ctx, backend, d, num_labels, batch, 5, 6, 1.0, lazy);
   };
   Rng rng(11);
   std::vector<Batch> batches;
