@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every backend on the WordNet dataset (real data, tools/build_wordnet.py), on both inputs:
 #   tf-idf: configs/wordnet_<backend>.yaml as they are (sparse_linear encoder; dense is the
-#           winning config, 768 units; the others 256 units);
+#           winning config, 768 units; bottleneck 768, the others 256 units);
 #   LSA:    the same configs on the 256-d LSA embeddings (trn_X.npy / tst_X.npy + XC label
 #           files) with a 512-unit ReLU linear encoder instead of the sparse_linear layer.
 # One run directory per (input, backend) under OUT, then `xmctrain report` of each input's
