@@ -353,13 +353,17 @@ TEST_CASE("a run killed with SIGKILL mid-training resumes to the same final metr
           static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Kill as soon as the first checkpoint exists (epoch 1 done, epoch 2 running).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // Kill as soon as the first checkpoint exists (epoch 1 done, epoch 2 running). The
+  // deadline only bounds a hung child on a slow or loaded machine: a kill before the first
+  // checkpoint would test nothing, so it fails here, not in the resume below.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(600);
   while (!fs::exists(dir / "checkpoint.h5") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool checkpointed = fs::exists(dir / "checkpoint.h5");
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
+  REQUIRE(checkpointed);
   REQUIRE(WIFSIGNALED(status));
   REQUIRE_FALSE(fs::exists(dir / "results.json"));  // it was killed before the end
 
