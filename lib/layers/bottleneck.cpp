@@ -17,7 +17,8 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
              dense_precision(cfg.precision, cfg.stochastic_rounding)),
       // The same initial P on both devices: drawn on the host (uploaded on the GPU).
       proj_(*init.ctx, init.input_dim, cfg.dim, Projection::Kind::linear, init.optim,
-            init.batch_size, Rng::stream(init.seed, 0xb0771e)) {
+            init.batch_size, Rng::stream(init.seed, 0xb0771e),
+            static_cast<float>(cfg.projection_lr)) {
   block_.set_sparse_gradient(cfg.sparse_gradient, cfg.lazy_update);
   // Label-sharded: every process holds all of P (the same initial values: same seed) and
   // its own labels' dense rows; dP is summed over the processes before each update, so
@@ -33,21 +34,22 @@ LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckC
   return DenseBlock::planned_bytes(s.gpu, cfg.dim, s.labels(), s.batch, cfg.chunk_size, cfg.loss,
                                    s.optim, cfg.precision == Precision::bf16,
                                    cfg.sparse_gradient > 0.0) +
-         Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim,
-                                   s.batch);
+         Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
+                                   cfg.projection_lr == 0.0);
 }
 
 StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
   return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim,
                                   cfg.precision == Precision::bf16, cfg.sparse_gradient > 0.0) +
-         Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch);
+         Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
+                                  cfg.projection_lr == 0.0);
 }
 
 StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
                                            const LrState& lr) {
   const Matrix u = proj_.forward(h);
   StepStats s = block_.train_step(batch.labels, u, proj_.grad_workspace(h.rows), lr);
-  // dh = du·P (before P's update), dP = duᵀ·h, then P's update.
+  // dh = du·P (before P's update), dP = duᵀ·h, then P's update (none when P is fixed).
   proj_.backward_update(h, dh, 0.0f, lr);
   return s;
 }

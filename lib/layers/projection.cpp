@@ -12,14 +12,16 @@
 namespace xmc {
 
 Projection::Projection(Context& ctx, int64_t in, int64_t out, Kind kind,
-                       const OptimizerConfig& optim, int64_t max_batch, Rng init)
+                       const OptimizerConfig& optim, int64_t max_batch, Rng init, float lr_scale)
     : ctx_(&ctx),
       in_(in),
       out_(out),
       max_batch_(max_batch),
       pn_(out * in + (kind == Kind::linear ? 0 : out)),
       kind_(kind),
-      optim_(optim) {
+      optim_(optim),
+      lr_scale_(lr_scale) {
+  XMC_CHECK(lr_scale >= 0.0f && std::isfinite(lr_scale), "projection lr scale {}", lr_scale);
   if (out_ <= 0) return;
   const auto pn = static_cast<size_t>(pn_);
   const auto ub = static_cast<size_t>(max_batch_ * out_);
@@ -31,9 +33,11 @@ Projection::Projection(Context& ctx, int64_t in, int64_t out, Kind kind,
   else
     init_uniform_rows(p, out_, in_, init.next());
   p_.commit();
-  s1_ = optimizer_state_buffer(ctx, optim_, 1, pn);
-  s2_ = optimizer_state_buffer(ctx, optim_, 2, pn);
-  dp_ = Buffer<float>(ctx, MemTag::workspace, pn);
+  if (lr_scale_ > 0.0f) {
+    s1_ = optimizer_state_buffer(ctx, optim_, 1, pn);
+    s2_ = optimizer_state_buffer(ctx, optim_, 2, pn);
+    dp_ = Buffer<float>(ctx, MemTag::workspace, pn);
+  }
   u_ = Buffer<float>(ctx, MemTag::workspace, ub);
   du_ = Buffer<float>(ctx, MemTag::workspace, ub);
 }
@@ -69,10 +73,12 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta, const LrS
   float* p = p_.data();
   float* dp = dp_.data();
   ops::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
+  if (lr_scale_ == 0.0f) return;  // fixed
   ops::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
   if (kind_ != Kind::linear) ops::column_sums(ctx, du, dp + out_ * in_);
   if (comm_ != nullptr) comm_->allreduce_sum_in(ctx, std::span<float>(dp, static_cast<size_t>(pn)));
-  optimizer_update(ctx, optim_, lr.lr, lr.step, p, dp, data_or_null(s1_), data_or_null(s2_), pn);
+  optimizer_update(ctx, optim_, lr.lr * lr_scale_, lr.step, p, dp, data_or_null(s1_),
+                   data_or_null(s2_), pn);
 }
 
 void Projection::append_state(std::vector<TensorRef>& out, const std::string& prefix) {
@@ -91,31 +97,34 @@ void Projection::sync_state(StateSync s) {
 }
 
 int64_t Projection::bytes() const {
-  return planned_bytes(in_, out_, kind_, optim_, max_batch_).rounded();
+  return planned_bytes(in_, out_, kind_, optim_, max_batch_, lr_scale_ == 0.0f).rounded();
 }
 
 StepWork Projection::planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                                  int64_t batch) {
+                                  int64_t batch, bool fixed) {
   if (out <= 0) return {};
   const double b = static_cast<double>(batch),
                io = static_cast<double>(in) * static_cast<double>(out);
   const double pn = io + (kind == Kind::linear ? 0.0 : static_cast<double>(out));
-  // u = x·Pᵀ, dh = du·P, dP = duᵀ·x; the update; the ReLU's passes over u and du
-  return StepWork::of(6.0 * b * io,
-                      4.0 * (pn * (3.0 + 2.0 * optimizer_state_arrays(optim)) +
-                             (kind == Kind::relu ? 3.0 : 0.0) * b * static_cast<double>(out)));
+  // u = x·Pᵀ, dh = du·P, dP = duᵀ·x; the update; the ReLU's passes over u and du (fixed:
+  // the first two GEMMs, no update)
+  const double update = fixed ? 0.0 : pn * (3.0 + 2.0 * optimizer_state_arrays(optim));
+  return StepWork::of(
+      (fixed ? 4.0 : 6.0) * b * io,
+      4.0 * (update + (kind == Kind::relu ? 3.0 : 0.0) * b * static_cast<double>(out)));
 }
 
 LayerBytes Projection::planned_bytes(int64_t in, int64_t out, Kind kind,
-                                     const OptimizerConfig& optim, int64_t max_batch) {
+                                     const OptimizerConfig& optim, int64_t max_batch, bool fixed) {
   if (out <= 0) return {};
   const double pn = static_cast<double>(out) * static_cast<double>(in) +
                     (kind == Kind::linear ? 0.0 : static_cast<double>(out));
-  // P and c; their state; dP and the batch workspaces u, du [B×out]
-  return {
-      .params = 4.0 * pn,
-      .optimizer = 4.0 * optimizer_state_arrays(optim) * pn,
-      .workspace = 4.0 * (pn + 2.0 * static_cast<double>(max_batch) * static_cast<double>(out))};
+  const double trained = fixed ? 0.0 : pn;
+  // P and c; their state and dP (none when fixed); the batch workspaces u, du [B×out]
+  return {.params = 4.0 * pn,
+          .optimizer = 4.0 * optimizer_state_arrays(optim) * trained,
+          .workspace =
+              4.0 * (trained + 2.0 * static_cast<double>(max_batch) * static_cast<double>(out))};
 }
 
 }  // namespace xmc

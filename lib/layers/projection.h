@@ -5,8 +5,10 @@
 // [out×in] and c [out] in one array [out×in + out] (c = 0 at start, P uniform
 // (±1/sqrt(in))), its optimizer state, gradient and the batch workspaces u, du [B×out]:
 // Buffers on the Context's device, every matrix argument a DEVICE view on a CUDA Context.
-// Empty (out = 0) = identity. Checkpoint names: <prefix>/weight [out×in], <prefix>/bias
-// [out], <prefix>/opt1, <prefix>/opt2 [out×in + out] (linear: [out×in], no bias).
+// Empty (out = 0) = identity. lr_scale multiplies the optimizer's lr for P and c; 0 keeps
+// them at their start (fixed: no gradient, no update, no optimizer state or dP buffer).
+// Checkpoint names: <prefix>/weight [out×in], <prefix>/bias [out], <prefix>/opt1,
+// <prefix>/opt2 [out×in + out] (linear: [out×in], no bias; fixed: no opt1, opt2).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,7 +33,7 @@ class Projection {
   enum class Kind { affine, relu, linear };
   Projection() = default;
   Projection(Context& ctx, int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-             int64_t max_batch, Rng init);
+             int64_t max_batch, Rng init, float lr_scale = 1.0f);
 
   bool active() const { return out_ > 0; }
   // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
@@ -44,7 +46,7 @@ class Projection {
   // The workspace du [B×out] for the caller to fill.
   Matrix grad_workspace(int64_t rows) { return {du_.data(), rows, out_}; }
   // With du = dL/du filled: through the ReLU, dh = du·P + beta·dh (P before the step),
-  // then one optimizer step of P and c.
+  // then one optimizer step of P and c (lr × lr_scale; none when fixed).
   void backward_update(ConstMatrix x, Matrix dh, float beta, const LrState& lr);
   // Label-sharded run: the processes holding the other labels, each with a
   // copy of this projection; backward_update sums dP and dc over them before the update,
@@ -56,10 +58,10 @@ class Projection {
   int64_t bytes() const;  // planned_bytes of this projection
   // Bytes of every buffer above for these sizes (out = 0: none; layers/layer_bytes.h).
   static LayerBytes planned_bytes(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                                  int64_t max_batch);
+                                  int64_t max_batch, bool fixed = false);
   // The work of one training step: forward and backward GEMMs, the update of P and c.
   static StepWork planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                               int64_t batch);
+                               int64_t batch, bool fixed = false);
 
  private:
   Context* ctx_ = nullptr;
@@ -67,7 +69,8 @@ class Projection {
   int64_t in_ = 0, out_ = 0, max_batch_ = 0, pn_ = 0;  // pn: out×in (+ out with c)
   Kind kind_ = Kind::affine;
   OptimizerConfig optim_;
-  Buffer<float> p_, s1_, s2_, dp_;  // [pn] each (state empty when unused)
+  float lr_scale_ = 1.0f;           // 0: fixed
+  Buffer<float> p_, s1_, s2_, dp_;  // [pn] each (state empty when unused; fixed: s1_, s2_, dp_)
   Buffer<float> u_, du_;            // [B×out]
 };
 

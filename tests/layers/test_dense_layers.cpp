@@ -91,14 +91,12 @@ std::vector<double> ref_logits(const Params& prm, const std::vector<double>& h, 
 }
 
 // One SGD step with lr = 1 exposes the gradient as (old - new); dh comes back directly.
-void gradient_check(const std::string& backend, const std::string& loss, int64_t chunk) {
+// Bottleneck: P steps by projection_lr times its gradient (0: P stays).
+void gradient_check(const std::string& backend, const std::string& loss, int64_t chunk,
+                    double projection_lr = 1.0) {
   const int64_t batch = 4, d = 5, num_labels = 7, dim = 3;
   Context ctx(Device::cpu, 2);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = d;
-  init.num_labels = num_labels;
-  init.batch_size = batch;
+  LayerInit init = layer_init(ctx, d, num_labels, batch);
   init.optim.type = OptimizerType::sgd;
   init.optim.lr = 1.0;
   init.seed = 3;
@@ -113,6 +111,7 @@ void gradient_check(const std::string& backend, const std::string& loss, int64_t
     c.loss = parse_enum<LossType>(loss, "loss");
     c.chunk_size = chunk;
     c.dim = dim;
+    c.projection_lr = projection_lr;
     layer = std::make_unique<BottleneckLayer>(init, c);
   }
   // Row 2 has no positives; row 3 has several.
@@ -148,7 +147,8 @@ void gradient_check(const std::string& backend, const std::string& loss, int64_t
   if (backend == "bottleneck") {
     auto p_new = to_double(find(after, "output/projection/weight"));
     for (size_t i = 0; i < prm.p.size(); ++i)
-      check_close(prm.p[i] - p_new[i], fd(prm.p, i, f), "dP[" + std::to_string(i) + "]");
+      check_close(prm.p[i] - p_new[i], projection_lr * fd(prm.p, i, f),
+                  "dP[" + std::to_string(i) + "]");
   }
   for (size_t i = 0; i < h.size(); ++i)
     check_close(dhf[i], fd(h, i, f), "dh[" + std::to_string(i) + "]");
@@ -172,14 +172,47 @@ TEST_CASE("bottleneck layer gradients match finite differences") {
   }
 }
 
+TEST_CASE("bottleneck with projection_lr: P steps at that multiple of the lr, or stays") {
+  // The dense part's and dh's gradients are those of the trained P; only P's step changes.
+  for (double plr : {0.5, 0.0}) {
+    for (std::string loss : {"bce", "softmax"}) {
+      DYNAMIC_SECTION(loss << " projection_lr " << plr) {
+        gradient_check("bottleneck", loss, 2, plr);
+      }
+    }
+  }
+  // Fixed, P keeps no optimizer state and no gradient buffer: Adam's two arrays are gone
+  // from the ledger, the analytic size and the checkpoint's tensors.
+  auto build = [](Context& ctx, double plr) {
+    LayerInit init = layer_init(ctx, 64, 500, 16);
+    init.optim.type = OptimizerType::adam;
+    BottleneckConfig c;
+    c.dim = 32;
+    c.chunk_size = 128;
+    c.projection_lr = plr;
+    return std::make_unique<BottleneckLayer>(init, c);
+  };
+  Context ct(Device::cpu, 1), cf(Device::cpu, 1);
+  auto trained = build(ct, 1.0);
+  auto fixed = build(cf, 0.0);
+  CHECK(ct.ledger().total_current() == trained->analytic_bytes());
+  CHECK(cf.ledger().total_current() == fixed->analytic_bytes());
+  CHECK(trained->analytic_bytes() - fixed->analytic_bytes() == 4 * 3 * 32 * 64);
+  auto names = [](std::vector<TensorRef> st) {
+    std::set<std::string> n;
+    for (const auto& t : st) n.insert(t.name);
+    return n;
+  };
+  CHECK(names(trained->state()).count("output/projection/opt1") == 1);
+  CHECK(names(fixed->state()).count("output/projection/opt1") == 0);
+  CHECK(names(fixed->state()).count("output/projection/opt2") == 0);
+  CHECK(names(fixed->state()).count("output/projection/weight") == 1);
+}
+
 TEST_CASE("dense top-k equals the top-k of the full score matrix") {
   const int64_t batch = 6, d = 8, num_labels = 50;
   Context ctx(Device::cpu, 2);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = d;
-  init.num_labels = num_labels;
-  init.batch_size = batch;
+  LayerInit init = layer_init(ctx, d, num_labels, batch);
   init.seed = 5;
   DenseConfig c;
   c.chunk_size = 7;
@@ -202,11 +235,7 @@ TEST_CASE("dense top-k equals the top-k of the full score matrix") {
 
 TEST_CASE("dense layer memory in the ledger equals the analytic size") {
   Context ctx(Device::cpu, 1);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = 64;
-  init.num_labels = 1000;
-  init.batch_size = 32;
+  LayerInit init = layer_init(ctx, 64, 1000, 32);
   init.optim.type = OptimizerType::adam;
   DenseConfig c;
   c.chunk_size = 256;
@@ -226,11 +255,7 @@ TEST_CASE("registry lists the backends and rejects an unknown one") {
   CHECK(names[1] == "bottleneck");
   CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
   Context ctx(Device::cpu, 1);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = 4;
-  init.num_labels = 10;
-  init.batch_size = 2;
+  LayerInit init = layer_init(ctx, 4, 10, 2);
   OutputSpec spec;
   spec.type = "densee";
   try {
@@ -248,11 +273,8 @@ TEST_CASE("registry lists the backends and rejects an unknown one") {
 // analytic_bytes) and checked against the memory budget before anything is allocated.
 TEST_CASE("dense layer larger than the memory budget is refused before allocating") {
   Context ctx(Device::cpu, 1);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = 256;
-  init.num_labels = 2'000'000;  // 2M × 256 floats × (weights + 2 Adam states) ≈ 5.7 GiB
-  init.batch_size = 64;
+  // 2M × 256 floats × (weights + 2 Adam states) ≈ 5.7 GiB
+  LayerInit init = layer_init(ctx, 256, 2'000'000, 64);
   init.optim.type = OptimizerType::adam;
   xmc::test::ScopedEnv limit("XMC_MEMORY_LIMIT", "1G");
   std::string m;
@@ -295,11 +317,7 @@ TEST_CASE("dense layer larger than the memory budget is refused before allocatin
 // renaming those datasets and dropping meta/format; a fresh layer reads it back whole.
 TEST_CASE("bottleneck reads a checkpoint of format 1, the layout before its Projection") {
   Context ctx(Device::cpu, 1);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = 5;
-  init.num_labels = 6;
-  init.batch_size = 4;
+  LayerInit init = layer_init(ctx, 5, 6, 4);
   init.optim.type = OptimizerType::adam;
   init.optim.lr = 0.05;
   init.seed = 3;
@@ -367,11 +385,7 @@ TEST_CASE("dense layer with a sparse gradient: one SGD step applies the sparsifi
   for (int64_t chunk : {int64_t{40}, int64_t{16}}) {
     DYNAMIC_SECTION("chunk " << chunk) {
       Context ctx(Device::cpu, 2);
-      LayerInit init;
-      init.ctx = &ctx;
-      init.input_dim = d;
-      init.num_labels = num_labels;
-      init.batch_size = batch;
+      LayerInit init = layer_init(ctx, d, num_labels, batch);
       init.optim.type = OptimizerType::sgd;
       init.optim.lr = 1.0;
       init.seed = 3;
@@ -438,11 +452,7 @@ static std::unique_ptr<OutputLayer> sparse_dense_layer(Context& ctx, const std::
                                                        int64_t d, int64_t num_labels, int64_t batch,
                                                        uint64_t seed, int64_t dim, double threshold,
                                                        bool lazy) {
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = d;
-  init.num_labels = num_labels;
-  init.batch_size = batch;
+  LayerInit init = layer_init(ctx, d, num_labels, batch);
   init.optim.type = OptimizerType::adam;
   init.optim.lr = 0.01;
   init.seed = seed;
@@ -589,11 +599,7 @@ TEST_CASE("dense and bottleneck with lazy updates: touched rows step as without,
 
 TEST_CASE("lazy updates without a sparse gradient, or with bf16 weights, are refused") {
   Context ctx(Device::cpu, 1);
-  LayerInit init;
-  init.ctx = &ctx;
-  init.input_dim = 8;
-  init.num_labels = 50;
-  init.batch_size = 4;
+  LayerInit init = layer_init(ctx, 8, 50, 4);
   DenseConfig c;
   c.lazy_update = true;
   CHECK_THROWS_AS(DenseLayer(init, c), InputError);

@@ -1,8 +1,7 @@
 #pragma once
 // Helpers shared by the output-layer tests: tiny batches and access to a layer's state.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -11,8 +10,20 @@
 
 #include "core/tensor_ref.h"
 #include "data/batch.h"
+#include "layers/layer_init.h"
 
 namespace xmc::test {
+
+// The LayerInit of a one-process layer test: its Context and shape (input width d, labels,
+// the largest batch); the optimizer, seed and the rest keep LayerInit's defaults.
+inline LayerInit layer_init(Context& ctx, int64_t d, int64_t num_labels, int64_t batch) {
+  LayerInit init;
+  init.ctx = &ctx;
+  init.input_dim = d;
+  init.num_labels = num_labels;
+  init.batch_size = batch;
+  return init;
+}
 
 // A batch of pos.size() points over num_labels labels; row i's positives are pos[i]
 // (sorted). No features: the layer tests pass h directly.
