@@ -35,14 +35,14 @@ LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckC
                                    s.optim, cfg.precision == Precision::bf16,
                                    cfg.sparse_gradient > 0.0) +
          Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
-                                   cfg.projection_lr == 0.0);
+                                   static_cast<float>(cfg.projection_lr));
 }
 
 StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
   return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim,
                                   cfg.precision == Precision::bf16, cfg.sparse_gradient > 0.0) +
          Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
-                                  cfg.projection_lr == 0.0);
+                                  static_cast<float>(cfg.projection_lr));
 }
 
 StepStats BottleneckLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,

@@ -33,7 +33,7 @@ Projection::Projection(Context& ctx, int64_t in, int64_t out, Kind kind,
   else
     init_uniform_rows(p, out_, in_, init.next());
   p_.commit();
-  if (lr_scale_ > 0.0f) {
+  if (!fixed(lr_scale_)) {
     s1_ = optimizer_state_buffer(ctx, optim_, 1, pn);
     s2_ = optimizer_state_buffer(ctx, optim_, 2, pn);
     dp_ = Buffer<float>(ctx, MemTag::workspace, pn);
@@ -71,9 +71,9 @@ void Projection::backward_update(ConstMatrix x, Matrix dh, float beta, const LrS
   if (kind_ == Kind::relu)
     ops::activation_grad(ctx, true, ConstMatrix(u_.data(), rows, out_), du, du);
   float* p = p_.data();
-  float* dp = dp_.data();
   ops::gemm_nn(ctx, du, ConstMatrix(p, out_, in_), dh, 1.0f, beta);
-  if (lr_scale_ == 0.0f) return;  // fixed
+  if (fixed(lr_scale_)) return;
+  float* dp = dp_.data();
   ops::gemm_tn(ctx, du, x, Matrix(dp, out_, in_));
   if (kind_ != Kind::linear) ops::column_sums(ctx, du, dp + out_ * in_);
   if (comm_ != nullptr) comm_->allreduce_sum_in(ctx, std::span<float>(dp, static_cast<size_t>(pn)));
@@ -97,29 +97,30 @@ void Projection::sync_state(StateSync s) {
 }
 
 int64_t Projection::bytes() const {
-  return planned_bytes(in_, out_, kind_, optim_, max_batch_, lr_scale_ == 0.0f).rounded();
+  return planned_bytes(in_, out_, kind_, optim_, max_batch_, lr_scale_).rounded();
 }
 
 StepWork Projection::planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                                  int64_t batch, bool fixed) {
+                                  int64_t batch, float lr_scale) {
   if (out <= 0) return {};
   const double b = static_cast<double>(batch),
                io = static_cast<double>(in) * static_cast<double>(out);
   const double pn = io + (kind == Kind::linear ? 0.0 : static_cast<double>(out));
   // u = x·Pᵀ, dh = du·P, dP = duᵀ·x; the update; the ReLU's passes over u and du (fixed:
   // the first two GEMMs, no update)
-  const double update = fixed ? 0.0 : pn * (3.0 + 2.0 * optimizer_state_arrays(optim));
+  const double update = fixed(lr_scale) ? 0.0 : pn * (3.0 + 2.0 * optimizer_state_arrays(optim));
   return StepWork::of(
-      (fixed ? 4.0 : 6.0) * b * io,
+      (fixed(lr_scale) ? 4.0 : 6.0) * b * io,
       4.0 * (update + (kind == Kind::relu ? 3.0 : 0.0) * b * static_cast<double>(out)));
 }
 
 LayerBytes Projection::planned_bytes(int64_t in, int64_t out, Kind kind,
-                                     const OptimizerConfig& optim, int64_t max_batch, bool fixed) {
+                                     const OptimizerConfig& optim, int64_t max_batch,
+                                     float lr_scale) {
   if (out <= 0) return {};
   const double pn = static_cast<double>(out) * static_cast<double>(in) +
                     (kind == Kind::linear ? 0.0 : static_cast<double>(out));
-  const double trained = fixed ? 0.0 : pn;
+  const double trained = fixed(lr_scale) ? 0.0 : pn;
   // P and c; their state and dP (none when fixed); the batch workspaces u, du [B×out]
   return {.params = 4.0 * pn,
           .optimizer = 4.0 * optimizer_state_arrays(optim) * trained,

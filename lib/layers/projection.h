@@ -36,6 +36,8 @@ class Projection {
              int64_t max_batch, Rng init, float lr_scale = 1.0f);
 
   bool active() const { return out_ > 0; }
+  // lr_scale 0: P and c stay at their start.
+  static bool fixed(float lr_scale) { return lr_scale == 0.0f; }
   // u [rows×out] of x [rows×in] (evaluation; u is the caller's).
   void apply(ConstMatrix x, Matrix u) const;
   // Evaluation input: x itself when inactive, else its projection into buf (a workspace
@@ -58,10 +60,10 @@ class Projection {
   int64_t bytes() const;  // planned_bytes of this projection
   // Bytes of every buffer above for these sizes (out = 0: none; layers/layer_bytes.h).
   static LayerBytes planned_bytes(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                                  int64_t max_batch, bool fixed = false);
+                                  int64_t max_batch, float lr_scale = 1.0f);
   // The work of one training step: forward and backward GEMMs, the update of P and c.
   static StepWork planned_step(int64_t in, int64_t out, Kind kind, const OptimizerConfig& optim,
-                               int64_t batch, bool fixed = false);
+                               int64_t batch, float lr_scale = 1.0f);
 
  private:
   Context* ctx_ = nullptr;
