@@ -1,7 +1,10 @@
 #include "layers/dense_block.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/resources.h"
@@ -189,7 +192,7 @@ void DenseBlock::check_host_budget(bool sparse) const {
                   n_, d_, optimizer_state_arrays(optim_),
                   sparse ? " with model.output.sparse_gradient's" : ""),
       sparse ? "a smaller model.output.chunk_size or train.batch_size (the sparse gradient "
-               "keeps 4 arrays of batch × chunk), or sparse_gradient: 0"
+               "keeps 2 arrays of batch × chunk), or sparse_gradient: 0"
              : "fewer labels, a narrower encoder output (the last model.encoder layer's "
                "out) or an optimizer with less state (optim.output.type)");
 }
@@ -214,12 +217,9 @@ void DenseBlock::set_sparse_gradient(double threshold, bool lazy) {
   Context& ctx = *ctx_;
   const auto zn = static_cast<size_t>(max_batch_ * chunk_), c = static_cast<size_t>(chunk_);
   constexpr MemTag ws = MemTag::workspace;
-  sparse_.indptr = Buffer<int64_t>(ctx, ws, static_cast<size_t>(max_batch_) + 1);
   sparse_.start = Buffer<int64_t>(ctx, ws, c + 1);
-  sparse_.indices = Buffer<uint32_t>(ctx, ws, zn);
   sparse_.cols = Buffer<uint32_t>(ctx, ws, c);
   sparse_.rows = Buffer<uint32_t>(ctx, ws, zn);
-  sparse_.values = Buffer<float>(ctx, ws, zn);
   sparse_.col_values = Buffer<float>(ctx, ws, zn);
   uint32_t* cols = sparse_.cols.data();
   for (size_t j = 0; j < c; ++j) cols[j] = static_cast<uint32_t>(j);
@@ -227,47 +227,41 @@ void DenseBlock::set_sparse_gradient(double threshold, bool lazy) {
 
 int64_t DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix h, Matrix dh) {
   const int64_t rows = z.rows, c = z.cols;
-  int64_t* indptr = sparse_.indptr.data();
-  // CSR by row: count, prefix, fill (rows in parallel).
-  indptr[0] = 0;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* zr = z.row(r);
-    indptr[r + 1] = c - std::count(zr, zr + c, 0.0f);
-  }
-  for (int64_t r = 0; r < rows; ++r) indptr[r + 1] += indptr[r];
-  uint32_t* idx = sparse_.indices.data();
-  float* val = sparse_.values.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* zr = z.row(r);
-    int64_t k = indptr[r];
-    for (int64_t j = 0; j < c; ++j)
-      if (zr[j] != 0.0f) {
-        idx[k] = static_cast<uint32_t>(j);
-        val[k++] = zr[j];
-      }
-  }
-  // By column (a counting sort of the CSR; rows ascending within a column).
   int64_t* start = sparse_.start.data();
-  std::fill(start, start + c + 1, int64_t{0});
-  const int64_t nnz = indptr[rows];
-  for (int64_t k = 0; k < nnz; ++k) ++start[idx[k] + 1];
-  for (int64_t j = 0; j < c; ++j) start[j + 1] += start[j];
   uint32_t* crow = sparse_.rows.data();
   float* cval = sparse_.col_values.data();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = indptr[r]; k < indptr[r + 1]; ++k) {
-      const int64_t e = start[idx[k]]++;
-      crow[e] = static_cast<uint32_t>(r);
-      cval[e] = val[k];
-    }
-  for (int64_t j = c; j > 0; --j) start[j] = start[j - 1];  // back to the column starts
+  // G by column, straight from z: each thread a range of columns over every row — count
+  // into start[j + 1], the prefix sums, then the fill (rows ascending within a column).
   start[0] = 0;
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t j0 = c * t / threads, j1 = c * (t + 1) / threads;
+    std::fill(start + j0 + 1, start + j1 + 1, int64_t{0});
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* zr = z.row(r);
+      for (int64_t j = j0; j < j1; ++j) start[j + 1] += zr[j] != 0.0f ? 1 : 0;
+    }
+#pragma omp barrier
+#pragma omp single
+    for (int64_t j = 0; j < c; ++j) start[j + 1] += start[j];
+    // (single's barrier: every count is a start now)
+    std::vector<int64_t> next(start + j0, start + j1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* zr = z.row(r);
+      for (int64_t j = j0; j < j1; ++j)
+        if (zr[j] != 0.0f) {
+          const int64_t e = next[static_cast<size_t>(j - j0)]++;
+          crow[e] = static_cast<uint32_t>(r);
+          cval[e] = zr[j];
+        }
+    }
+  }
   // lazy_: only the non-empty columns, compacted in place (u ≤ j).
   uint32_t* cols = sparse_.cols.data();
   int64_t count = c;
   if (lazy_) {
+    const int64_t nnz = start[c];
     count = 0;
     for (int64_t j = 0; j < c; ++j)
       if (start[j + 1] > start[j]) {
@@ -276,13 +270,12 @@ int64_t DenseBlock::sparse_backward(ConstMatrix z, const float* wc, ConstMatrix 
       }
     start[count] = nnz;
   }
-  // dh += G·W_c through the sparse-input forward (no bias: it accumulates), then dW_c =
-  // Gᵀ·h through the sparse layer's weight gradient over the columns (without lazy_ every
+  // dh += G·W_c (each thread a block of dh's rows, the columns in order), then dW_c = Gᵀ·h
+  // through the sparse layer's weight gradient over the columns (without lazy_ every
   // column of the chunk: empty ones give zero rows).
-  ops::csr_dense_forward(*ctx_, gpu::DeviceCsrValues{indptr, idx, val, rows, c}, wc, nullptr, false,
-                         dh);
-  ops::csr_column_grad(*ctx_, gpu::DeviceCsrByColumn{cols, start, crow, cval, count}, h,
-                       Matrix(dw_.data(), count, d_));
+  const gpu::DeviceCsrByColumn g{cols, start, crow, cval, count};
+  ops::csc_accumulate(*ctx_, g, wc, dh);
+  ops::csr_column_grad(*ctx_, g, h, Matrix(dw_.data(), count, d_));
   return count;
 }
 
@@ -326,8 +319,8 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
   const double c = static_cast<double>(std::min(chunk, n));
   LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
   bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (CPU bf16: also W_c widened), db_c
-  if (sparse_gradient && !gpu)                   // G by row and by column
-    bytes.workspace += 8.0 * (b + 1 + c + 1) + 4.0 * (4.0 * b * c + c);
+  if (sparse_gradient && !gpu)                   // G by column
+    bytes.workspace += 8.0 * (c + 1) + 4.0 * (2.0 * b * c + c);
   if (gpu) {
     if (bf16) bytes.workspace += 2.0 * (b * c + b * dd);        // G, h rounded
     if (loss == LossType::softmax) bytes.workspace += 8.0 * b;  // row max, sum

@@ -105,7 +105,7 @@ class DenseBlock {
   void set_comm(Comm* comm);
   // Unbiased gradient sparsification (ops::sparsify_gradient) of each chunk's dL/dz with
   // this per-point threshold (applied to G·B; 0: off, exact). On the CPU the two backward
-  // products then run over G's non-zeros (CSR by row and by column) instead of GEMMs; the
+  // products then run over G's non-zeros (grouped by column) instead of GEMMs; the
   // GPU keeps its GEMMs on the sparsified G. Allocates the CPU's sparse workspaces
   // (planned_bytes with sparse_gradient), after checking the block's planned bytes with
   // them against the memory budget (InputError). Threshold ≥ 0, finite.
@@ -176,12 +176,12 @@ class DenseBlock {
   RowReductions reduce_;  // comm_'s, for softmax's statistics
   double sparse_threshold_ = 0.0;
   bool lazy_ = false;  // set_sparse_gradient's, CPU only
-  // CPU sparse backward: a chunk's G as CSR by row (indptr, indices, values) and by column
-  // (start, rows, col_values; cols = 0..chunk-1, or with lazy_ the non-empty columns).
+  // CPU sparse backward: a chunk's G by column (start, rows, col_values; cols = 0..chunk-1,
+  // or with lazy_ the non-empty columns).
   struct SparseWork {
-    Buffer<int64_t> indptr, start;
-    Buffer<uint32_t> indices, cols, rows;
-    Buffer<float> values, col_values;
+    Buffer<int64_t> start;
+    Buffer<uint32_t> cols, rows;
+    Buffer<float> col_values;
   } sparse_;
 };
 

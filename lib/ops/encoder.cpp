@@ -1,5 +1,7 @@
 #include "ops/encoder.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -69,6 +71,29 @@ void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, Const
       const float v = xt.values[e];
       const float* dzr = dz.row(xt.rows[e]);
       for (int64_t j = 0; j < out; ++j) gu[j] += v * dzr[j];
+    }
+  }
+}
+
+void csc_accumulate(const Context& ctx, const gpu::DeviceCsrByColumn& xt, const float* w,
+                    Matrix dh) {
+  XMC_CHECK(!ctx.on_gpu(), "csc_accumulate runs on the cpu only");
+  const int64_t d = dh.cols;
+  const int64_t nnz = xt.count > 0 ? xt.start[xt.count] - xt.start[0] : 0;
+#pragma omp parallel if (nnz * d > 65536)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const auto r0 = static_cast<uint32_t>(dh.rows * t / threads);
+    const auto r1 = static_cast<uint32_t>(dh.rows * (t + 1) / threads);
+    for (int64_t u = 0; u < xt.count; ++u) {
+      const uint32_t* end = xt.rows + xt.start[u + 1];
+      const float* wu = w + static_cast<int64_t>(xt.cols[u]) * d;
+      for (const uint32_t* e = std::lower_bound(xt.rows + xt.start[u], end, r0);
+           e != end && *e < r1; ++e) {
+        const float v = xt.values[e - xt.rows];
+        float* hr = dh.row(*e);
+        for (int64_t j = 0; j < d; ++j) hr[j] += v * wu[j];
+      }
     }
   }
 }

@@ -47,6 +47,15 @@ void activation_grad(const Context& ctx, bool relu, ConstMatrix h, ConstMatrix d
 // per (u, output column), no atomics).
 void csr_column_grad(const Context& ctx, const gpu::DeviceCsrByColumn& xt, ConstMatrix dz,
                      Matrix g);
+// dh [B×d] += G·w for G grouped by column (xt: column cols[u] of G, i.e. row cols[u] of w
+// [*×d], has the entries start[u]..start[u+1]-1, rows ascending): the dense output layer's
+// input gradient over a sparse G on the CPU. Each thread owns a block of dh's rows and
+// walks the columns in order, reading each w row once for all of its entries in the
+// block, so every row of dh sums its terms in ascending column order — the order of
+// csr_dense_forward (no bias) on the same G by row, bit for bit, whatever the thread
+// count. CPU only (a CUDA Context keeps its GEMMs on G; a CUDA ctx fails the check).
+void csc_accumulate(const Context& ctx, const gpu::DeviceCsrByColumn& xt, const float* w,
+                    Matrix dh);
 // dst = src ⊙ mask (mask [rows×cols], ld = cols; nullptr: a plain copy); dst may be src.
 void multiply_mask(const Context& ctx, ConstMatrix src, const float* mask, Matrix dst);
 // out [B×n] = act(x [B×k] · w [n×k]ᵀ + bias [n]), act = relu or identity. CPU: the bias

@@ -8,6 +8,8 @@
 // binary (tests/cuda/test_parity.cpp) held CUDA to the CPU op more tightly than to the
 // double reference (the losses), the body also compares with the CPU op's result at that
 // tolerance (CPU against CPU in the (cpu) case).
+#include <omp.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -37,6 +39,24 @@ using namespace xmc;
 using namespace xmc::test;
 
 namespace {
+
+// A random CSR matrix [rows×cols]: each entry present with probability 1/one_in, values
+// uniform in [-1, 1); with some_empty the columns c with c % 7 == 3 stay empty.
+CsrMatrix random_csr(Rng& rng, int64_t rows, uint32_t cols, uint32_t one_in,
+                     bool some_empty = false) {
+  CsrMatrix x;
+  x.rows = rows;
+  x.cols = cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (uint32_t c = 0; c < cols; ++c)
+      if (!(some_empty && c % 7 == 3) && rng.below(one_in) == 0) {
+        x.indices.push_back(c);
+        x.values.push_back(2.0f * rng.uniformf() - 1.0f);
+      }
+    x.indptr.push_back(x.nnz());
+  }
+  return x;
+}
 
 // The row-wise update of w [rows×width] with row moments v in fp32 on the host
 // (OptimizerStep::apply_row, the CPU's own formula), for the bf16 checks.
@@ -288,17 +308,7 @@ DEVICE_TEST("mask multiply (with and without a mask), set_zero, ReLU gradient", 
 DEVICE_TEST("the sparse-input layer's forward and weight gradient", "[encoder]") {
   Rng rng(7);
   const int64_t rows = 11, cols = 41, out = 19;
-  CsrMatrix x;
-  x.rows = rows;
-  x.cols = cols;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (uint32_t c = 0; c < cols; ++c)
-      if (rng.below(5) == 0) {
-        x.indices.push_back(c);
-        x.values.push_back(2.0f * rng.uniformf() - 1.0f);
-      }
-    x.indptr.push_back(x.nnz());
-  }
+  const CsrMatrix x = random_csr(rng, rows, cols, 5);
   CsrByColumn xt;
   group_by_column(x, xt);
   const auto w = random_floats(rng, cols * out), bias = random_floats(rng, out),
@@ -346,6 +356,47 @@ DEVICE_TEST("the sparse-input layer's forward and weight gradient", "[encoder]")
       for (int64_t j = 0; j < out; ++j) gr[q * out + j] += double(x.values[k]) * dz[r * out + j];
     }
   expect_close("", get(dgr, gr.size()), gr, 1e-6, 1e-5);
+}
+
+TEST_CASE(
+    "G·W grouped by column (csc_accumulate) equals the sparse-input forward's sum, bit "
+    "for bit, at any thread count",
+    "[encoder][cpu]") {
+  // The dense layer's CPU sparse backward: dh += G·W_c with G grouped by column, against
+  // csr_dense_forward (no bias: it accumulates) on the same G by row. Every column of the
+  // chunk listed (empty ones included) and only the non-empty ones (lazy_update).
+  Context ctx;
+  Rng rng(29);
+  const int64_t rows = 67, cols = 300, d = 96;
+  const CsrMatrix x = random_csr(rng, rows, cols, 6, true);
+  REQUIRE(x.nnz() * d > 65536);  // large enough for the parallel path
+  CsrByColumn nonempty;
+  group_by_column(x, nonempty);
+  REQUIRE(nonempty.count() < cols);  // some columns are empty
+  CsrByColumn every = nonempty;      // cols 0..cols-1, empty ranges for the absent ones
+  every.cols.resize(cols);
+  every.start.assign(cols + 1, 0);
+  for (uint32_t c = 0; c < cols; ++c) every.cols[c] = c;
+  for (int64_t u = 0; u < nonempty.count(); ++u)
+    every.start[nonempty.cols[u] + 1] = nonempty.start[u + 1] - nonempty.start[u];
+  for (int64_t c = 0; c < cols; ++c) every.start[c + 1] += every.start[c];
+  const auto w = random_floats(rng, cols * d), h0 = random_floats(rng, rows * d);
+  std::vector<float> want = h0;
+  ops::csr_dense_forward(ctx, {x.indptr.data(), x.indices.data(), x.values.data(), rows, cols},
+                         w.data(), nullptr, false, Matrix(want.data(), rows, d));
+  REQUIRE(want != h0);
+  const int threads = omp_get_max_threads();
+  for (const CsrByColumn* g : {&every, &nonempty})
+    for (int t : {1, 2, 3}) {
+      INFO((g == &every ? "every column, " : "non-empty columns, ") << t << " threads");
+      omp_set_num_threads(t);
+      std::vector<float> got = h0;
+      ops::csc_accumulate(
+          ctx, {g->cols.data(), g->start.data(), g->rows.data(), g->values.data(), g->count()},
+          w.data(), Matrix(got.data(), rows, d));
+      CHECK(got == want);
+    }
+  omp_set_num_threads(threads);
 }
 
 DEVICE_TEST("the lazy row update equals OptimizerStep::apply per row, other rows untouched",
