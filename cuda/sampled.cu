@@ -1,7 +1,10 @@
 // Sampled scoring on the GPU (ops/sampled.h; shapes checked there): the gathered dot
-// products of lsh_sampled / anns_sampled, and the row gather. Candidates come from the
-// host (CSR over the batch, and for the weight gradient the entries grouped by label), so
-// no sorting happens here.
+// products of lsh_sampled / anns_sampled, the row gather, and anns_sampled's candidate
+// draw (one thread per batch row running the CPU's draw_point_candidates). The scoring
+// ops take their candidates as given (CSR over the batch, and for the weight gradient the
+// entries grouped by label), so no sorting happens here.
+// - draw: a thread per row, its cap slots padded; the draws of Rng (core/rng.h) as on the
+//   host.
 // - scores: a warp per entry, lanes over d (coalesced reads of the weight row), one
 //   warp reduction; the row of an entry by binary search in indptr.
 // - input gradient: a block per (batch row, 128 columns), each thread one column, the
@@ -122,6 +125,26 @@ __global__ void smp_gather_kernel(const float* __restrict__ src, const uint32_t*
 // Column blocks on grid.y, capped at 65535 (core/launch_shape.h): the kernels stride.
 unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, kSmpCols)); }
 
+// One thread per batch row: its candidates into its cap slots (ops::draw_point_candidates,
+// the CPU's code); a row that would need more than cap slots gets count -1 and no entries.
+__global__ void __launch_bounds__(kSmpThreads)
+    smp_draw_kernel(ops::CandidateDraw c, const int64_t* __restrict__ ids,
+                    const int64_t* __restrict__ pos_ptr, const uint32_t* __restrict__ pos,
+                    int64_t rows, int64_t cap, uint32_t* __restrict__ label,
+                    uint8_t* __restrict__ positive, float* __restrict__ weight,
+                    int64_t* __restrict__ count) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kSmpThreads + threadIdx.x;
+  if (b >= rows) return;
+  const int64_t p0 = pos_ptr[b], np = pos_ptr[b + 1] - p0;
+  if (ops::candidate_slots(c, np) > cap) {
+    count[b] = -1;
+    return;
+  }
+  const int64_t at = b * cap;
+  count[b] =
+      ops::draw_point_candidates(c, ids[b], pos + p0, np, label + at, positive + at, weight + at);
+}
+
 }  // namespace
 
 void sampled_scores(const CudaContext& ctx, const float* w, const float* bias, int64_t d,
@@ -157,6 +180,16 @@ void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows,
   XMC_CUDA_REQUIRE(count <= launch::kMaxGridX, count);
   const dim3 grid(static_cast<unsigned>(count), launch::grid_yz(launch::ceil_div(width, 256)));
   XMC_CUDA_LAUNCH(smp_gather_kernel, grid, 256, 0, ctx.stream(), src, rows, width, dst);
+}
+
+void draw_candidates(const CudaContext& ctx, const ops::CandidateDraw& c, const int64_t* ids,
+                     const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
+                     uint32_t* label, uint8_t* positive, float* weight, int64_t* count) {
+  if (rows == 0) return;
+  const int64_t blocks = launch::ceil_div(rows, kSmpThreads);
+  XMC_CUDA_REQUIRE(blocks <= launch::kMaxGridX, rows);
+  XMC_CUDA_LAUNCH(smp_draw_kernel, static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream(), c,
+                  ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
 }
 
 }  // namespace xmc::gpu

@@ -19,15 +19,7 @@ namespace xmc {
 
 namespace {
 
-constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
-
-bool contains_sorted(const std::vector<uint32_t>& v, uint32_t x) {
-  return std::binary_search(v.begin(), v.end(), x);
-}
-
-void insert_sorted(std::vector<uint32_t>& v, uint32_t x) {
-  v.insert(std::upper_bound(v.begin(), v.end(), x), x);
-}
+constexpr uint32_t kNone = ops::kNoCandidate;  // an empty slot of a hard set
 
 // Entries per point reserved up front: k_h + k_r + a few positives (this process's share).
 int64_t per_point_entries(const LayerShape& s, const AnnsSampledConfig& cfg) {
@@ -88,70 +80,41 @@ std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const 
 
 SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
   const int64_t rows = batch.size();
-  const auto nlab = static_cast<uint64_t>(shard_labels());
   // The positives among this layer's labels, in local ids.
   CsrMatrix scratch;
   const CsrMatrix& labels = local_labels(batch.labels, scratch);
-  std::vector<std::vector<uint32_t>> cand(static_cast<size_t>(rows));
-  std::vector<int64_t> npos(static_cast<size_t>(rows));
-  std::vector<int64_t> nfixed(static_cast<size_t>(rows));  // positives + hard negatives
-  std::vector<float> rweight(static_cast<size_t>(rows), 1.0f);
-  const bool unbiased = cfg_.negative_weight == NegativeWeight::unbiased;
   const bool use_hard = has_hard_negatives() && k_h_ > 0;
   for (int64_t id : batch.ids)
     XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
               "batch row id {} outside the {} training points", id, n_train_);
-#pragma omp parallel for schedule(dynamic, 8)
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t id = batch.ids[static_cast<size_t>(i)];
-    std::vector<uint32_t> pos(labels.row_indices(i), labels.row_indices(i) + labels.row_nnz(i));
-    std::sort(pos.begin(), pos.end());
-    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
-    std::vector<uint32_t>& out = cand[static_cast<size_t>(i)];
-    out = pos;
-    npos[static_cast<size_t>(i)] = static_cast<int64_t>(pos.size());
-    // taken: sorted labels already in the candidate set.
-    std::vector<uint32_t> taken = pos;
-    if (use_hard) {
-      const uint32_t* hard = hard_[front_].data() + id * k_h_;
-      for (int64_t j = 0; j < k_h_; ++j) {
-        const uint32_t l = hard[j];
-        if (l == kNone || contains_sorted(taken, l)) continue;
-        out.push_back(l);
-        insert_sorted(taken, l);
-      }
-    }
-    // k_r distinct uniform labels outside `taken`; all remaining ones when fewer are left.
-    const uint64_t available = nlab - taken.size();
-    nfixed[static_cast<size_t>(i)] = static_cast<int64_t>(out.size());
-    if (unbiased && k_r_ > 0 && available > static_cast<uint64_t>(k_r_))
-      rweight[static_cast<size_t>(i)] =
-          static_cast<float>(static_cast<double>(available) / static_cast<double>(k_r_));
-    if (static_cast<uint64_t>(k_r_) >= available) {
-      for (uint32_t l = 0; l < nlab; ++l)
-        if (!contains_sorted(taken, l)) out.push_back(l);
-    } else {
-      Rng rng = Rng::stream(draw_seed_ ^ (static_cast<uint64_t>(step) * 0xA24BAED4963EE407ULL),
-                            static_cast<uint64_t>(id));
-      int64_t drawn = 0;
-      while (drawn < k_r_) {
-        const auto l = static_cast<uint32_t>(rng.below(nlab));
-        if (contains_sorted(taken, l)) continue;
-        out.push_back(l);
-        insert_sorted(taken, l);
-        ++drawn;
-      }
-    }
-  }
+  const ops::CandidateDraw draw{.labels = shard_labels(),
+                                .hard = use_hard ? hard_[front_].data() : nullptr,
+                                .points = n_train_,
+                                .k_h = k_h_,
+                                .k_r = k_r_,
+                                .seed = draw_seed_,
+                                .step = step,
+                                .hard_weight = static_cast<float>(cfg_.hard_weight),
+                                .unbiased = cfg_.negative_weight == NegativeWeight::unbiased};
+  // Each row into its own slots (ops/sampled.h, the draw the GPU kernel runs too), then
+  // packed into one CSR.
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < rows; ++i) max_pos = std::max(max_pos, labels.row_nnz(i));
+  const int64_t cap = ops::candidate_slots(draw, max_pos);
+  const auto slots = static_cast<size_t>(rows * cap);
+  std::vector<uint32_t> label(slots);
+  std::vector<uint8_t> positive(slots);
+  std::vector<float> weight(slots);
+  std::vector<int64_t> count(static_cast<size_t>(rows));
+  ops::draw_candidates_host(draw, batch.ids.data(), labels.indptr.data(), labels.indices.data(),
+                            rows, cap, label.data(), positive.data(), weight.data(), count.data());
   SampledCandidates c;
-  const auto hard_w = static_cast<float>(cfg_.hard_weight);
-  for (size_t i = 0; i < cand.size(); ++i) {
-    const auto& v = cand[i];
-    c.labels.insert(c.labels.end(), v.begin(), v.end());
-    for (int64_t j = 0; j < static_cast<int64_t>(v.size()); ++j) {
-      c.positive.push_back(j < npos[i] ? 1 : 0);
-      c.weight.push_back(j < npos[i] ? 1.0f : j < nfixed[i] ? hard_w : rweight[i]);
-    }
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto at = static_cast<ptrdiff_t>(i * cap);
+    const auto n = static_cast<ptrdiff_t>(count[static_cast<size_t>(i)]);
+    c.labels.insert(c.labels.end(), label.begin() + at, label.begin() + at + n);
+    c.positive.insert(c.positive.end(), positive.begin() + at, positive.begin() + at + n);
+    c.weight.insert(c.weight.end(), weight.begin() + at, weight.begin() + at + n);
     c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
   }
   return c;
@@ -273,20 +236,32 @@ void AnnsSampledLayer::start_refresh(const TrainerView& t) {
     install_refresh(/*block=*/true);
   }
   Stopwatch sw;
-  // Snapshots taken on the training thread (the encoder and W change while the worker
-  // runs): queries [h_i | 1] [N×(d+1)], vectors [w_l | b_l] [L×(d+1)].
+  // The queries h_i, embedded on the training thread (the encoder changes while a worker
+  // runs).
   DenseMatrix h = t.embed_train();
   XMC_CHECK(h.rows == n_train_ && h.cols == d_,
             "anns_sampled: embed_train gave [{}×{}], expected [{}×{}]", h.rows, h.cols, n_train_,
             d_);
-  auto queries = std::make_shared<DenseMatrix>(with_last_column(h.view(), nullptr));
-  auto vectors = std::make_shared<DenseMatrix>(augmented_weights());
   const double embed_s = sw.seconds();
   const uint64_t seed = seed_ ^ (0x5eedULL + static_cast<uint64_t>(started_));
   ++started_;
-  spdlog::info("anns_sampled: refresh {} after epoch {}: embedded {} points in {:.2f}s ({})",
-               started_, t.epoch + 1, n_train_, embed_s,
-               cfg_.synchronous ? "synchronous" : "background");
+  const bool exact = cfg_.retrieval == AnnsSearch::exact;
+  spdlog::info(
+      "anns_sampled: refresh {} after epoch {}: embedded {} points in {:.2f}s ({})", started_,
+      t.epoch + 1, n_train_, embed_s,
+      exact ? "exact, on the training thread" : (cfg_.synchronous ? "synchronous" : "background"));
+  if (exact) {
+    // The streamed top-k of the block's own scores on the Context's device, with the
+    // weights as they are now (no snapshot: nothing trains meanwhile).
+    exact_hard_set(h.view());
+    swap_in();
+    return;
+  }
+  // Snapshots for the index (W changes while the worker runs): queries [h_i | 1]
+  // [N×(d+1)], vectors [w_l | b_l] [L×(d+1)].
+  auto queries = std::make_shared<DenseMatrix>(with_last_column(h.view(), nullptr));
+  h = DenseMatrix();
+  auto vectors = std::make_shared<DenseMatrix>(augmented_weights());
   // On a worker thread, or when synchronous on this one, inside install_refresh (which
   // rethrows an error of either).
   worker_ =
@@ -305,15 +280,6 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
   const int k = static_cast<int>(k_h_);
   // Two halves, so that a test pause in between exposes any early swap.
   const int64_t half = n_train_ / 2;
-  if (cfg_.retrieval == AnnsSearch::exact) {
-    exact_hard_set(vectors.view(), queries.view().rows_range(0, half), back.data());
-    if (pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
-    exact_hard_set(vectors.view(), queries.view().rows_range(half, n_train_ - half),
-                   back.data() + half * k_h_);
-    spdlog::info("anns_sampled: exact top-{} of {} points over {} labels in {:.2f}s", k_h_,
-                 n_train_, vectors.rows, sw.seconds());
-    return;
-  }
   HnswIndex index(vectors.view(), HnswParams{cfg_.m, cfg_.ef_construction, cfg_.ef, cfg_.synchronous}, seed,
                   &ctx_->ledger());
   const double build_s = sw.seconds();
@@ -327,30 +293,47 @@ void AnnsSampledLayer::compute_hard_set(const DenseMatrix& vectors, const DenseM
                vectors.rows, build_s, index.bytes() / 1048576.0, n_train_, k_h_, sw.seconds());
 }
 
-void AnnsSampledLayer::exact_hard_set(ConstMatrix vectors, ConstMatrix queries,
-                                      uint32_t* out) const {
-  // Exact top-k over the snapshot [W | b] (local ids, so TopK::kNoLabel pads are kNone),
-  // 1024 rows at a time through [rows×chunk] score chunks (counted as workspace).
-  const int k = static_cast<int>(k_h_);
-  const int64_t block = std::min<int64_t>(queries.rows, 1024);
-  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_, vectors.rows));
-  LedgerEntry scratch(ctx_->ledger(), MemTag::workspace,
-                      static_cast<int64_t>(sizeof(float)) * block * chunk);
-  std::vector<float> buf(static_cast<size_t>(block * chunk));
+void AnnsSampledLayer::exact_hard_set(ConstMatrix queries) {
+  // The block's exact top-k_h (h·W^T + b, label chunks of chunk_size streamed through the
+  // top-k of ops/topk.h on the Context's device), eval_rows() queries at a time on the GPU
+  // (uploaded into one workspace), 1024 on the CPU (the rows themselves; a [1024×chunk]
+  // score block). Global ids to local ones; a row with fewer than k_h labels keeps kNone
+  // pads.
   static_assert(TopK::kNoLabel == kNone);
+  Stopwatch sw;
+  HostBuffer<uint32_t>& back = hard_[1 - front_];
+  const int k = static_cast<int>(k_h_);
+  const int64_t block =
+      std::max<int64_t>(1, std::min(ctx_->on_gpu() ? eval_rows() : 1024, queries.rows));
+  Buffer<float> staged;
+  if (ctx_->on_gpu())
+    staged = Buffer<float>(*ctx_, MemTag::workspace, static_cast<size_t>(block * d_));
   for (int64_t r0 = 0; r0 < queries.rows; r0 += block) {
-    const ConstMatrix q = queries.rows_range(r0, std::min(block, queries.rows - r0));
-    const TopK t = host_stream_topk(
-        q.rows, k, q.rows, vectors.rows, chunk, 0, buf.data(), nullptr,
-        [&](int64_t c0, Matrix s) { ops::gemm_nt(q, vectors.rows_range(c0, s.cols), s); });
-    std::copy(t.labels.begin(), t.labels.end(), out + r0 * k_h_);
+    const int64_t m = std::min(block, queries.rows - r0);
+    ConstMatrix q = queries.rows_range(r0, m);
+    if (ctx_->on_gpu()) {
+      staged.copy_from_host(q.data, static_cast<size_t>(m * d_));
+      q = ConstMatrix(staged.data(), m, d_);
+    }
+    const TopK t = block_.topk(q, k, m);
+    uint32_t* out = back.data() + r0 * k_h_;
+    for (size_t j = 0; j < t.labels.size(); ++j)
+      out[j] = t.labels[j] == TopK::kNoLabel
+                   ? kNone
+                   : static_cast<uint32_t>(t.labels[j] - static_cast<uint32_t>(label_lo()));
   }
+  spdlog::info("anns_sampled: exact top-{} of {} points over {} labels on the {} in {:.2f}s", k_h_,
+               queries.rows, shard_labels(), ctx_->on_gpu() ? "GPU" : "CPU", sw.seconds());
 }
 
 void AnnsSampledLayer::install_refresh(bool block) {
   if (!worker_.valid()) return;  // nothing was started
   if (!block && worker_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
   worker_.get();  // the refresh's error, if any (the future is released either way)
+  swap_in();
+}
+
+void AnnsSampledLayer::swap_in() {
   front_ = 1 - front_;
   meta_[0] = 1;
   ++meta_[1];

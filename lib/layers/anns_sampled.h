@@ -12,8 +12,9 @@
 // refresh. Build + retrieval run in a background thread into a second buffer while
 // training continues on the old set; the new set is swapped in at the start of the first
 // step after it is complete (double-buffered). With `synchronous: true` the refresh runs
-// inside on_epoch. `retrieval: exact` replaces the index by a brute-force top-k_h over
-// [W | b] (a reference for what the index misses).
+// inside on_epoch. `retrieval: exact` replaces the index by the exact top-k_h of h·W^T + b:
+// the block's streamed top-k (ops/topk.h) on the Context's device, on the training thread
+// whatever `synchronous` says (a chunked GEMM: seconds at millions of labels on a GPU).
 //
 // Determinism: in background mode the step at which a new set arrives depends on timing,
 // so runs (and --resume) are reproducible only with `synchronous: true` (which also builds
@@ -27,10 +28,13 @@
 //
 // Both devices run this one path (W, b and their optimizer state in a SampledBlock,
 // layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
-// drawn on the host as above (they need only the batch's ids and labels); the loss
-// gradient is computed on the host from the scores (downloaded on the GPU). Each refresh
-// (and each hnsw evaluation index build) reads [W | b] on the host (L×(d+1) floats
-// downloaded on the GPU); embed_train brings the embeddings down. `search: hnsw` stays on
+// drawn as above by ops::draw_candidates (ops/sampled.h: one row function for both
+// devices, whose CUDA kernel a parity test holds to the CPU's draw), on the host on both
+// devices until the candidate loss and the grouping by label run on the device too; the loss
+// gradient is computed on the host from the scores (downloaded on the GPU). Each hnsw
+// refresh (and each hnsw evaluation index build) reads [W | b] on the host (L×(d+1) floats
+// downloaded on the GPU); an exact refresh scores on the device, its queries uploaded in
+// blocks of eval rows. embed_train brings the embeddings down. `search: hnsw` stays on
 // the host index (the query rows are downloaded on the GPU).
 #include <cstdint>
 #include <future>
@@ -101,8 +105,10 @@ struct AnnsSampledConfig {
             Range{0, 1e6});
     v.field("retrieval", retrieval,
             "How a refresh finds each point's k_h best-scoring labels: hnsw (the index) or "
-            "exact (brute force over [W | b], N·L·(d+1) multiply-adds per refresh: a reference "
-            "for measuring what the index misses, practical up to ~1e5 labels)",
+            "exact (the top-k_h of h·W^T + b over every label, N·L·d multiply-adds per "
+            "refresh, streamed through the evaluation's top-k on the Context's device and run "
+            "on the training thread whatever `synchronous` says: a reference for what the "
+            "index misses; on 2 CPU cores practical up to ~1e5 labels)",
             Choices{AnnsSearch::hnsw, AnnsSearch::exact});
     v.field("synchronous", synchronous,
             "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
@@ -178,11 +184,14 @@ class AnnsSampledLayer final : public OutputLayer {
   // Retrieval of k_h labels per point into the back buffer (runs on the worker thread).
   void compute_hard_set(const DenseMatrix& vectors, const DenseMatrix& queries,
                         uint64_t seed);
-  // retrieval: exact — the k_h best-scoring labels of every row of queries into out [rows×k_h].
-  void exact_hard_set(ConstMatrix vectors, ConstMatrix queries, uint32_t* out) const;
+  // retrieval: exact — the k_h best-scoring labels of every row of queries (host [N×d])
+  // into the back buffer: the block's streamed top-k on the Context's device.
+  void exact_hard_set(ConstMatrix queries);
   // Waits for a finished (or, when block, any) background refresh, rethrows its error or
   // swaps its set in.
   void install_refresh(bool block);
+  // The back buffer becomes the set in use.
+  void swap_in();
   // [W | b] [L×(d+1)], the index's vectors.
   DenseMatrix augmented_weights() const;
 

@@ -117,6 +117,46 @@ void gather_rows(const Context& ctx, const float* src, const uint32_t* rows, int
 }
 
 namespace {
+void check_draw(const CandidateDraw& c, int64_t rows, int64_t cap) {
+  XMC_CHECK(rows >= 0 && cap >= 0 && c.labels > 0 && c.k_h >= 0 && c.k_r >= 0 &&
+                c.labels <= int64_t{kNoCandidate},
+            "candidate draw: {} rows × {} slots, {} labels, k_h={} k_r={}", rows, cap, c.labels,
+            c.k_h, c.k_r);
+  XMC_CHECK(c.hard == nullptr || c.points >= 0, "candidate draw: a hard table of {} points",
+            c.points);
+}
+}  // namespace
+
+void draw_candidates(const Context& ctx, const CandidateDraw& c, const int64_t* ids,
+                     const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
+                     uint32_t* label, uint8_t* positive, float* weight, int64_t* count) {
+  if (!ctx.on_gpu()) {
+    draw_candidates_host(c, ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
+    return;
+  }
+  check_draw(c, rows, cap);
+  if (rows > 0)
+    gpu::draw_candidates(ctx.cuda(), c, ids, pos_ptr, pos, rows, cap, label, positive, weight,
+                         count);
+}
+
+void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int64_t* pos_ptr,
+                          const uint32_t* pos, int64_t rows, int64_t cap, uint32_t* label,
+                          uint8_t* positive, float* weight, int64_t* count) {
+  check_draw(c, rows, cap);
+  for (int64_t b = 0; b < rows; ++b)
+    XMC_CHECK(candidate_slots(c, pos_ptr[b + 1] - pos_ptr[b]) <= cap,
+              "candidate draw: row {} needs {} slots, {} reserved", b,
+              candidate_slots(c, pos_ptr[b + 1] - pos_ptr[b]), cap);
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t at = b * cap;
+    count[b] = draw_point_candidates(c, ids[b], pos + pos_ptr[b], pos_ptr[b + 1] - pos_ptr[b],
+                                     label + at, positive + at, weight + at);
+  }
+}
+
+namespace {
 // The packed upload, in 8-byte words: indptr [rows+1], group ptr [groups+1], group entry
 // [nnz] (int64), then labels [nnz], group labels [groups], group rows [nnz] (uint32).
 int64_t pack_words(int64_t rows, int64_t nnz, int64_t groups) {

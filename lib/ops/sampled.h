@@ -15,7 +15,9 @@
 
 #include "core/context.h"
 #include "core/cuda_context.h"
+#include "core/host_device.h"
 #include "core/matrix.h"
+#include "core/rng.h"
 
 namespace xmc::ops {
 
@@ -54,6 +56,121 @@ struct EntryGroupsBuffers {
   }
 };
 
+// anns_sampled's candidate draw, one point at a time, written once for both devices
+// (draw_point_candidates; ops::draw_candidates runs it over a batch on the Context's
+// device, so both devices draw the same candidates).
+inline constexpr uint32_t kNoCandidate = 0xffffffffu;  // an empty slot of a hard-negative table
+
+struct CandidateDraw {
+  int64_t labels = 0;              // n: the layer's labels (local ids 0..n-1)
+  const uint32_t* hard = nullptr;  // [points×k_h] stale hard negatives (kNoCandidate: none);
+                                   // nullptr: no hard negatives this step
+  int64_t points = 0;              // rows of `hard` (the training points)
+  int64_t k_h = 0;
+  int64_t k_r = 0;           // uniform negatives per point
+  uint64_t seed = 0;         // the uniform draws' seed
+  int64_t step = 0;          // the optimizer step (a new draw every step)
+  float hard_weight = 1.0f;  // loss weight of a hard negative
+  bool unbiased = false;     // uniform weight (labels left)/k_r instead of 1
+};
+
+// The slots a point with np positives may fill: np + k_h + min(k_r, n).
+XMC_HOST_DEVICE inline int64_t candidate_slots(const CandidateDraw& c, int64_t np) {
+  return np + (c.hard != nullptr ? c.k_h : 0) + (c.k_r < c.labels ? c.k_r : c.labels);
+}
+
+// The candidates of the point with dataset row `id` and positives pos[0..np) (local ids,
+// any order, repeats allowed) into label/positive/weight [0..count), count returned
+// (<= candidate_slots(c, np)):
+//   1. its positives, ascending and distinct (weight 1);
+//   2. its hard negatives c.hard[id·k_h ..] in table order, minus empty slots and labels
+//      already taken (weight hard_weight; none when c.hard is null or id is outside the table);
+//   3. min(k_r, left) distinct uniform labels not yet taken, drawn by rejection from
+//      Rng::stream(seed ^ step·K, id) (all of those left when k_r >= left); weight 1, or
+//      left/k_r when unbiased and left > k_r (left: the labels not taken after 2).
+// "Taken" is a linear scan of the point's entries so far: O(count²) per point, for the
+// few hundred candidates a point has.
+XMC_HOST_DEVICE inline int64_t draw_point_candidates(const CandidateDraw& c, int64_t id,
+                                                     const uint32_t* pos, int64_t np,
+                                                     uint32_t* label, uint8_t* positive,
+                                                     float* weight) {
+  int64_t count = 0;
+  auto taken = [&](uint32_t l) {
+    for (int64_t j = 0; j < count; ++j)
+      if (label[j] == l) return true;
+    return false;
+  };
+  // 1. Positives: insertion sort, repeats dropped.
+  for (int64_t j = 0; j < np; ++j) {
+    const uint32_t l = pos[j];
+    int64_t at = count;
+    while (at > 0 && label[at - 1] > l) --at;
+    if (at > 0 && label[at - 1] == l) continue;
+    for (int64_t m = count; m > at; --m) label[m] = label[m - 1];
+    label[at] = l;
+    ++count;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    positive[j] = 1;
+    weight[j] = 1.0f;
+  }
+  // 2. Stale hard negatives.
+  if (c.hard != nullptr && id >= 0 && id < c.points) {
+    const uint32_t* hard = c.hard + id * c.k_h;
+    for (int64_t j = 0; j < c.k_h; ++j) {
+      const uint32_t l = hard[j];
+      if (l == kNoCandidate || taken(l)) continue;
+      label[count] = l;
+      positive[count] = 0;
+      weight[count] = c.hard_weight;
+      ++count;
+    }
+  }
+  // 3. Uniform negatives.
+  const auto nlab = static_cast<uint64_t>(c.labels);
+  const uint64_t left = nlab - static_cast<uint64_t>(count);
+  const auto k_r = static_cast<uint64_t>(c.k_r);
+  const float rweight =
+      c.unbiased && k_r > 0 && left > k_r
+          ? static_cast<float>(static_cast<double>(left) / static_cast<double>(k_r))
+          : 1.0f;
+  const int64_t fixed = count;
+  if (k_r >= left) {
+    for (uint32_t l = 0; l < nlab; ++l) {
+      bool seen = false;
+      for (int64_t j = 0; j < fixed && !seen; ++j) seen = label[j] == l;
+      if (!seen) label[count++] = l;
+    }
+  } else {
+    Rng rng = Rng::stream(c.seed ^ (static_cast<uint64_t>(c.step) * 0xA24BAED4963EE407ULL),
+                          static_cast<uint64_t>(id));
+    for (uint64_t drawn = 0; drawn < k_r;) {
+      const auto l = static_cast<uint32_t>(rng.below(nlab));
+      if (taken(l)) continue;
+      label[count++] = l;
+      ++drawn;
+    }
+  }
+  for (int64_t j = fixed; j < count; ++j) {
+    positive[j] = 0;
+    weight[j] = rweight;
+  }
+  return count;
+}
+
+// The batch's candidates on the Context's device (CUDA: every pointer a device pointer,
+// c.hard too): row b (dataset row ids[b], positives pos[pos_ptr[b] .. pos_ptr[b+1])) fills
+// slots [b·cap, b·cap + count[b]) of label / positive / weight by draw_point_candidates;
+// cap >= candidate_slots(c, that row's positives) for every row (the CPU checks it; on the
+// GPU a row that would need more gets count -1 and no entries).
+void draw_candidates(const Context& ctx, const CandidateDraw& c, const int64_t* ids,
+                     const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
+                     uint32_t* label, uint8_t* positive, float* weight, int64_t* count);
+// The same on host arrays, rows in parallel (the CPU branch of draw_candidates).
+void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int64_t* pos_ptr,
+                          const uint32_t* pos, int64_t rows, int64_t cap, uint32_t* label,
+                          uint8_t* positive, float* weight, int64_t* count);
+
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
 
@@ -90,6 +207,11 @@ XMC_GPU_FN void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGrou
                                     float* db) XMC_GPU_STUB;
 XMC_GPU_FN void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows,
                             int64_t count, int64_t width, float* dst) XMC_GPU_STUB;
+// One thread per row, draw_point_candidates into its cap slots.
+XMC_GPU_FN void draw_candidates(const CudaContext& ctx, const ops::CandidateDraw& c,
+                                const int64_t* ids, const int64_t* pos_ptr, const uint32_t* pos,
+                                int64_t rows, int64_t cap, uint32_t* label, uint8_t* positive,
+                                float* weight, int64_t* count) XMC_GPU_STUB;
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
 

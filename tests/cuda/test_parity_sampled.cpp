@@ -174,14 +174,17 @@ DEVICE_TEST("anns_sampled layer: steps across an index refresh, state load, top-
   struct Case {
     std::string loss, negative_weight;
     OptimizerConfig optim;
+    std::string retrieval = "hnsw";
   };
   const std::vector<Case> cases = {{"bce", "none", opts[2]},
                                    {"squared_hinge", "none", opts[1]},
                                    {"bce", "unbiased", opts[3]},
-                                   {"bce", "none", opts[0]}};
+                                   {"bce", "none", opts[0]},
+                                   {"bce", "none", opts[2], "exact"}};
   for (const auto& c : cases) {
     const bool unbiased = c.negative_weight == "unbiased";
-    DYNAMIC_SECTION(c.loss << " " << c.negative_weight << " " << describe(c.optim)) {
+    DYNAMIC_SECTION(c.loss << " " << c.negative_weight << " " << describe(c.optim) << " "
+                           << c.retrieval) {
       Rng rng(405);
       // The embeddings a refresh sees (the trainer's embed_train), the same on both devices.
       DenseMatrix embedded(n_train, d);
@@ -191,7 +194,8 @@ DEVICE_TEST("anns_sampled layer: steps across an index refresh, state load, top-
                                ", negative_weight: " + c.negative_weight +
                                ", hard_weight: " + (unbiased ? "0.25" : "1.0") +
                                ", hard_negatives: 8, random_negatives: 13, synchronous: true, "
-                               "chunk_size: 128}";
+                               "chunk_size: 128, retrieval: " +
+                               c.retrieval + "}";
       Context cpu;
       auto ref = make_layer<AnnsSampledLayer>(layer_init(cpu, c.optim, d, n, batch, n_train), yaml);
       auto got = make_layer<AnnsSampledLayer>(layer_init(ctx, c.optim, d, n, batch, n_train), yaml);

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -465,4 +466,147 @@ DEVICE_TEST(
 }
 DEVICE_TEST("bad shapes are refused with an error before any work", "[sparse]") {
   body_shape_checks(ctx);
+}
+
+namespace {
+
+// anns_sampled's draw written plainly (a sorted set of taken labels), for one point.
+struct PlainDraw {
+  std::vector<uint32_t> label;
+  std::vector<uint8_t> positive;
+  std::vector<float> weight;
+};
+PlainDraw plain_draw(const ops::CandidateDraw& c, int64_t id, std::vector<uint32_t> pos) {
+  PlainDraw out;
+  std::sort(pos.begin(), pos.end());
+  pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+  std::set<uint32_t> taken(pos.begin(), pos.end());
+  for (uint32_t l : pos) {
+    out.label.push_back(l);
+    out.positive.push_back(1);
+    out.weight.push_back(1.0f);
+  }
+  if (c.hard != nullptr && id >= 0 && id < c.points)
+    for (int64_t j = 0; j < c.k_h; ++j) {
+      const uint32_t l = c.hard[id * c.k_h + j];
+      if (l == ops::kNoCandidate || !taken.insert(l).second) continue;
+      out.label.push_back(l);
+      out.positive.push_back(0);
+      out.weight.push_back(c.hard_weight);
+    }
+  const auto left = static_cast<int64_t>(c.labels) - static_cast<int64_t>(taken.size());
+  const float rw = c.unbiased && c.k_r > 0 && left > c.k_r
+                       ? static_cast<float>(static_cast<double>(left) / static_cast<double>(c.k_r))
+                       : 1.0f;
+  std::vector<uint32_t> drawn;
+  if (c.k_r >= left) {
+    for (uint32_t l = 0; l < c.labels; ++l)
+      if (taken.count(l) == 0) drawn.push_back(l);
+  } else {
+    Rng rng = Rng::stream(c.seed ^ (static_cast<uint64_t>(c.step) * 0xA24BAED4963EE407ULL),
+                          static_cast<uint64_t>(id));
+    while (static_cast<int64_t>(drawn.size()) < c.k_r) {
+      const auto l = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(c.labels)));
+      if (taken.insert(l).second) drawn.push_back(l);
+    }
+  }
+  for (uint32_t l : drawn) {
+    out.label.push_back(l);
+    out.positive.push_back(0);
+    out.weight.push_back(rw);
+  }
+  return out;
+}
+
+}  // namespace
+
+// The candidate draw on the Context's device against the plain draw above, point by
+// point and exactly (the same draws: CUDA runs the CPU's row function): positives sorted
+// and distinct, hard negatives minus empty slots, repeats and positives, uniform negatives
+// by rejection, every weight rule; small label counts where the uniform part takes every
+// label left; rows whose slots do not fit (the CPU refuses them, the GPU marks them -1).
+DEVICE_TEST("anns_sampled's candidate draw: the same candidates as a plain draw, on every device",
+            "[sparse][sampled]") {
+  Rng rng(77);
+  struct Case {
+    int64_t labels, k_h, k_r;
+    bool hard, unbiased;
+  };
+  for (const Case& cs :
+       {Case{301, 8, 13, true, false}, Case{301, 8, 13, true, true}, Case{301, 0, 40, false, false},
+        Case{20, 6, 13, true, true}, Case{5000, 32, 64, true, false}}) {
+    DYNAMIC_SECTION("labels " << cs.labels << " k_h " << cs.k_h << " k_r " << cs.k_r
+                              << (cs.hard ? " hard" : "") << (cs.unbiased ? " unbiased" : "")) {
+      const int64_t points = 53, rows = 29;
+      std::vector<uint32_t> table(static_cast<size_t>(points * cs.k_h));
+      for (auto& l : table) {  // empty slots, repeats, labels that are positives
+        const uint64_t r = rng.below(10);
+        l = r == 0 ? ops::kNoCandidate
+                   : static_cast<uint32_t>(
+                         rng.below(static_cast<uint64_t>(std::min<int64_t>(cs.labels, 40))));
+      }
+      std::vector<int64_t> ids, pos_ptr{0};
+      std::vector<uint32_t> pos;
+      for (int64_t b = 0; b < rows; ++b) {
+        ids.push_back(b == 3 ? points + 7 : static_cast<int64_t>(rng.below(points)));
+        const auto np = static_cast<int64_t>(rng.below(6));  // unsorted, with repeats
+        for (int64_t j = 0; j < np; ++j)
+          pos.push_back(static_cast<uint32_t>(
+              rng.below(static_cast<uint64_t>(std::min<int64_t>(cs.labels, 40)))));
+        pos_ptr.push_back(static_cast<int64_t>(pos.size()));
+      }
+      ops::CandidateDraw c{.labels = cs.labels,
+                           .hard = cs.hard ? table.data() : nullptr,
+                           .points = points,
+                           .k_h = cs.k_h,
+                           .k_r = cs.k_r,
+                           .seed = 991,
+                           .step = 17,
+                           .hard_weight = 0.03f,
+                           .unbiased = cs.unbiased};
+      const int64_t cap = ops::candidate_slots(c, 5);
+      const auto slots = static_cast<size_t>(rows * cap);
+      Buffer<int64_t> ids_d = put(ctx, ids), ptr_d = put(ctx, pos_ptr),
+                      count_d(ctx, MemTag::workspace, rows);
+      Buffer<uint32_t> pos_d = put(ctx, pos), table_d = put(ctx, table),
+                       label_d(ctx, MemTag::workspace, slots);
+      Buffer<uint8_t> flag_d(ctx, MemTag::workspace, slots);
+      Buffer<float> weight_d(ctx, MemTag::workspace, slots);
+      ops::CandidateDraw cd = c;
+      if (cs.hard) cd.hard = table_d.data();
+      ops::draw_candidates(ctx, cd, ids_d.data(), ptr_d.data(), pos_d.data(), rows, cap,
+                           label_d.data(), flag_d.data(), weight_d.data(), count_d.data());
+      const auto label = get(label_d, slots);
+      const auto flag = get(flag_d, slots);
+      const auto weight = get(weight_d, slots);
+      const auto count = get(count_d, static_cast<size_t>(rows));
+      for (int64_t b = 0; b < rows; ++b) {
+        const PlainDraw want = plain_draw(c, ids[static_cast<size_t>(b)],
+                                          {pos.begin() + pos_ptr[static_cast<size_t>(b)],
+                                           pos.begin() + pos_ptr[static_cast<size_t>(b) + 1]});
+        INFO("row " << b);
+        REQUIRE(count[static_cast<size_t>(b)] == static_cast<int64_t>(want.label.size()));
+        const auto at = static_cast<ptrdiff_t>(b * cap),
+                   n = static_cast<ptrdiff_t>(want.label.size());
+        CHECK(std::vector<uint32_t>(label.begin() + at, label.begin() + at + n) == want.label);
+        CHECK(std::vector<uint8_t>(flag.begin() + at, flag.begin() + at + n) == want.positive);
+        CHECK(std::vector<float>(weight.begin() + at, weight.begin() + at + n) == want.weight);
+      }
+      // One slot short for a row with 5 positives: refused on the CPU, -1 on the GPU.
+      std::vector<int64_t> five{0, 5};
+      std::vector<uint32_t> five_pos{1, 2, 3, 4, 0};
+      Buffer<int64_t> five_d = put(ctx, five);
+      Buffer<uint32_t> five_pos_d = put(ctx, five_pos);
+      if (ctx.on_gpu()) {
+        ops::draw_candidates(ctx, cd, ids_d.data(), five_d.data(), five_pos_d.data(), 1, cap - 1,
+                             label_d.data(), flag_d.data(), weight_d.data(), count_d.data());
+        CHECK(get(count_d, 1)[0] == -1);
+      } else {
+        CHECK_THROWS_WITH(ops::draw_candidates(ctx, cd, ids_d.data(), five_d.data(),
+                                               five_pos_d.data(), 1, cap - 1, label_d.data(),
+                                               flag_d.data(), weight_d.data(), count_d.data()),
+                          Catch::Contains("slots"));
+      }
+    }
+  }
 }
