@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/ceilings.h"
+#include "bench/layer_step_bench.h"
 #include "commands.h"
 #include "config/config_loader.h"
 #include "core/blas_kernels.h"
@@ -56,6 +57,21 @@ void resolve_fanin_rate(const PlanOpts& o, Device device, Ceilings& c) {
   c.fanin_source =
       "measured now on this CPU at each backend's shape (B, m, F, G; 8192 labels, every "
       "gradient nonzero: squared hinge's zero gradients make the real step faster)";
+}
+
+// The sampled backends' host work: measured now on a CPU plan, by running the layer's step
+// at the probe shape (plan.h host_probe_shape; about a second per backend). A GPU plan
+// leaves it out: its host part runs beside the device's, and this machine is not that one.
+void resolve_host_work(const PlanOpts& o, Device device, Ceilings& c) {
+  if (device == Device::cuda) return;
+  const int threads = o.threads;
+  c.measured_step = [threads](const LayerShape& s, const OutputSpec& spec) {
+    return bench::measure_layer_step_seconds(s, spec, threads);
+  };
+  c.host_source =
+      "measured now on this CPU: each sampled backend's step at a probe shape (at most 512 MiB "
+      "of label rows and 8 192 points, random batches, a random stale hard set) less the model's "
+      "price of its counted work there";
 }
 
 // GEMM and memory ceilings: given, from a file, from the cache `xmctrain bench ceilings`
@@ -115,6 +131,7 @@ Ceilings resolve_gemm_memory(const PlanOpts& o, Device device) {
 Ceilings resolve_ceilings(const PlanOpts& o, Device device) {
   Ceilings c = resolve_gemm_memory(o, device);
   resolve_fanin_rate(o, device, c);
+  resolve_host_work(o, device, c);
   return c;
 }
 
@@ -170,7 +187,9 @@ Command register_plan(CLI::App& app) {
       "plan",
       "Predict, before training, each output-layer backend's peak memory (output layer, "
       "optimizer state, workspace, encoder, data), step and epoch time (FLOPs and bytes of a "
-      "step at the machine's measured GEMM and memory ceilings) and whether it fits a memory "
+      "step at the machine's measured GEMM and memory ceilings; on a CPU the sampled "
+      "backends' host work measured by running their step at a probe shape) and whether it "
+      "fits a memory "
       "budget, with the largest L that does. Two forms: `plan CONFIG [--set k=v]...` (the "
       "config's backend and settings, its data.synth shape) or `plan --labels L --dim d "
       "--points N` (all six backends with their defaults, or --backend). Markdown, or JSON "

@@ -50,6 +50,10 @@ struct StepWork {
   double bytes = 0.0;        // loss passes, optimizer updates, rows of W gathered, transposes
   double fanin_flops = 0.0;  // the fan-in ops' multiply-adds (6·B·n·F)
   FaninShape fanin{};        // their shape (one fan-in part per backend)
+  // The step also builds candidate lists on the host (the sampled backends: draws, LSH
+  // lookups, grouping by label, the candidate loss), work the counts above leave out;
+  // `plan` measures it (Ceilings::measured_step).
+  bool host_candidates = false;
   static StepWork of(double gemm_flops, double bytes) {
     StepWork w;
     w.gemm_flops = gemm_flops;
@@ -61,6 +65,7 @@ struct StepWork {
     bytes += o.bytes;
     fanin_flops += o.fanin_flops;
     if (o.fanin_flops > 0) fanin = o.fanin;
+    host_candidates = host_candidates || o.host_candidates;
     return *this;
   }
   friend StepWork operator+(StepWork a, const StepWork& b) { return a += b; }

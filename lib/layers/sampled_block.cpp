@@ -131,9 +131,11 @@ int64_t SampledBlock::analytic_bytes() const {
 StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int64_t d,
                                     double nnz) {
   const double dd = static_cast<double>(d), touched = std::min(static_cast<double>(n), nnz);
-  return StepWork::of(6.0 * nnz * dd,
-                      4.0 * (3.0 * nnz * dd + 2.0 * nnz +
+  StepWork w = StepWork::of(
+      6.0 * nnz * dd, 4.0 * (3.0 * nnz * dd + 2.0 * nnz +
                              touched * (dd + 1.0) * (3.0 + 2.0 * optimizer_state_arrays(optim))));
+  w.host_candidates = true;  // the layers' candidate lists, grouping and loss (host)
+  return w;
 }
 
 LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, int64_t n, int64_t d,

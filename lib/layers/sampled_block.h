@@ -88,6 +88,8 @@ class SampledBlock {
                                   int64_t max_batch, int64_t nnz_hint);
   // The work of one step over nnz candidate entries: scores, dh and dW gather a row of W
   // (or of h) per entry; the lazy update of the touched rows (at most min(n, nnz)).
+  // host_candidates: the candidate lists, their grouping and the loss are host work that
+  // these counts leave out (plan measures it).
   static StepWork planned_step(const OptimizerConfig& optim, int64_t n, int64_t d, double nnz);
 
  private:

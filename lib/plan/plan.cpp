@@ -160,6 +160,19 @@ LayerShape plan_shape(const PlanProblem& p) {
           .labels_per_point = p.labels_per_point};
 }
 
+LayerShape host_probe_shape(const LayerShape& s) {
+  LayerShape q = s;
+  // Label rows of d + 1 floats with their optimizer state, within 512 MiB (at least 32 768).
+  const double row = 4.0 * static_cast<double>(s.input_dim + 1) *
+                     (1.0 + static_cast<double>(optimizer_state_arrays(s.optim)));
+  const auto fit = static_cast<int64_t>(512.0 * 1048576.0 / row);
+  q.num_labels = std::min<int64_t>(s.labels(), std::max<int64_t>(fit, 32768));
+  q.label_lo = 0;
+  q.label_hi = q.num_labels;
+  q.num_train = std::min<int64_t>(s.num_train, 8192);
+  return q;
+}
+
 BackendPlan plan_backend(const PlanProblem& p, const Ceilings& c, double budget) {
   BackendPlan out;
   out.backend = p.config.model.output.type;
@@ -173,6 +186,13 @@ BackendPlan plan_backend(const PlanProblem& p, const Ceilings& c, double budget)
     const StepWork w = backend.planned_step(plan_shape(p), p.config.model.output) + encoder_step(p);
     out.time.work = w;
     out.time.step_seconds = step_seconds(w, c);
+    if (w.host_candidates && c.measured_step) {
+      const LayerShape probe = host_probe_shape(plan_shape(p));
+      const double modelled = step_seconds(backend.planned_step(probe, p.config.model.output), c);
+      out.time.host_seconds =
+          std::max(0.0, c.measured_step(probe, p.config.model.output) - modelled);
+      out.time.step_seconds += out.time.host_seconds;
+    }
     if (w.fanin_flops > 0)
       out.time.fanin_gflops = c.fanin_gflops ? c.fanin_gflops(w.fanin) : c.gemm_gflops;
     const int64_t b = p.config.train.batch_size;
@@ -220,9 +240,11 @@ std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget
       p.sparse ? fmt::format(" (sparse, {:.0f} non-zeros per point)", p.nnz_per_point) : " (dense)",
       p.labels_per_point, p.config.model.encoder.size(), p.config.train.batch_size,
       to_string(p.config.optim.output.type), p.config.eval.batch_size);
-  s += fmt::format("Ceilings: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s — {}. Fan-in ops: {}.\n\n",
-                   c.gemm_gflops, c.memory_gbps, c.source,
-                   c.fanin_gflops ? c.fanin_source : "at the GEMM rate");
+  s += fmt::format(
+      "Ceilings: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s — {}. Fan-in ops: {}. Sampled "
+      "backends' host work: {}.\n\n",
+      c.gemm_gflops, c.memory_gbps, c.source, c.fanin_gflops ? c.fanin_source : "at the GEMM rate",
+      c.measured_step ? c.host_source : "not priced");
   s += "## Predicted peak memory (GiB)\n\n"
        "| backend | output layer | optimizer | workspace | encoder | data | other | peak |\n"
        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -243,28 +265,33 @@ std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget
                                       "in host memory)"
                                     : "")
                   : "No memory budget given (--memory).\n\n";
-  s += "| backend | GEMM GFLOP | fan-in GFLOP (at GFLOP/s) | GB moved | step | epoch | fits | "
-       "largest L |\n|---|---:|---:|---:|---:|---:|:---:|---:|\n";
+  s += "| backend | GEMM GFLOP | fan-in GFLOP (at GFLOP/s) | GB moved | host (measured) | step | "
+       "epoch | fits | largest L |\n|---|---:|---:|---:|---:|---:|---:|:---:|---:|\n";
   for (const auto& b : plans) {
     if (!b.error.empty()) continue;
     const TimePlan& t = b.time;
-    s += fmt::format(
-        "| {} | {:.2f} | {} | {:.3f} | {} | {} ({} steps) | {} | {} |\n", b.backend,
-        t.work.gemm_flops / 1e9,
-        t.work.fanin_flops > 0
-            ? fmt::format("{:.2f} (at {:.1f})", t.work.fanin_flops / 1e9, t.fanin_gflops)
-            : std::string("-"),
-        t.work.bytes / 1e9, seconds_text(t.step_seconds), seconds_text(t.epoch_seconds),
-        t.steps_per_epoch, budget > 0 ? (b.fits ? "yes" : "no") : "-",
-        budget > 0 ? fmt::format("{}", b.max_labels) : "-");
+    s += fmt::format("| {} | {:.2f} | {} | {:.3f} | {} | {} | {} ({} steps) | {} | {} |\n",
+                     b.backend, t.work.gemm_flops / 1e9,
+                     t.work.fanin_flops > 0 ? fmt::format("{:.2f} (at {:.1f})",
+                                                          t.work.fanin_flops / 1e9, t.fanin_gflops)
+                                            : std::string("-"),
+                     t.work.bytes / 1e9,
+                     !t.work.host_candidates ? std::string("-")
+                     : c.measured_step       ? seconds_text(t.host_seconds)
+                                             : std::string("not priced"),
+                     seconds_text(t.step_seconds), seconds_text(t.epoch_seconds), t.steps_per_epoch,
+                     budget > 0 ? (b.fits ? "yes" : "no") : "-",
+                     budget > 0 ? fmt::format("{}", b.max_labels) : "-");
   }
   s += "\nOutput layer, optimizer and workspace are the backends' analytic formulas (what "
        "analytic_bytes() reports and the tests check against the memory ledger); other = the "
        "trainer's batch buffers and evaluation's transient score chunk. Time = GEMM FLOPs at the "
        "GEMM ceiling + the fan-in ops' FLOPs at their measured rates + bytes at the memory "
-       "ceiling; the epoch leaves out evaluation, checkpoints and anns_sampled's index refreshes; "
-       "the sampled backends' host work (candidate draws, LSH lookups, grouping by label) is not "
-       "counted, so their steps are predicted short.\n";
+       "ceiling; the sampled backends' host work (candidate draws, LSH lookups, grouping by "
+       "label, the candidate loss) is their step measured at a probe shape (at most 512 MiB "
+       "of label rows, 8 192 points) less the model's price of the counted work there (\"not "
+       "priced\": left out, the step is predicted short); the epoch leaves out evaluation, "
+       "checkpoints and anns_sampled's index refreshes.\n";
   return s;
 }
 
@@ -283,7 +310,8 @@ nlohmann::json plan_json(const PlanProblem& p, const Ceilings& c, double budget,
   j["ceilings"] = {{"sgemm_gflops", c.gemm_gflops},
                    {"memory_gbps", c.memory_gbps},
                    {"source", c.source},
-                   {"fanin_source", c.fanin_gflops ? c.fanin_source : "the GEMM rate"}};
+                   {"fanin_source", c.fanin_gflops ? c.fanin_source : "the GEMM rate"},
+                   {"host_source", c.measured_step ? c.host_source : "not priced"}};
   j["memory_budget_bytes"] = budget;
   j["backends"] = nlohmann::json::array();
   for (const auto& b : plans) {
@@ -302,11 +330,15 @@ nlohmann::json plan_json(const PlanProblem& p, const Ceilings& c, double budget,
                    {"other", m.other},
                    {"total", m.total()},
                    {"budgeted", m.budgeted(p.device)}};
-    e["time"] = {
-        {"gemm_flops", b.time.work.gemm_flops}, {"fanin_flops", b.time.work.fanin_flops},
-        {"fanin_gflops", b.time.fanin_gflops},  {"bytes", b.time.work.bytes},
-        {"step_seconds", b.time.step_seconds},  {"steps_per_epoch", b.time.steps_per_epoch},
-        {"epoch_seconds", b.time.epoch_seconds}};
+    e["time"] = {{"gemm_flops", b.time.work.gemm_flops},
+                 {"fanin_flops", b.time.work.fanin_flops},
+                 {"fanin_gflops", b.time.fanin_gflops},
+                 {"bytes", b.time.work.bytes},
+                 {"host_candidates", b.time.work.host_candidates},
+                 {"host_seconds", b.time.host_seconds},
+                 {"step_seconds", b.time.step_seconds},
+                 {"steps_per_epoch", b.time.steps_per_epoch},
+                 {"epoch_seconds", b.time.epoch_seconds}};
     if (budget > 0) {
       e["fits"] = b.fits;
       e["max_labels"] = b.max_labels;

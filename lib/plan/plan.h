@@ -9,8 +9,10 @@
 // buffers (tag activations) and the evaluation's largest transient workspace.
 // Time: the backend's planned_step (and the encoder's) priced at the machine's ceilings —
 // FLOPs at the sgemm rate, bytes at the memory bandwidth, the fan-in ops' multiply-adds at
-// their measured rates — summed (each op is taken as bound by one of them). The epoch is steps ×
-// step; evaluation, checkpoints and anns_sampled's refreshes are not included.
+// their measured rates — summed (each op is taken as bound by one of them); the sampled
+// backends' host work (StepWork::host_candidates) measured by running their step at a probe
+// shape. The epoch is steps × step; evaluation, checkpoints and anns_sampled's refreshes
+// are not included.
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -34,6 +36,11 @@ struct Ceilings {
   // The fan-in ops' rate (GFLOP/s) at a shape (the caller measures it); empty: the GEMM rate.
   std::function<double(const FaninShape&)> fanin_gflops{};
   std::string fanin_source{};  // how fanin_gflops is obtained
+  // Seconds of one measured training step of the output layer `spec` builds at a shape
+  // (the caller measures it; bench/layer_step_bench.h), for the steps whose work has
+  // host_candidates; empty: that host work is not priced.
+  std::function<double(const LayerShape&, const OutputSpec&)> measured_step{};
+  std::string host_source{};  // how measured_step is obtained
 };
 // The "ceilings" object of a bench JSON: {"sgemm_gflops", "memory_gbps"[, "blas_kernels"]}
 // (`bench ceilings`, `bench dense`, `bench fixed_fanin`) or {"fp32_tflops", "copy_gbs"} (bench
@@ -73,6 +80,9 @@ struct MemoryPlan {
 struct TimePlan {
   StepWork work;              // output layer + encoder + batch staging
   double fanin_gflops = 0.0;  // the rate the fan-in ops were priced at (when there are any)
+  // The host work of a step with host_candidates: the measured step at the probe shape
+  // (host_probe_shape) less the model's price of the counted work at that shape.
+  double host_seconds = 0.0;
   double step_seconds = 0.0;
   int64_t steps_per_epoch = 0;
   double epoch_seconds = 0.0;
@@ -89,6 +99,11 @@ struct BackendPlan {
 
 // The output layer's shape for problem p (d = the encoder's output width, or D).
 LayerShape plan_shape(const PlanProblem& p);
+// Where the host work of a sampled step is measured: s with at most 8 192 training points
+// and as many labels as fit 512 MiB of label rows and optimizer state (at least 32 768, at
+// most L): the work per step follows the candidates per point more than L, and the
+// layer's arrays at L may not fit the machine running plan.
+LayerShape host_probe_shape(const LayerShape& s);
 // One backend (p.config.model.output is used as it is). budget: bytes, 0 = none.
 BackendPlan plan_backend(const PlanProblem& p, const Ceilings& c, double budget);
 
