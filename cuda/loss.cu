@@ -199,6 +199,46 @@ __global__ void elementwise_kernel(float* __restrict__ z, int64_t rows, int64_t 
   add_to_accum(acc, loss, zeros);
 }
 
+// candidate_loss_grad's elementwise losses, one thread per entry (grid-stride), in the
+// host's order of operations (ops/loss.cpp bce_row, squared_hinge_row).
+template <LossType T>
+__global__ void candidate_kernel(float* __restrict__ zg, int64_t nnz,
+                                 const uint8_t* __restrict__ positive,
+                                 const float* __restrict__ weight, double inv_b,
+                                 LossAccum* __restrict__ acc) {
+  double loss = 0.0;
+  unsigned long long zeros = 0;
+  const auto inv_bf = static_cast<float>(inv_b);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < nnz;
+       e += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const float x = zg[e];
+    const bool p = positive[e] != 0;
+    const float w = weight != nullptr ? weight[e] : 1.0f;
+    float g;
+    if constexpr (T == LossType::bce) {
+      // softplus(x) - [pos]·x, gradient sigmoid(x) - [pos], both weighted.
+      const float ex = expf(-fabsf(x));
+      loss += static_cast<double>(w) * static_cast<double>(fmaxf(x, 0.0f) + log1pf(ex)) -
+              (p ? static_cast<double>(w) * x : 0.0);
+      const float sig = (x >= 0.0f ? 1.0f : ex) / (1.0f + ex);
+      g = sig * inv_bf * w;
+      if (p) g -= inv_bf * w;
+    } else {
+      const double y = p ? 1.0 : -1.0;
+      const double m = 1.0 - y * static_cast<double>(x);
+      double gd = 0.0;  // margin met: exactly zero
+      if (m > 0) {
+        loss += static_cast<double>(w) * (m * m);
+        gd = -2.0 * y * m * static_cast<double>(w);
+      }
+      g = static_cast<float>(gd * inv_b);
+    }
+    zg[e] = g;
+    if (g == 0.0f) ++zeros;
+  }
+  add_to_accum(acc, loss, zeros);
+}
+
 // One block per row: merges the chunk's max and sum of exp into the running stats.
 __global__ void softmax_accumulate_kernel(const float* __restrict__ z, int64_t c, int64_t ld,
                                           const float* __restrict__ bias,
@@ -353,6 +393,18 @@ void softmax_loss_grad(const CudaContext& ctx, Matrix logits, const float* bias,
   XMC_CUDA_LAUNCH(softmax_grad_kernel, loss_grid(logits), kThreads, 0, ctx.stream(), logits.data,
                   logits.cols, logits.ld, bias, stats.max, stats.sumexp, targets.indptr,
                   targets.indices, lo, inv_b, acc, as_bf16(g_bf16.data), g_bf16.ld, logits.rows);
+}
+
+void candidate_loss_grad(const CudaContext& ctx, LossType type, int64_t nnz,
+                         const uint8_t* positive, const float* weight, int64_t batch_size,
+                         float* zg, LossAccum* acc) {
+  if (nnz == 0) return;
+  const double inv_b = 1.0 / static_cast<double>(batch_size);
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(launch::ceil_div(nnz, kThreads), 4096));
+  auto kernel = type == LossType::bce ? candidate_kernel<LossType::bce>
+                                      : candidate_kernel<LossType::squared_hinge>;
+  XMC_CUDA_LAUNCH(kernel, blocks, kThreads, 0, ctx.stream(), zg, nnz, positive, weight, inv_b, acc);
 }
 
 }  // namespace xmc::gpu

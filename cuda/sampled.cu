@@ -14,6 +14,9 @@
 //   (touched label, 128 columns), entries in order: deterministic, no atomics, and no
 //   L×d buffer (dw is [U×d] over the U touched labels).
 #include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "core/launch_shape.h"
 #include "ops/sampled.h"
@@ -125,6 +128,90 @@ __global__ void smp_gather_kernel(const float* __restrict__ src, const uint32_t*
 // Column blocks on grid.y, capped at 65535 (core/launch_shape.h): the kernels stride.
 unsigned smp_col_blocks(int64_t d) { return launch::grid_yz(launch::ceil_div(d, kSmpCols)); }
 
+__global__ void __launch_bounds__(kSmpThreads) smp_iota_kernel(int64_t* __restrict__ v, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSmpThreads + threadIdx.x;
+  if (i < n) v[i] = i;
+}
+
+// Each grouped entry's batch row (binary search of its entry id in indptr).
+__global__ void __launch_bounds__(kSmpThreads)
+    smp_rows_kernel(const int64_t* __restrict__ indptr, int64_t rows,
+                    const int64_t* __restrict__ entry, uint32_t* __restrict__ row, int64_t nnz) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSmpThreads + threadIdx.x;
+  if (i < nnz) row[i] = static_cast<uint32_t>(smp_row_of(indptr, rows, entry[i]));
+}
+
+// The grouping's scratch: sorted keys [nnz] (uint32), entry ids [nnz] (int64), run lengths
+// [nnz + 1] (int64), the run count (int64), then CUB's temporary storage; each part
+// 256-byte aligned.
+struct GroupScratch {
+  size_t keys = 0, ids = 0, counts = 0, runs = 0, temp = 0, temp_bytes = 0, total = 0;
+};
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+int label_bits(int64_t num_labels) {
+  int bits = 1;
+  while (bits < 32 && (int64_t{1} << bits) < num_labels) ++bits;
+  return bits;
+}
+
+GroupScratch group_scratch(int64_t nnz, int64_t num_labels) {
+  const auto n = static_cast<size_t>(nnz);
+  const int bits = label_bits(num_labels);
+  size_t sort = 0, rle = 0, scan = 0;
+  XMC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), nnz, 0, bits));
+  XMC_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(
+      nullptr, rle, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), nnz));
+  XMC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<const int64_t*>(nullptr),
+                                               static_cast<int64_t*>(nullptr), nnz + 1));
+  GroupScratch g;
+  g.keys = 0;
+  g.ids = g.keys + align256(n * sizeof(uint32_t));
+  g.counts = g.ids + align256(n * sizeof(int64_t));
+  g.runs = g.counts + align256((n + 1) * sizeof(int64_t));
+  g.temp = g.runs + align256(sizeof(int64_t));
+  g.temp_bytes = std::max(sort, std::max(rle, scan));
+  g.total = g.temp + align256(g.temp_bytes);
+  return g;
+}
+
+// lengths [rows + 1]: max(count, 0), then 0 (the exclusive sum's last entry is nnz).
+__global__ void __launch_bounds__(kSmpThreads)
+    smp_lengths_kernel(const int64_t* __restrict__ count, int64_t rows,
+                       int64_t* __restrict__ lengths) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kSmpThreads + threadIdx.x;
+  if (b <= rows) lengths[b] = b < rows && count[b] > 0 ? count[b] : 0;
+}
+
+// A block per row: its count[b] entries from slot b·cap to indptr[b].
+__global__ void __launch_bounds__(kSmpThreads)
+    smp_compact_kernel(int64_t cap, const uint32_t* __restrict__ label,
+                       const uint8_t* __restrict__ positive, const float* __restrict__ weight,
+                       const int64_t* __restrict__ count, const int64_t* __restrict__ indptr,
+                       uint32_t* __restrict__ out_label, uint8_t* __restrict__ out_positive,
+                       float* __restrict__ out_weight) {
+  const int64_t b = blockIdx.x;
+  const int64_t n = count[b] > 0 ? count[b] : 0, at = b * cap, to = indptr[b];
+  for (int64_t j = threadIdx.x; j < n; j += kSmpThreads) {
+    out_label[to + j] = label[at + j];
+    out_positive[to + j] = positive[at + j];
+    out_weight[to + j] = weight[at + j];
+  }
+}
+
+// The compaction's scratch: lengths [rows + 1] (int64), then CUB's temporary storage.
+size_t compact_scratch(int64_t rows, size_t* temp_bytes) {
+  size_t scan = 0;
+  XMC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<const int64_t*>(nullptr),
+                                               static_cast<int64_t*>(nullptr), rows + 1));
+  if (temp_bytes != nullptr) *temp_bytes = scan;
+  return align256(static_cast<size_t>(rows + 1) * sizeof(int64_t)) + align256(scan);
+}
+
 // One thread per batch row: its candidates into its cap slots (ops::draw_point_candidates,
 // the CPU's code); a row that would need more than cap slots gets count -1 and no entries.
 __global__ void __launch_bounds__(kSmpThreads)
@@ -190,6 +277,68 @@ void draw_candidates(const CudaContext& ctx, const ops::CandidateDraw& c, const 
   XMC_CUDA_REQUIRE(blocks <= launch::kMaxGridX, rows);
   XMC_CUDA_LAUNCH(smp_draw_kernel, static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream(), c,
                   ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
+}
+
+void group_scratch_bytes(int64_t nnz, int64_t num_labels, size_t* bytes) {
+  *bytes = group_scratch(nnz, num_labels).total;
+}
+
+void group_entries_by_label(const CudaContext& ctx, const ops::CandidateCsr& cand,
+                            int64_t num_labels, void* scratch, size_t scratch_bytes,
+                            const ops::EntryGroupsOut& out, int64_t* groups) {
+  const int64_t nnz = cand.nnz;
+  const GroupScratch g = group_scratch(nnz, num_labels);
+  XMC_CUDA_REQUIRE(scratch_bytes >= g.total, static_cast<int64_t>(scratch_bytes));
+  XMC_CUDA_REQUIRE(nnz > 0 && nnz <= 2147483647, nnz);  // CUB's item counts are int
+  char* base = static_cast<char*>(scratch);
+  auto* keys = reinterpret_cast<uint32_t*>(base + g.keys);
+  auto* ids = reinterpret_cast<int64_t*>(base + g.ids);
+  auto* counts = reinterpret_cast<int64_t*>(base + g.counts);
+  auto* runs = reinterpret_cast<int64_t*>(base + g.runs);
+  void* temp = base + g.temp;
+  const cudaStream_t stream = ctx.stream();
+  const auto blocks = static_cast<unsigned>(launch::ceil_div(nnz, kSmpThreads));
+  XMC_CUDA_LAUNCH(smp_iota_kernel, blocks, kSmpThreads, 0, stream, ids, nnz);
+  size_t tb = g.temp_bytes;
+  XMC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, tb, cand.labels, keys, ids, out.entry, nnz,
+                                                 0, label_bits(num_labels), stream));
+  XMC_CUDA_CHECK(
+      cudaMemsetAsync(counts, 0, static_cast<size_t>(nnz + 1) * sizeof(int64_t), stream));
+  tb = g.temp_bytes;
+  XMC_CUDA_CHECK(
+      cub::DeviceRunLengthEncode::Encode(temp, tb, keys, out.labels, counts, runs, nnz, stream));
+  tb = g.temp_bytes;
+  XMC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, tb, counts, out.ptr, nnz + 1, stream));
+  XMC_CUDA_LAUNCH(smp_rows_kernel, blocks, kSmpThreads, 0, stream, cand.indptr, cand.rows,
+                  out.entry, out.row, nnz);
+  XMC_CUDA_CHECK(cudaMemcpyAsync(groups, runs, sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+  XMC_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void compact_scratch_bytes(int64_t rows, size_t* bytes) { *bytes = compact_scratch(rows, nullptr); }
+
+void compact_candidates(const CudaContext& ctx, int64_t rows, int64_t cap, const uint32_t* label,
+                        const uint8_t* positive, const float* weight, const int64_t* count,
+                        void* scratch, size_t scratch_bytes, int64_t* indptr, uint32_t* out_label,
+                        uint8_t* out_positive, float* out_weight, int64_t* nnz) {
+  size_t temp_bytes = 0;
+  const size_t total = compact_scratch(rows, &temp_bytes);
+  XMC_CUDA_REQUIRE(scratch_bytes >= total, static_cast<int64_t>(scratch_bytes));
+  XMC_CUDA_REQUIRE(rows > 0 && rows < 2147483647 && rows <= launch::kMaxGridX, rows);
+  auto* lengths = static_cast<int64_t*>(scratch);
+  void* temp =
+      static_cast<char*>(scratch) + align256(static_cast<size_t>(rows + 1) * sizeof(int64_t));
+  const cudaStream_t stream = ctx.stream();
+  XMC_CUDA_LAUNCH(smp_lengths_kernel,
+                  static_cast<unsigned>(launch::ceil_div(rows + 1, kSmpThreads)), kSmpThreads, 0,
+                  stream, count, rows, lengths);
+  XMC_CUDA_CHECK(
+      cub::DeviceScan::ExclusiveSum(temp, temp_bytes, lengths, indptr, rows + 1, stream));
+  XMC_CUDA_LAUNCH(smp_compact_kernel, static_cast<unsigned>(rows), kSmpThreads, 0, stream, cap,
+                  label, positive, weight, count, indptr, out_label, out_positive, out_weight);
+  XMC_CUDA_CHECK(
+      cudaMemcpyAsync(nnz, indptr + rows, sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+  XMC_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace xmc::gpu

@@ -278,6 +278,9 @@ check cli:dense_sparse 120 cli_pair dense_sparse 0.01 --set model.output.sparse_
 check cli:lsh_sampled 120 cli_pair lsh_sampled 0.01 --set model.output.type=lsh_sampled
 check cli:anns_sampled 120 cli_pair anns_sampled 0.01 --set model.output.type=anns_sampled \
   --set model.output.synchronous=true
+# The exact refresh: the block's streamed top-k on the device (issue 39).
+check cli:anns_exact 120 cli_pair anns_exact 0.01 --set model.output.type=anns_sampled \
+  --set model.output.retrieval=exact
 
 # --- 3b. dist: GPU ranks ---------------------------------------------------------------
 # dist_pair NAME --set...: one process on cuda against mpirun -np 2 on cuda (both ranks on

@@ -58,6 +58,15 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     std::fill(h.data(), h.data() + h.size(), kNone);
   }
+  if (ctx_->on_gpu() && k_h_ > 0) {
+    hard_dev_ = Buffer<uint32_t>(*ctx_, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
+    upload_hard_set();
+  }
+}
+
+void AnnsSampledLayer::upload_hard_set() {
+  if (hard_dev_.empty()) return;
+  hard_dev_.copy_from_host(hard_[front_].data(), hard_[front_].size());
 }
 
 AnnsSampledLayer::~AnnsSampledLayer() {
@@ -78,6 +87,19 @@ std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const 
   return {hard_[front_].data() + point * k_h_, static_cast<size_t>(k_h_)};
 }
 
+ops::CandidateDraw AnnsSampledLayer::candidate_draw(int64_t step) const {
+  const bool use_hard = has_hard_negatives() && k_h_ > 0;
+  return {.labels = shard_labels(),
+          .hard = use_hard ? hard_[front_].data() : nullptr,
+          .points = n_train_,
+          .k_h = k_h_,
+          .k_r = k_r_,
+          .seed = draw_seed_,
+          .step = step,
+          .hard_weight = static_cast<float>(cfg_.hard_weight),
+          .unbiased = cfg_.negative_weight == NegativeWeight::unbiased};
+}
+
 SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
   const int64_t rows = batch.size();
   // The positives among this layer's labels, in local ids.
@@ -87,15 +109,7 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   for (int64_t id : batch.ids)
     XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
               "batch row id {} outside the {} training points", id, n_train_);
-  const ops::CandidateDraw draw{.labels = shard_labels(),
-                                .hard = use_hard ? hard_[front_].data() : nullptr,
-                                .points = n_train_,
-                                .k_h = k_h_,
-                                .k_r = k_r_,
-                                .seed = draw_seed_,
-                                .step = step,
-                                .hard_weight = static_cast<float>(cfg_.hard_weight),
-                                .unbiased = cfg_.negative_weight == NegativeWeight::unbiased};
+  const ops::CandidateDraw draw = candidate_draw(step);
   // Each row into its own slots (ops/sampled.h, the draw the GPU kernel runs too), then
   // packed into one CSR.
   int64_t max_pos = 0;
@@ -124,6 +138,7 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
                                             const LrState& lr) {
   install_refresh(/*block=*/false);
   log_eval_recall();  // of the evaluation that ran since the last step
+  if (ctx_->on_gpu()) return train_step_device(batch, h, dh, lr);
   const int64_t rows = h.rows;
   const SampledCandidates c = sample_candidates(batch, lr.step);
   const ops::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
@@ -141,6 +156,53 @@ StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, M
   return {.loss = loss / static_cast<double>(rows),
           .zero_grads = zeros,
           .grads = static_cast<int64_t>(c.labels.size())};
+}
+
+StepStats AnnsSampledLayer::train_step_device(const Batch& batch, ConstMatrix h, Matrix dh,
+                                              const LrState& lr) {
+  const int64_t rows = h.rows;
+  XMC_CHECK(batch.size() == rows, "anns_sampled: a batch of {} rows for h of {}", batch.size(),
+            rows);
+  CsrMatrix scratch;
+  const CsrMatrix& labels = local_labels(batch.labels, scratch);
+  ops::CandidateDraw draw = candidate_draw(lr.step);
+  if (draw.hard != nullptr) {
+    for (int64_t id : batch.ids)
+      XMC_CHECK(id >= 0 && id < n_train_, "batch row id {} outside the {} training points", id,
+                n_train_);
+    draw.hard = hard_dev_.data();
+  }
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < rows; ++i) max_pos = std::max(max_pos, labels.row_nnz(i));
+  const int64_t cap = ops::candidate_slots(draw, max_pos), slots = std::max<int64_t>(rows * cap, 1);
+  Context& ctx = *ctx_;
+  DeviceDraw& w = draw_;
+  const auto npos = static_cast<int64_t>(labels.indices.size());
+  ensure_size(w.ids, ctx, MemTag::workspace, rows);
+  ensure_size(w.pos_ptr, ctx, MemTag::workspace, rows + 1);
+  ensure_size(w.pos, ctx, MemTag::workspace, npos);
+  ensure_size(w.count, ctx, MemTag::workspace, rows);
+  ensure_size(w.ptr, ctx, MemTag::workspace, rows + 1);
+  for (Buffer<uint32_t>* b : {&w.label, &w.out_label})
+    ensure_size(*b, ctx, MemTag::workspace, slots);
+  for (Buffer<uint8_t>* b : {&w.positive, &w.out_positive})
+    ensure_size(*b, ctx, MemTag::workspace, slots);
+  for (Buffer<float>* b : {&w.weight, &w.out_weight})
+    ensure_size(*b, ctx, MemTag::workspace, slots);
+  // The batch's rows and labels: the step's only uploads.
+  w.ids.copy_from_host(batch.ids.data(), static_cast<size_t>(rows));
+  w.pos_ptr.copy_from_host(labels.indptr.data(), static_cast<size_t>(rows + 1));
+  w.pos.copy_from_host(labels.indices.data(), static_cast<size_t>(npos));
+  ops::draw_candidates(ctx, draw, w.ids.data(), w.pos_ptr.data(), w.pos.data(), rows, cap,
+                       w.label.data(), w.positive.data(), w.weight.data(), w.count.data());
+  const int64_t nnz = ops::compact_candidates(
+      ctx, rows, cap, w.label.data(), w.positive.data(), w.weight.data(), w.count.data(), w.scratch,
+      w.ptr.data(), w.out_label.data(), w.out_positive.data(), w.out_weight.data());
+  const ops::CandidateCsr cand{w.ptr.data(), w.out_label.data(), rows, nnz};
+  const SampledBlock::DeviceStepLoss r = block_.train_step_device(
+      cand, w.out_positive.data(), w.out_weight.data(), cfg_.loss, h, dh, lr);
+  ++version_;
+  return {.loss = r.loss / static_cast<double>(rows), .zero_grads = r.zeros, .grads = nnz};
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
@@ -337,6 +399,7 @@ void AnnsSampledLayer::swap_in() {
   front_ = 1 - front_;
   meta_[0] = 1;
   ++meta_[1];
+  upload_hard_set();
 }
 
 void AnnsSampledLayer::wait_for_refresh() { install_refresh(/*block=*/true); }
@@ -353,7 +416,10 @@ void AnnsSampledLayer::sync_state_impl(StateSync s) {
   block_.sync_state(s);
   // After a checkpoint was read: the next refresh seeds its index as the uninterrupted run
   // did (every installed refresh was started; one in flight at the save is not saved).
-  if (s == StateSync::to_device) started_ = meta_[1];
+  if (s == StateSync::to_device) {
+    started_ = meta_[1];
+    upload_hard_set();  // the set read from the checkpoint
+  }
 }
 
 int64_t AnnsSampledLayer::analytic_bytes_impl() const {
@@ -373,8 +439,9 @@ LayerBytes AnnsSampledLayer::planned_bytes(const LayerShape& s, const AnnsSample
   const int64_t batch = std::max<int64_t>(s.batch, 1);
   LayerBytes bytes = SampledBlock::planned_bytes(s.gpu, s.optim, s.labels(), s.input_dim, batch,
                                                  batch * per_point_entries(s, cfg));
-  // The two hard-negative tables [N×k_h] (front and back, uint32).
-  bytes.params += 8.0 * static_cast<double>(s.num_train) *
+  // The two hard-negative tables [N×k_h] (front and back, uint32), and on the GPU the
+  // device copy of the front one.
+  bytes.params += (s.gpu ? 12.0 : 8.0) * static_cast<double>(s.num_train) *
                   static_cast<double>(s.shard_share(cfg.hard_negatives));
   return bytes;
 }

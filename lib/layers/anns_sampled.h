@@ -26,15 +26,16 @@
 // keeps one index per GPU shard) and draws a point's candidates among its labels; bce and
 // squared hinge decompose over labels, so nothing else crosses between the processes.
 //
-// Both devices run this one path (W, b and their optimizer state in a SampledBlock,
-// layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
-// drawn as above by ops::draw_candidates (ops/sampled.h: one row function for both
-// devices, whose CUDA kernel a parity test holds to the CPU's draw), on the host on both
-// devices until the candidate loss and the grouping by label run on the device too; the loss
-// gradient is computed on the host from the scores (downloaded on the GPU). Each hnsw
-// refresh (and each hnsw evaluation index build) reads [W | b] on the host (L×(d+1) floats
-// downloaded on the GPU); an exact refresh scores on the device, its queries uploaded in
-// blocks of eval rows. embed_train brings the embeddings down. `search: hnsw` stays on
+// W, b and their optimizer state live in a SampledBlock (layers/sampled_block.h; device
+// views on a CUDA Context, output_layer.h). Candidates are drawn as above by one row
+// function for both devices (ops/sampled.h draw_point_candidates): on the CPU through the
+// host form, the loss on the host; on a CUDA Context the step uploads only the batch's
+// ids and positives, and the draw (from a device copy of the hard set, uploaded at each
+// swap), the packing into a CSR, the grouping by label, the loss and the updates run on
+// the device (train_step_device; three small read-backs a step: the entries, the touched
+// labels, the loss). Each hnsw refresh (and each hnsw evaluation index build) reads [W | b] on the
+// host (L×(d+1) floats downloaded on the GPU); an exact refresh scores on the device, its queries
+// uploaded in blocks of eval rows. embed_train brings the embeddings down. `search: hnsw` stays on
 // the host index (the query rows are downloaded on the GPU).
 #include <cstdint>
 #include <future>
@@ -177,6 +178,15 @@ class AnnsSampledLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
+  // The step on a CUDA Context: the batch's ids and positives uploaded, the candidates
+  // drawn (ops::draw_candidates, from the device copy of the hard set) and packed on the
+  // device, then SampledBlock::train_step_device.
+  StepStats train_step_device(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
+  // The draw of this step (the host's arrays for the hard set; the caller swaps in the
+  // device copy on a CUDA Context).
+  ops::CandidateDraw candidate_draw(int64_t step) const;
+  // The device copy of the set in use (CUDA), after a swap or a checkpoint load.
+  void upload_hard_set();
   bool refresh_due(int epochs_done, int epochs) const;
   // Logs the recall of the last hnsw evaluation once (info).
   void log_eval_recall() const;
@@ -203,6 +213,15 @@ class AnnsSampledLayer final : public OutputLayer {
   // mutable: augmented_weights() reads W and b through host copies on the GPU.
   mutable SampledBlock block_;  // W, b and their optimizer state
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
+  Buffer<uint32_t> hard_dev_;        // CUDA: the device copy of the front set [N×k_h]
+  // CUDA: the step's workspaces (train_step_device), grown as batches need.
+  struct DeviceDraw {
+    Buffer<int64_t> ids, pos_ptr, count, ptr;  // [B], [B+1], [B], [B+1]
+    Buffer<uint32_t> pos, label, out_label;    // [positives], [B×cap], [B×cap]
+    Buffer<uint8_t> positive, out_positive, scratch;
+    Buffer<float> weight, out_weight;
+  };
+  DeviceDraw draw_;
   int front_ = 0;
   int64_t meta_[2] = {0, 0};         // {hard set valid, refreshes installed}: checkpointed
 

@@ -71,6 +71,47 @@ const std::vector<uint32_t>& SampledBlock::train_step(const ops::CandidateCsr& c
   return touched_;
 }
 
+SampledBlock::DeviceStepLoss SampledBlock::train_step_device(const ops::CandidateCsr& cand,
+                                                             const uint8_t* positive,
+                                                             const float* weight, LossType loss,
+                                                             ConstMatrix h, Matrix dh,
+                                                             const LrState& lr) {
+  XMC_CHECK(ctx_->on_gpu(), "sampled block: a device step on a CPU Context");
+  XMC_CHECK(h.rows == cand.rows && h.cols == d_ && dh.rows == h.rows && dh.cols == d_,
+            "sampled device step: h [{}×{}], dh [{}×{}], {} candidate rows, d={}", h.rows, h.cols,
+            dh.rows, dh.cols, cand.rows, d_);
+  Context& ctx = *ctx_;
+  if (!device_) {
+    device_ = std::make_unique<DeviceGroups>();
+    device_->acc = LossAccumulator(ctx);
+  }
+  DeviceGroups& g = *device_;
+  const int64_t nnz = std::max<int64_t>(cand.nnz, 1);
+  ensure_size(g.labels, ctx, MemTag::workspace, nnz);
+  ensure_size(g.row, ctx, MemTag::workspace, nnz);
+  ensure_size(g.entry, ctx, MemTag::workspace, nnz);
+  ensure_size(g.ptr, ctx, MemTag::workspace, nnz + 1);
+  ensure_size(zg_, ctx, MemTag::workspace, nnz);
+  const int64_t groups = ops::group_entries_by_label(
+      ctx, cand, n_, g.scratch, {g.labels.data(), g.ptr.data(), g.entry.data(), g.row.data()});
+  ops::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, cand, h, zg_.data());
+  g.acc.reset();
+  candidate_loss_grad(ctx, loss, nullptr, cand.rows, cand.nnz, positive, weight, cand.rows,
+                      zg_.data(), g.acc);
+  // dh with the weights before this step's update (the op accumulates).
+  ops::set_zero(ctx, dh);
+  ops::sampled_input_grad(ctx, p_.w.f32(), d_, cand, zg_.data(), dh);
+  for (int64_t u0 = 0; u0 < groups; u0 += block_) {
+    const int64_t m = std::min(block_, groups - u0);
+    const ops::EntryGroups part{
+        g.labels.data() + u0, g.ptr.data() + u0, g.entry.data(), g.row.data(), m, cand.nnz};
+    ops::sampled_weight_grad(ctx, part, zg_.data(), h, Matrix(dw_.data(), m, d_), db_.data());
+    p_.update_rows(ctx, optim_, lr.lr, lr.step, part.labels, m, dw_.data(), db_.data());
+  }
+  const gpu::LossAccum a = g.acc.read();
+  return {a.loss, static_cast<int64_t>(a.zero_grads)};
+}
+
 std::vector<float> SampledBlock::candidate_scores(const ops::CandidateCsr& cand, ConstMatrix h) {
   XMC_CHECK(h.rows == cand.rows && h.cols == d_, "candidate scores: h [{}×{}], {} rows, d={}",
             h.rows, h.cols, cand.rows, d_);

@@ -134,6 +134,14 @@ XMC_HOST_DEVICE inline float sparsify_value(float g, float t, uint32_t bits) {
 XMC_GPU_FN void sparsify_gradient(const CudaContext& ctx, Matrix g, float threshold,
                                   uint64_t stream, int64_t col0, int64_t counter_cols,
                                   Bf16Matrix g_bf16 = {}) XMC_GPU_STUB;
+// candidate_loss_grad's elementwise losses (bce, squared_hinge) over nnz sampled entries,
+// one thread per entry: zg [nnz] scores in, weight·dLoss/dz / batch_size out; positive
+// [nnz] flags the positives, weight [nnz] (nullable: all 1) weights each entry; the loss
+// and exact-zero count added to *acc. The host's formulas in the host's order (bce with
+// expf / log1pf where the host has its fast approximations; squared hinge in double).
+XMC_GPU_FN void candidate_loss_grad(const CudaContext& ctx, LossType type, int64_t nnz,
+                                    const uint8_t* positive, const float* weight,
+                                    int64_t batch_size, float* zg, LossAccum* acc) XMC_GPU_STUB;
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
 
@@ -222,6 +230,15 @@ class LossAccumulator {
 void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, const float* bias,
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
                            LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
+
+// candidate_loss_grad (above) on the Context's device, for bce and squared_hinge: zg,
+// positive and weight (nullable) [nnz] on the Context's device; ptr [rows + 1] (host
+// arrays, read on the CPU only: its points in parallel) with ptr[rows] = nnz. Adds the
+// loss (not divided by B) and the exact-zero count to acc. Softmax is refused (the host
+// form handles it, label shards included).
+void candidate_loss_grad(const Context& ctx, LossType type, const int64_t* ptr, int64_t rows,
+                         int64_t nnz, const uint8_t* positive, const float* weight,
+                         int64_t batch_size, float* zg, LossAccumulator& acc);
 
 // Unbiased gradient sparsification on the Context's device: every entry of g [B×c] (the
 // loss gradient of labels [col0, col0+c), a DEVICE view on a CUDA Context) below

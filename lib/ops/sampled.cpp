@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -154,6 +155,64 @@ void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int6
     count[b] = draw_point_candidates(c, ids[b], pos + pos_ptr[b], pos_ptr[b + 1] - pos_ptr[b],
                                      label + at, positive + at, weight + at);
   }
+}
+
+int64_t group_entries_by_label(Context& ctx, const CandidateCsr& cand, int64_t num_labels,
+                               Buffer<uint8_t>& scratch, const EntryGroupsOut& out) {
+  XMC_CHECK(cand.rows >= 0 && cand.nnz >= 0 && num_labels > 0 &&
+                num_labels <= int64_t{std::numeric_limits<uint32_t>::max()},
+            "grouping {} entries of {} rows by {} labels", cand.nnz, cand.rows, num_labels);
+  if (!ctx.on_gpu()) {
+    const EntryGroupsBuffers g = group_entries_by_label(cand, num_labels);
+    std::copy(g.labels.begin(), g.labels.end(), out.labels);
+    std::copy(g.ptr.begin(), g.ptr.end(), out.ptr);
+    std::copy(g.entry.begin(), g.entry.end(), out.entry);
+    std::copy(g.row.begin(), g.row.end(), out.row);
+    return static_cast<int64_t>(g.labels.size());
+  }
+  if (cand.nnz == 0) {
+    const int64_t zero = 0;
+    gpu::copy_to_device(out.ptr, &zero, sizeof(zero), ctx.cuda().stream());
+    return 0;
+  }
+  size_t bytes = 0;
+  gpu::group_scratch_bytes(cand.nnz, num_labels, &bytes);
+  ensure_size(scratch, ctx, MemTag::workspace, static_cast<int64_t>(bytes));
+  int64_t groups = 0;
+  gpu::group_entries_by_label(ctx.cuda(), cand, num_labels, scratch.data(), scratch.size(), out,
+                              &groups);
+  return groups;
+}
+
+int64_t compact_candidates(Context& ctx, int64_t rows, int64_t cap, const uint32_t* label,
+                           const uint8_t* positive, const float* weight, const int64_t* count,
+                           Buffer<uint8_t>& scratch, int64_t* indptr, uint32_t* out_label,
+                           uint8_t* out_positive, float* out_weight) {
+  XMC_CHECK(rows >= 0 && cap >= 0, "compacting {} rows of {} slots", rows, cap);
+  if (ctx.on_gpu()) {
+    if (rows == 0) {
+      const int64_t zero = 0;
+      gpu::copy_to_device(indptr, &zero, sizeof(zero), ctx.cuda().stream());
+      return 0;
+    }
+    size_t bytes = 0;
+    gpu::compact_scratch_bytes(rows, &bytes);
+    ensure_size(scratch, ctx, MemTag::workspace, static_cast<int64_t>(bytes));
+    int64_t nnz = 0;
+    gpu::compact_candidates(ctx.cuda(), rows, cap, label, positive, weight, count, scratch.data(),
+                            scratch.size(), indptr, out_label, out_positive, out_weight, &nnz);
+    return nnz;
+  }
+  indptr[0] = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    XMC_CHECK(count[b] >= 0 && count[b] <= cap, "row {} holds {} of {} slots", b, count[b], cap);
+    const int64_t at = b * cap, n = count[b], to = indptr[b];
+    std::copy(label + at, label + at + n, out_label + to);
+    std::copy(positive + at, positive + at + n, out_positive + to);
+    std::copy(weight + at, weight + at + n, out_weight + to);
+    indptr[b + 1] = to + n;
+  }
+  return indptr[rows];
 }
 
 namespace {

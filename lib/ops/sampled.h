@@ -174,6 +174,15 @@ void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int6
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
 
+// Where a grouping on the Context's device is written: labels [nnz], ptr [nnz + 1], entry
+// [nnz], row [nnz] (room for nnz groups, the most there can be).
+struct EntryGroupsOut {
+  uint32_t* labels = nullptr;
+  int64_t* ptr = nullptr;
+  int64_t* entry = nullptr;
+  uint32_t* row = nullptr;
+};
+
 // The ops on the Context's device (CUDA: the gpu:: half below, every pointer a DEVICE
 // pointer, e.g. the views of CandidateStaging).
 // scores [nnz]; h [B×d] with B = cand.rows; bias nullable.
@@ -207,6 +216,27 @@ XMC_GPU_FN void sampled_weight_grad(const CudaContext& ctx, const ops::EntryGrou
                                     float* db) XMC_GPU_STUB;
 XMC_GPU_FN void gather_rows(const CudaContext& ctx, const float* src, const uint32_t* rows,
                             int64_t count, int64_t width, float* dst) XMC_GPU_STUB;
+// group_entries_by_label on the device (cand a device view, labels < num_labels; the
+// caller checks): a stable radix sort of (label, entry) pairs (entries of one label stay
+// in ascending order, hence rows too), the runs' labels and lengths, their exclusive sum
+// as ptr, each entry's row by binary search in cand.indptr. *groups (host) receives the
+// number of groups: read back, one synchronisation. scratch: group_scratch_bytes(nnz,
+// num_labels) bytes of device memory.
+XMC_GPU_FN void group_scratch_bytes(int64_t nnz, int64_t num_labels, size_t* bytes) XMC_GPU_STUB;
+XMC_GPU_FN void group_entries_by_label(const CudaContext& ctx, const ops::CandidateCsr& cand,
+                                       int64_t num_labels, void* scratch, size_t scratch_bytes,
+                                       const ops::EntryGroupsOut& out,
+                                       int64_t* groups) XMC_GPU_STUB;
+// compact_candidates on the device: lengths max(count, 0), their exclusive sum as indptr
+// (CUB), a block per row copying its entries; *nnz (host) = indptr[rows], read back (one
+// synchronisation). scratch: compact_scratch_bytes(rows) bytes of device memory.
+XMC_GPU_FN void compact_scratch_bytes(int64_t rows, size_t* bytes) XMC_GPU_STUB;
+XMC_GPU_FN void compact_candidates(const CudaContext& ctx, int64_t rows, int64_t cap,
+                                   const uint32_t* label, const uint8_t* positive,
+                                   const float* weight, const int64_t* count, void* scratch,
+                                   size_t scratch_bytes, int64_t* indptr, uint32_t* out_label,
+                                   uint8_t* out_positive, float* out_weight,
+                                   int64_t* nnz) XMC_GPU_STUB;
 // One thread per row, draw_point_candidates into its cap slots.
 XMC_GPU_FN void draw_candidates(const CudaContext& ctx, const ops::CandidateDraw& c,
                                 const int64_t* ids, const int64_t* pos_ptr, const uint32_t* pos,
@@ -221,6 +251,22 @@ XMC_GPU_STUBS_END
 #include "core/buffer.h"
 
 namespace xmc::ops {
+
+// group_entries_by_label on the Context's device: cand's arrays and out's on that device;
+// returns the number of groups (on the GPU read back: one synchronisation). scratch: the
+// GPU sort's workspace, grown here as needed (MemTag::workspace; unused on the CPU).
+int64_t group_entries_by_label(Context& ctx, const CandidateCsr& cand, int64_t num_labels,
+                               Buffer<uint8_t>& scratch, const EntryGroupsOut& out);
+
+// The padded rows of draw_candidates packed into one CSR on the Context's device: indptr
+// [rows + 1], out_label / out_positive / out_weight [nnz] (room for rows × cap); returns
+// nnz (read back on the GPU: one synchronisation). A row whose count is negative (the
+// GPU draw's "did not fit") contributes nothing; the CPU refuses it. scratch: the GPU
+// scan's workspace, grown here as needed (unused on the CPU).
+int64_t compact_candidates(Context& ctx, int64_t rows, int64_t cap, const uint32_t* label,
+                           const uint8_t* positive, const float* weight, const int64_t* count,
+                           Buffer<uint8_t>& scratch, int64_t* indptr, uint32_t* out_label,
+                           uint8_t* out_positive, float* out_weight);
 
 // A step's candidates (and their grouping by label) where the sampled ops read them: on a
 // CPU Context the host arrays themselves; on a CUDA Context one packed device copy (one

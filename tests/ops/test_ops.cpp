@@ -792,6 +792,81 @@ DEVICE_TEST("losses over sizes and label chunks, with the bf16 gradient copy on 
   }
 }
 
+// The sampled backends' candidate losses (bce, squared hinge; weighted and not) on the
+// Context's device against a double reference and against the host form on the same
+// inputs: gradients 1e-5/B + 1e-4 relative against the reference (the host's bce uses fast
+// exp/log1p), 1e-7 + 1e-5 relative against the host form; losses 1e-5 relative; the hinge's
+// zero count exact (both compute its margin in double from the same float score).
+DEVICE_TEST("candidate losses over sampled entries on the device equal the host form",
+            "[sparse][sampled][loss]") {
+  Rng rng(53);
+  for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{300}}) {
+    DYNAMIC_SECTION(rows << " rows") {
+      std::vector<int64_t> ptr{0};
+      for (int64_t r = 0; r < rows; ++r)
+        ptr.push_back(ptr.back() + 1 + static_cast<int64_t>(rng.below(120)));
+      const int64_t nnz = ptr.back(), batch = rows + 3;
+      const auto n = static_cast<size_t>(nnz);
+      std::vector<uint8_t> positive(n);
+      for (auto& p : positive) p = rng.below(8) == 0 ? 1 : 0;
+      const std::vector<float> z = random_floats(rng, n, 3.0f);
+      std::vector<float> weight(n);
+      for (auto& w : weight)
+        w = rng.below(3) == 0 ? 0.03f : 1.0f + static_cast<float>(rng.below(4));
+      for (LossType type : {LossType::bce, LossType::squared_hinge}) {
+        for (bool weighted : {false, true}) {
+          INFO(to_string(type) << (weighted ? " weighted" : ""));
+          const double inv_b = 1.0 / static_cast<double>(batch);
+          std::vector<double> gref(n);
+          double lref = 0.0;
+          int64_t zref = 0;
+          for (size_t e = 0; e < n; ++e) {
+            const double x = z[e], w = weighted ? weight[e] : 1.0, y = positive[e] ? 1.0 : -1.0;
+            if (type == LossType::bce) {
+              lref += w * std::log1p(std::exp(-y * x));
+              gref[e] = w * (1.0 / (1.0 + std::exp(-x)) - (positive[e] ? 1.0 : 0.0)) * inv_b;
+            } else {
+              const double m = 1.0 - y * x;
+              if (m > 0) lref += w * m * m;
+              gref[e] = m > 0 ? -2.0 * y * m * w * inv_b : 0.0;
+              zref += m > 0 ? 0 : 1;
+            }
+          }
+          Buffer<float> zg = put(ctx, z);
+          Buffer<uint8_t> pos_d = put(ctx, positive);
+          Buffer<float> w_d = put(ctx, weight);
+          LossAccumulator acc(ctx);
+          acc.reset(0.5);  // what the step summed before
+          candidate_loss_grad(ctx, type, ptr.data(), rows, nnz, pos_d.data(),
+                              weighted ? w_d.data() : nullptr, batch, zg.data(), acc);
+          const gpu::LossAccum got = acc.read();
+          std::vector<float> host = z;
+          int64_t host_zeros = 0;
+          const double host_loss = candidate_loss_grad(type, ptr.data(), rows, positive.data(),
+                                                       weighted ? weight.data() : nullptr, batch,
+                                                       host.data(), &host_zeros);
+          const auto g = get(zg, n);
+          expect_close("gradient", g, gref, 1e-5 * inv_b, 1e-4);
+          expect_close("gradient against the host form", g, host, 1e-7, 1e-5);
+          expect_close("loss", got.loss - 0.5, lref, 1e-6, 1e-5);
+          expect_close("loss against the host form", got.loss - 0.5, host_loss, 1e-6, 1e-5);
+          CHECK(static_cast<int64_t>(got.zero_grads) ==
+                static_cast<int64_t>(std::count(g.begin(), g.end(), 0.0f)));
+          if (type == LossType::squared_hinge) {
+            CHECK(static_cast<int64_t>(got.zero_grads) == zref);
+            CHECK(host_zeros == zref);
+          }
+        }
+      }
+      LossAccumulator acc(ctx);
+      Buffer<float> zg = put(ctx, z);
+      CHECK_THROWS_WITH(candidate_loss_grad(ctx, LossType::softmax, ptr.data(), rows, nnz, nullptr,
+                                            nullptr, batch, zg.data(), acc),
+                        Catch::Contains("softmax"));
+    }
+  }
+}
+
 DEVICE_TEST("gradient sparsification: kept above the threshold, 0 or ±t below, unbiased",
             "[dense][loss]") {
   const bool cuda = ctx.on_gpu();

@@ -524,9 +524,11 @@ PlainDraw plain_draw(const ops::CandidateDraw& c, int64_t id, std::vector<uint32
 // point and exactly (the same draws: CUDA runs the CPU's row function): positives sorted
 // and distinct, hard negatives minus empty slots, repeats and positives, uniform negatives
 // by rejection, every weight rule; small label counts where the uniform part takes every
-// label left; rows whose slots do not fit (the CPU refuses them, the GPU marks them -1).
-DEVICE_TEST("anns_sampled's candidate draw: the same candidates as a plain draw, on every device",
-            "[sparse][sampled]") {
+// label left; rows whose slots do not fit (the CPU refuses them, the GPU marks them -1);
+// then the padded rows packed into one CSR (compact_candidates).
+DEVICE_TEST(
+    "anns_sampled's candidate draw and its packing: the plain draw's candidates, on every device",
+    "[sparse][sampled]") {
   Rng rng(77);
   struct Case {
     int64_t labels, k_h, k_r;
@@ -592,6 +594,34 @@ DEVICE_TEST("anns_sampled's candidate draw: the same candidates as a plain draw,
         CHECK(std::vector<uint8_t>(flag.begin() + at, flag.begin() + at + n) == want.positive);
         CHECK(std::vector<float>(weight.begin() + at, weight.begin() + at + n) == want.weight);
       }
+      // The padded rows packed into one CSR: the plain draws one after another.
+      {
+        std::vector<int64_t> want_ptr{0};
+        std::vector<uint32_t> want_label;
+        std::vector<uint8_t> want_flag;
+        std::vector<float> want_weight;
+        for (int64_t b = 0; b < rows; ++b) {
+          const PlainDraw w = plain_draw(c, ids[static_cast<size_t>(b)],
+                                         {pos.begin() + pos_ptr[static_cast<size_t>(b)],
+                                          pos.begin() + pos_ptr[static_cast<size_t>(b) + 1]});
+          want_label.insert(want_label.end(), w.label.begin(), w.label.end());
+          want_flag.insert(want_flag.end(), w.positive.begin(), w.positive.end());
+          want_weight.insert(want_weight.end(), w.weight.begin(), w.weight.end());
+          want_ptr.push_back(static_cast<int64_t>(want_label.size()));
+        }
+        Buffer<int64_t> ptr_out(ctx, MemTag::workspace, static_cast<size_t>(rows + 1));
+        Buffer<uint32_t> label_out(ctx, MemTag::workspace, slots);
+        Buffer<uint8_t> flag_out(ctx, MemTag::workspace, slots), scratch;
+        Buffer<float> weight_out(ctx, MemTag::workspace, slots);
+        const int64_t nnz = ops::compact_candidates(
+            ctx, rows, cap, label_d.data(), flag_d.data(), weight_d.data(), count_d.data(), scratch,
+            ptr_out.data(), label_out.data(), flag_out.data(), weight_out.data());
+        REQUIRE(nnz == want_ptr.back());
+        CHECK(get(ptr_out, static_cast<size_t>(rows + 1)) == want_ptr);
+        CHECK(get(label_out, static_cast<size_t>(nnz)) == want_label);
+        CHECK(get(flag_out, static_cast<size_t>(nnz)) == want_flag);
+        CHECK(get(weight_out, static_cast<size_t>(nnz)) == want_weight);
+      }
       // One slot short for a row with 5 positives: refused on the CPU, -1 on the GPU.
       std::vector<int64_t> five{0, 5};
       std::vector<uint32_t> five_pos{1, 2, 3, 4, 0};
@@ -607,6 +637,55 @@ DEVICE_TEST("anns_sampled's candidate draw: the same candidates as a plain draw,
                                                flag_d.data(), weight_d.data(), count_d.data()),
                           Catch::Contains("slots"));
       }
+    }
+  }
+}
+
+// The grouping of candidate entries by label on the Context's device equals the host's
+// exactly (labels ascending, entries of a label in ascending order, their rows), over
+// batches with repeated labels across rows, empty rows, one label, and no entries.
+DEVICE_TEST("grouping candidate entries by label on the device equals the host grouping",
+            "[sparse][sampled]") {
+  Rng rng(91);
+  struct Case {
+    int64_t rows, labels, per_row;
+  };
+  for (const Case& cs :
+       {Case{29, 301, 40}, Case{256, 70000, 100}, Case{5, 1, 1}, Case{3, 10, 0}, Case{64, 17, 9}}) {
+    DYNAMIC_SECTION(cs.rows << " rows, " << cs.labels << " labels, up to " << cs.per_row
+                            << " a row") {
+      std::vector<int64_t> indptr{0};
+      std::vector<uint32_t> labels;
+      for (int64_t b = 0; b < cs.rows; ++b) {
+        const int64_t n =
+            cs.per_row == 0
+                ? 0
+                : static_cast<int64_t>(rng.below(static_cast<uint64_t>(cs.per_row) + 1));
+        std::set<uint32_t> row;  // distinct within a row, as the layers' candidates are
+        while (static_cast<int64_t>(row.size()) < std::min(n, cs.labels))
+          row.insert(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(cs.labels))));
+        std::vector<uint32_t> v(row.begin(), row.end());
+        for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);  // any order
+        labels.insert(labels.end(), v.begin(), v.end());
+        indptr.push_back(static_cast<int64_t>(labels.size()));
+      }
+      const int64_t nnz = indptr.back();
+      const ops::CandidateCsr host{indptr.data(), labels.data(), cs.rows, nnz};
+      const ops::EntryGroupsBuffers want = ops::group_entries_by_label(host, cs.labels);
+      Buffer<int64_t> indptr_d = put(ctx, indptr);
+      Buffer<uint32_t> labels_d = put(ctx, labels);
+      const auto cap = static_cast<size_t>(std::max<int64_t>(nnz, 1));
+      Buffer<uint32_t> g_labels(ctx, MemTag::workspace, cap), g_row(ctx, MemTag::workspace, cap);
+      Buffer<int64_t> g_ptr(ctx, MemTag::workspace, cap + 1), g_entry(ctx, MemTag::workspace, cap);
+      Buffer<uint8_t> scratch;
+      const int64_t groups = ops::group_entries_by_label(
+          ctx, {indptr_d.data(), labels_d.data(), cs.rows, nnz}, cs.labels, scratch,
+          {g_labels.data(), g_ptr.data(), g_entry.data(), g_row.data()});
+      REQUIRE(groups == static_cast<int64_t>(want.labels.size()));
+      CHECK(get(g_labels, static_cast<size_t>(groups)) == want.labels);
+      CHECK(get(g_ptr, static_cast<size_t>(groups) + 1) == want.ptr);
+      CHECK(get(g_entry, static_cast<size_t>(nnz)) == want.entry);
+      CHECK(get(g_row, static_cast<size_t>(nnz)) == want.row);
     }
   }
 }
