@@ -25,6 +25,8 @@
 #      [training] is left out) and on test_ops, racecheck on the dense block cases of
 #      test_parity and test_ops's dense and sparse families
 #   5. epoch: one dense epoch at L=670091, d=768, B=256, fp32 and bf16 (SYNTH_TRAIN points)
+#   6. mem: a 2.8M-label dense layer in the lean modes (device peak)
+#   7. sampled: dense, anns_sampled and lsh_sampled at the Amazon-3M shape (step, P@1, peak)
 # Output: logs, JSON and run results in $XMC_GPU_WORK (default /tmp/xmc-gpu-check); into
 # $OUT (default: that folder) at most 8 files: summary.txt (the pass/fail table and the
 # figures, also printed last), checks.json, bench_dense.json, bench_sparse.json and
@@ -423,5 +425,46 @@ PY
 }
 export -f dense_3m
 check mem:dense3m 240 dense_3m
+
+# --- 7. the sampled backends at the Amazon-3M shape (issue 39 §5) -----------------------
+# The data of 6 (2 812 281 labels, d = 768, SYNTH_TRAIN_3M points); two epochs each of fp32
+# dense, anns_sampled with the exact refresh on the device after epoch 1 (its second epoch
+# draws stale hard negatives) and lsh_sampled, at B = 256: the step (the second epoch's
+# seconds / steps), P@1 after the same two epochs, the device peak (ledger) and the
+# layer's bytes. Targets (issue 39): anns_sampled's step <= 1/5 of dense's, its P@1 >=
+# dense's - 1.
+sampled_3m() {
+  local b
+  local -A sets=(
+    [dense]="model.output={type: dense, loss: bce, chunk_size: 16384}"
+    [anns_sampled]="model.output={type: anns_sampled, retrieval: exact}"
+    [lsh_sampled]="model.output={type: lsh_sampled}")
+  for b in dense anns_sampled lsh_sampled; do
+    "$xmc" train "$work/l3m.yaml" --device cuda --set "${sets[$b]}" --set optim.output.beta1=0.9 \
+      --set train.epochs=2 --out "$work/runs/s3m_$b" || return 1
+  done
+  python3 - "$work" "$work/figures.txt" <<'PY'
+import json, sys
+rows = {}
+for b in ("dense", "anns_sampled", "lsh_sampled"):
+    run = "%s/runs/s3m_%s" % (sys.argv[1], b)
+    r = json.load(open(run + "/results.json"))
+    last = [json.loads(l) for l in open(run + "/metrics.jsonl") if '"epoch_seconds"' in l][-1]
+    steps = last["step"] / 2  # two epochs of equal length
+    dev = r["memory"].get("device", {}).get("total", {}).get("peak", 0)
+    rows[b] = (last["epoch_seconds"] / steps, r["metrics"]["P@1"])
+    line = "sampled3m %s L=2812281 d=768 B=256: step %.2f ms, P@1 after 2 epochs %.4f, layer %.0f MiB (analytic %.0f MiB), device peak (ledger) %.2f GiB" % (
+        b, 1e3 * rows[b][0], rows[b][1], r["output_layer_bytes"] / 2**20,
+        r["output_layer_analytic_bytes"] / 2**20, dev / 2**30)
+    open(sys.argv[2], "a").write(line + "\n")
+    print(line)
+d, a = rows["dense"], rows["anns_sampled"]
+line = "sampled3m anns/dense step %.3f (target <= 0.2), P@1 anns - dense %+.4f (target >= -0.01)" % (a[0] / d[0], a[1] - d[1])
+open(sys.argv[2], "a").write(line + "\n")
+print(line)
+PY
+}
+export -f sampled_3m
+check sampled:3m 300 sampled_3m
 
 finish
