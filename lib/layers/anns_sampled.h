@@ -81,14 +81,23 @@ struct AnnsSampledConfig {
     v.field("hard_negatives", hard_negatives,
             "k_h: stale hard negatives retrieved per training point at each refresh (on "
             "WordNet, real data, 32 at hard_weight 0.1 beat random-only by 3.3 P@1 points; "
-            "on 100k-1M-label synthetic sets weight 1 collapsed P@1: docs/benchmarks.md)",
+            "16 and 64 were within noise of 32 on the WordNet and GCIDE validation splits: "
+            "docs/benchmarks.md, \"The other defaults on the validation splits\")",
             Range{0, 4096});
     v.field("random_negatives", random_negatives,
-            "k_r: uniform random negatives drawn per point and step", Range{0, 1 << 20});
+            "k_r: uniform random negatives drawn per point and step (32 and 128 within noise "
+            "of 64 on the WordNet and GCIDE validation splits: docs/benchmarks.md, \"The "
+            "other defaults on the validation splits\")",
+            Range{0, 1 << 20});
     v.field("start_epoch", start_epoch,
-            "τs: epochs trained with uniform negatives only before the first index refresh",
+            "τs: epochs trained with uniform negatives only before the first index refresh "
+            "(2 within noise of 1 on the WordNet and GCIDE validation splits: "
+            "docs/benchmarks.md, \"The other defaults on the validation splits\")",
             Range{1, 1 << 20});
-    v.field("refresh_every", refresh_every, "τr: epochs between index refreshes",
+    v.field("refresh_every", refresh_every,
+            "τr: epochs between index refreshes (2 level with 1 on the tf-idf validation "
+            "splits, 0.75 P@1 lower on WordNet's LSA input: docs/benchmarks.md, \"The other "
+            "defaults on the validation splits\")",
             Range{1, 1 << 20});
     v.field("negative_weight", negative_weight,
             "Weight of each uniform negative: none (1) or unbiased ((labels left)/k_r, so the "
