@@ -35,7 +35,7 @@ struct PlanOpts {
   bool json = false;
 };
 
-// The fan-in ops' rate: given, or (CPU) measured now at each backend's shape (a fraction of
+// The fan-in ops' rate: given, or (CPU) measured now at each backend's shape (about half
 // a second per shape), or the GEMM rate (a GPU plan without --fanin-gflops).
 void resolve_fanin_rate(const PlanOpts& o, Device device, Ceilings& c) {
   if (o.fanin_gflops > 0) {

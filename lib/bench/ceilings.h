@@ -20,7 +20,7 @@ double measure_memory_gbps(long long bytes = 1LL << 29);
 // Achieved GFLOP/s of the fan-in ops (forward + weight gradient + input gradient, every
 // output gradient nonzero, 6·B·L·F FLOPs) at batch B, m inputs, fan-in F over `labels`
 // labels: group = 1 times ops::fixed_fanin_*, group > 1 ops::group_shared_* with groups of
-// that size. Best of three.
+// that size. The best of at least five passes spanning at least half a second.
 double measure_fanin_gflops(int64_t batch, int64_t inputs, int64_t fan_in, int64_t group,
                             int64_t labels = 8192);
 
