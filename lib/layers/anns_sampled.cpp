@@ -87,20 +87,7 @@ std::span<const uint32_t> AnnsSampledLayer::hard_negatives(int64_t point) const 
   return {hard_[front_].data() + point * k_h_, static_cast<size_t>(k_h_)};
 }
 
-ops::CandidateDraw AnnsSampledLayer::candidate_draw(int64_t step) const {
-  const bool use_hard = has_hard_negatives() && k_h_ > 0;
-  return {.labels = shard_labels(),
-          .hard = use_hard ? hard_[front_].data() : nullptr,
-          .points = n_train_,
-          .k_h = k_h_,
-          .k_r = k_r_,
-          .seed = draw_seed_,
-          .step = step,
-          .hard_weight = static_cast<float>(cfg_.hard_weight),
-          .unbiased = cfg_.negative_weight == NegativeWeight::unbiased};
-}
-
-SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) const {
+ops::CandidateCsr AnnsSampledLayer::draw_step(const Batch& batch, int64_t step) {
   const int64_t rows = batch.size();
   // The positives among this layer's labels, in local ids.
   CsrMatrix scratch;
@@ -109,72 +96,21 @@ SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_
   for (int64_t id : batch.ids)
     XMC_CHECK(!use_hard || (id >= 0 && id < n_train_),
               "batch row id {} outside the {} training points", id, n_train_);
-  const ops::CandidateDraw draw = candidate_draw(step);
-  // Each row into its own slots (ops/sampled.h, the draw the GPU kernel runs too), then
-  // packed into one CSR.
+  const ops::CandidateDraw draw{.labels = shard_labels(),
+                                .hard = !use_hard        ? nullptr
+                                        : ctx_->on_gpu() ? hard_dev_.data()
+                                                         : hard_[front_].data(),
+                                .points = n_train_,
+                                .k_h = k_h_,
+                                .k_r = k_r_,
+                                .seed = draw_seed_,
+                                .step = step,
+                                .hard_weight = static_cast<float>(cfg_.hard_weight),
+                                .unbiased = cfg_.negative_weight == NegativeWeight::unbiased};
   int64_t max_pos = 0;
   for (int64_t i = 0; i < rows; ++i) max_pos = std::max(max_pos, labels.row_nnz(i));
   const int64_t cap = ops::candidate_slots(draw, max_pos);
-  const auto slots = static_cast<size_t>(rows * cap);
-  std::vector<uint32_t> label(slots);
-  std::vector<uint8_t> positive(slots);
-  std::vector<float> weight(slots);
-  std::vector<int64_t> count(static_cast<size_t>(rows));
-  ops::draw_candidates_host(draw, batch.ids.data(), labels.indptr.data(), labels.indices.data(),
-                            rows, cap, label.data(), positive.data(), weight.data(), count.data());
-  SampledCandidates c;
-  for (int64_t i = 0; i < rows; ++i) {
-    const auto at = static_cast<ptrdiff_t>(i * cap);
-    const auto n = static_cast<ptrdiff_t>(count[static_cast<size_t>(i)]);
-    c.labels.insert(c.labels.end(), label.begin() + at, label.begin() + at + n);
-    c.positive.insert(c.positive.end(), positive.begin() + at, positive.begin() + at + n);
-    c.weight.insert(c.weight.end(), weight.begin() + at, weight.begin() + at + n);
-    c.ptr.push_back(static_cast<int64_t>(c.labels.size()));
-  }
-  return c;
-}
-
-StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
-                                            const LrState& lr) {
-  install_refresh(/*block=*/false);
-  log_eval_recall();  // of the evaluation that ran since the last step
-  if (ctx_->on_gpu()) return train_step_device(batch, h, dh, lr);
-  const int64_t rows = h.rows;
-  const SampledCandidates c = sample_candidates(batch, lr.step);
-  const ops::CandidateCsr csr{c.ptr.data(), c.labels.data(), rows,
-                              static_cast<int64_t>(c.labels.size())};
-  double loss = 0.0;
-  int64_t zeros = 0;
-  // The scores become the weighted loss gradients in place (ops/loss.h).
-  auto loss_grad = [&](std::span<float> zg) {
-    loss = candidate_loss_grad(cfg_.loss, c.ptr.data(), rows, c.positive.data(), c.weight.data(),
-                               rows, zg.data(), &zeros);
-  };
-  // dh with the weights before the update, then the update of the touched rows.
-  block_.train_step(csr, h, dh, lr, loss_grad);
-  ++version_;
-  return {.loss = loss / static_cast<double>(rows),
-          .zero_grads = zeros,
-          .grads = static_cast<int64_t>(c.labels.size())};
-}
-
-StepStats AnnsSampledLayer::train_step_device(const Batch& batch, ConstMatrix h, Matrix dh,
-                                              const LrState& lr) {
-  const int64_t rows = h.rows;
-  XMC_CHECK(batch.size() == rows, "anns_sampled: a batch of {} rows for h of {}", batch.size(),
-            rows);
-  CsrMatrix scratch;
-  const CsrMatrix& labels = local_labels(batch.labels, scratch);
-  ops::CandidateDraw draw = candidate_draw(lr.step);
-  if (draw.hard != nullptr) {
-    for (int64_t id : batch.ids)
-      XMC_CHECK(id >= 0 && id < n_train_, "batch row id {} outside the {} training points", id,
-                n_train_);
-    draw.hard = hard_dev_.data();
-  }
-  int64_t max_pos = 0;
-  for (int64_t i = 0; i < rows; ++i) max_pos = std::max(max_pos, labels.row_nnz(i));
-  const int64_t cap = ops::candidate_slots(draw, max_pos), slots = std::max<int64_t>(rows * cap, 1);
+  const int64_t slots = std::max<int64_t>(rows * cap, 1);
   Context& ctx = *ctx_;
   DeviceDraw& w = draw_;
   const auto npos = static_cast<int64_t>(labels.indices.size());
@@ -189,7 +125,6 @@ StepStats AnnsSampledLayer::train_step_device(const Batch& batch, ConstMatrix h,
     ensure_size(*b, ctx, MemTag::workspace, slots);
   for (Buffer<float>* b : {&w.weight, &w.out_weight})
     ensure_size(*b, ctx, MemTag::workspace, slots);
-  // The batch's rows and labels: the step's only uploads.
   w.ids.copy_from_host(batch.ids.data(), static_cast<size_t>(rows));
   w.pos_ptr.copy_from_host(labels.indptr.data(), static_cast<size_t>(rows + 1));
   w.pos.copy_from_host(labels.indices.data(), static_cast<size_t>(npos));
@@ -198,11 +133,36 @@ StepStats AnnsSampledLayer::train_step_device(const Batch& batch, ConstMatrix h,
   const int64_t nnz = ops::compact_candidates(
       ctx, rows, cap, w.label.data(), w.positive.data(), w.weight.data(), w.count.data(), w.scratch,
       w.ptr.data(), w.out_label.data(), w.out_positive.data(), w.out_weight.data());
-  const ops::CandidateCsr cand{w.ptr.data(), w.out_label.data(), rows, nnz};
-  const SampledBlock::DeviceStepLoss r = block_.train_step_device(
-      cand, w.out_positive.data(), w.out_weight.data(), cfg_.loss, h, dh, lr);
+  return {w.ptr.data(), w.out_label.data(), rows, nnz};
+}
+
+SampledCandidates AnnsSampledLayer::sample_candidates(const Batch& batch, int64_t step) {
+  const ops::CandidateCsr cand = draw_step(batch, step);
+  const auto nnz = static_cast<size_t>(cand.nnz);
+  SampledCandidates c;
+  c.ptr.resize(static_cast<size_t>(cand.rows + 1));
+  c.labels.resize(nnz);
+  c.positive.resize(nnz);
+  c.weight.resize(nnz);
+  draw_.ptr.copy_to_host(c.ptr.data(), c.ptr.size());
+  draw_.out_label.copy_to_host(c.labels.data(), nnz);
+  draw_.out_positive.copy_to_host(c.positive.data(), nnz);
+  draw_.out_weight.copy_to_host(c.weight.data(), nnz);
+  return c;
+}
+
+StepStats AnnsSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Matrix dh,
+                                            const LrState& lr) {
+  install_refresh(/*block=*/false);
+  log_eval_recall();  // of the evaluation that ran since the last step
+  XMC_CHECK(batch.size() == h.rows, "anns_sampled: a batch of {} rows for h of {}", batch.size(),
+            h.rows);
+  const ops::CandidateCsr cand = draw_step(batch, lr.step);
+  // dh with the weights before the update, then the update of the touched rows.
+  const SampledBlock::DrawnStepLoss r = block_.train_step_drawn(
+      cand, draw_.out_positive.data(), draw_.out_weight.data(), cfg_.loss, h, dh, lr);
   ++version_;
-  return {.loss = r.loss / static_cast<double>(rows), .zero_grads = r.zeros, .grads = nnz};
+  return {.loss = r.loss / static_cast<double>(h.rows), .zero_grads = r.zeros, .grads = cand.nnz};
 }
 
 void AnnsSampledLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {

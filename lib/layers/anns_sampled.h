@@ -27,16 +27,16 @@
 // squared hinge decompose over labels, so nothing else crosses between the processes.
 //
 // W, b and their optimizer state live in a SampledBlock (layers/sampled_block.h; device
-// views on a CUDA Context, output_layer.h). Candidates are drawn as above by one row
-// function for both devices (ops/sampled.h draw_point_candidates): on the CPU through the
-// host form, the loss on the host; on a CUDA Context the step uploads only the batch's
-// ids and positives, and the draw (from a device copy of the hard set, uploaded at each
-// swap), the packing into a CSR, the grouping by label, the loss and the updates run on
-// the device (train_step_device; three small read-backs a step: the entries, the touched
-// labels, the loss). Each hnsw refresh (and each hnsw evaluation index build) reads [W | b] on the
-// host (L×(d+1) floats downloaded on the GPU); an exact refresh scores on the device, its queries
-// uploaded in blocks of eval rows. embed_train brings the embeddings down. `search: hnsw` stays on
-// the host index (the query rows are downloaded on the GPU).
+// views on a CUDA Context, output_layer.h). One step on both devices, every op on the
+// Context's device: the batch's ids and positives copied there (on a CUDA Context the
+// step's only upload), the draw (ops::draw_candidates, from the hard set there: a device
+// copy uploaded at each swap on the GPU), the packing into a CSR, then
+// SampledBlock::train_step_drawn (the grouping by label, the loss, the updates; on the GPU
+// three small read-backs a step: the entries, the touched labels, the loss). Each hnsw refresh (and
+// each hnsw evaluation index build) reads [W | b] on the host (L×(d+1) floats downloaded on the
+// GPU); an exact refresh scores on the device, its queries uploaded in blocks of eval rows.
+// embed_train brings the embeddings down. `search: hnsw` stays on the host index (the query rows
+// are downloaded on the GPU).
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -152,8 +152,8 @@ class AnnsSampledLayer final : public OutputLayer {
   ~AnnsSampledLayer() override;
 
   // The candidates train_step uses for this batch at this step (deterministic in the
-  // seed, the step and the dataset row; independent of the thread count).
-  SampledCandidates sample_candidates(const Batch& batch, int64_t step) const;
+  // seed, the step and the dataset row; independent of the thread count), on the host.
+  SampledCandidates sample_candidates(const Batch& batch, int64_t step);
 
   // The hard negatives in use for training point `point` [k_h] (UINT32_MAX = none).
   std::span<const uint32_t> hard_negatives(int64_t point) const;
@@ -187,13 +187,10 @@ class AnnsSampledLayer final : public OutputLayer {
   void sync_state_impl(StateSync s) override;
   int64_t analytic_bytes_impl() const override;
 
-  // The step on a CUDA Context: the batch's ids and positives uploaded, the candidates
-  // drawn (ops::draw_candidates, from the device copy of the hard set) and packed on the
-  // device, then SampledBlock::train_step_device.
-  StepStats train_step_device(const Batch& batch, ConstMatrix h, Matrix dh, const LrState& lr);
-  // The draw of this step (the host's arrays for the hard set; the caller swaps in the
-  // device copy on a CUDA Context).
-  ops::CandidateDraw candidate_draw(int64_t step) const;
+  // The step's candidates on the Context's device, in draw_ (a CSR over the batch rows):
+  // the batch's ids and positives copied there (the only upload on a CUDA Context), then
+  // ops::draw_candidates (from the hard set on that device) and ops::compact_candidates.
+  ops::CandidateCsr draw_step(const Batch& batch, int64_t step);
   // The device copy of the set in use (CUDA), after a swap or a checkpoint load.
   void upload_hard_set();
   bool refresh_due(int epochs_done, int epochs) const;
@@ -223,7 +220,8 @@ class AnnsSampledLayer final : public OutputLayer {
   mutable SampledBlock block_;  // W, b and their optimizer state
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
   Buffer<uint32_t> hard_dev_;        // CUDA: the device copy of the front set [N×k_h]
-  // CUDA: the step's workspaces (train_step_device), grown as batches need.
+  // The step's candidate workspaces on the Context's device (draw_step), grown as batches
+  // need (ledger: workspace).
   struct DeviceDraw {
     Buffer<int64_t> ids, pos_ptr, count, ptr;  // [B], [B+1], [B], [B+1]
     Buffer<uint32_t> pos, label, out_label;    // [positives], [B×cap], [B×cap]

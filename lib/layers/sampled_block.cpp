@@ -71,14 +71,13 @@ const std::vector<uint32_t>& SampledBlock::train_step(const ops::CandidateCsr& c
   return touched_;
 }
 
-SampledBlock::DeviceStepLoss SampledBlock::train_step_device(const ops::CandidateCsr& cand,
-                                                             const uint8_t* positive,
-                                                             const float* weight, LossType loss,
-                                                             ConstMatrix h, Matrix dh,
-                                                             const LrState& lr) {
-  XMC_CHECK(ctx_->on_gpu(), "sampled block: a device step on a CPU Context");
+SampledBlock::DrawnStepLoss SampledBlock::train_step_drawn(const ops::CandidateCsr& cand,
+                                                           const uint8_t* positive,
+                                                           const float* weight, LossType loss,
+                                                           ConstMatrix h, Matrix dh,
+                                                           const LrState& lr) {
   XMC_CHECK(h.rows == cand.rows && h.cols == d_ && dh.rows == h.rows && dh.cols == d_,
-            "sampled device step: h [{}×{}], dh [{}×{}], {} candidate rows, d={}", h.rows, h.cols,
+            "sampled drawn step: h [{}×{}], dh [{}×{}], {} candidate rows, d={}", h.rows, h.cols,
             dh.rows, dh.cols, cand.rows, d_);
   Context& ctx = *ctx_;
   if (!device_) {
@@ -96,7 +95,7 @@ SampledBlock::DeviceStepLoss SampledBlock::train_step_device(const ops::Candidat
       ctx, cand, n_, g.scratch, {g.labels.data(), g.ptr.data(), g.entry.data(), g.row.data()});
   ops::sampled_scores(ctx, p_.w.f32(), p_.b.data(), d_, cand, h, zg_.data());
   g.acc.reset();
-  candidate_loss_grad(ctx, loss, nullptr, cand.rows, cand.nnz, positive, weight, cand.rows,
+  candidate_loss_grad(ctx, loss, cand.indptr, cand.rows, cand.nnz, positive, weight, cand.rows,
                       zg_.data(), g.acc);
   // dh with the weights before this step's update (the op accumulates).
   ops::set_zero(ctx, dh);

@@ -62,19 +62,20 @@ class SampledBlock {
   // valid until the next call.
   const std::vector<uint32_t>& train_step(const ops::CandidateCsr& cand, ConstMatrix h, Matrix dh,
                                           const LrState& lr, const LossGrad& loss_grad);
-  // The loss sum of a device step (not divided by B) and its exactly-zero gradients.
-  struct DeviceStepLoss {
+  // The loss sum of a drawn step (not divided by B) and its exactly-zero gradients.
+  struct DrawnStepLoss {
     double loss = 0.0;
     int64_t zeros = 0;
   };
-  // The same step over candidates already on the device (a CUDA Context only; anns_sampled
-  // draws them there): cand a device CSR over the rows of h, positive / weight (nullable)
-  // [cand.nnz] device arrays; the grouping by label (ops::group_entries_by_label), the
-  // loss (bce or squared hinge, ops candidate_loss_grad) and everything after it on the
-  // device. Two read-backs: the number of touched labels and the loss.
-  DeviceStepLoss train_step_device(const ops::CandidateCsr& cand, const uint8_t* positive,
-                                   const float* weight, LossType loss, ConstMatrix h, Matrix dh,
-                                   const LrState& lr);
+  // The same step over candidates already on the Context's device with their flags and
+  // weights (anns_sampled draws them there): cand a CSR over the rows of h, positive /
+  // weight (nullable) [cand.nnz] on that device; the grouping by label
+  // (ops::group_entries_by_label), the loss (bce or squared hinge, candidate_loss_grad)
+  // and everything after it on the Context's device too. On the GPU two read-backs: the
+  // number of touched labels and the loss.
+  DrawnStepLoss train_step_drawn(const ops::CandidateCsr& cand, const uint8_t* positive,
+                                 const float* weight, LossType loss, ConstMatrix h, Matrix dh,
+                                 const LrState& lr);
   // Host scores [nnz] of the listed candidates (host CSR over the rows of h).
   std::vector<float> candidate_scores(const ops::CandidateCsr& cand, ConstMatrix h);
 
@@ -116,7 +117,7 @@ class SampledBlock {
   Buffer<float> dw_, db_;              // [block×d], [block]
   ops::CandidateStaging staging_;
   std::vector<uint32_t> touched_;
-  // train_step_device's workspaces, allocated by its first call and grown with nnz (ledger:
+  // train_step_drawn's workspaces, allocated by its first call and grown with nnz (ledger:
   // workspace; not in planned_bytes, as the staging's growth is not).
   struct DeviceGroups {
     Buffer<uint32_t> labels, row;  // [nnz]
