@@ -41,7 +41,8 @@ Command register_bench(CLI::App& app) {
                     "cpu | cuda (cuda: adam + bce, L = 131072, 670091, 3000000 unless --labels, "
                     "chunk 16384 unless --chunk)")
       ->capture_default_str();
-  dense->add_option("--precision", cp->precisions, "cuda: fp32 and/or bf16")->capture_default_str();
+  dense->add_option("--precision", cp->precisions, "cuda: fp32, bf16 and/or fp8 (Adam in each)")
+      ->capture_default_str();
   dense->add_flag("--json", *json, "Print JSON");
   auto lp = std::make_shared<bench::LshBenchParams>();
   auto* lsh = sub->add_subcommand("lsh", "The lsh_sampled sampling step alone, per point, as L grows");

@@ -91,6 +91,18 @@ __global__ void to_bf16_kernel(const float* __restrict__ src, int64_t rows, int6
       dst[r * ldd + j] = __float2bfloat16_rn(src[r * lds + j]);
 }
 
+// fp8 codes times their row's scale, into bf16 (exact: ops::widen_fp8).
+__global__ void widen_fp8_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t cols,
+                                 int64_t lds, const float* __restrict__ row_scale,
+                                 __nv_bfloat16* __restrict__ dst, int64_t ldd) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float scale = row_scale[r];
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      dst[r * ldd + j] = __float2bfloat16_rn(fp8_value(src[r * lds + j]) * scale);
+  }
+}
+
 // Column blocks of a grid-stride loop over cols (capped: the loop covers the rest).
 unsigned col_blocks(int64_t cols, int64_t per_block) {
   return launch::grid_yz(launch::ceil_div(cols, per_block));
@@ -132,6 +144,14 @@ void to_bf16(const CudaContext& ctx, ConstMatrix src, Bf16Matrix dst) {
   const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
   XMC_CUDA_LAUNCH(to_bf16_kernel, grid, kThreads, 0, ctx.stream(), src.data, src.rows, src.cols,
                   src.ld, reinterpret_cast<__nv_bfloat16*>(dst.data), dst.ld);
+}
+
+void widen_fp8(const CudaContext& ctx, ConstFp8Matrix src, const float* row_scale, Bf16Matrix dst) {
+  if (src.empty()) return;
+  const dim3 grid(col_blocks(src.cols, kThreads), launch::grid_yz(src.rows));
+  XMC_CUDA_LAUNCH(widen_fp8_kernel, grid, kThreads, 0, ctx.stream(),
+                  reinterpret_cast<const uint8_t*>(src.data), src.rows, src.cols, src.ld, row_scale,
+                  reinterpret_cast<__nv_bfloat16*>(dst.data), dst.ld);
 }
 
 }  // namespace xmc::gpu

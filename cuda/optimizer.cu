@@ -173,6 +173,70 @@ __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
   if (threadIdx.x == 0) row_v[r] = v;
 }
 
+// fp8 weights (ops::optimizer_update_fp8): a block per row. The row is widened (code ·
+// scale) and updated in fp32 into shared memory — update_one with fp32 state, or with
+// Rowwise the row-wise step (pass 1: the row's mean squared gradient, as
+// update_rowwise_kernel) — then the block's largest |w| gives the new scale and every
+// weight is rounded back with the counter r·cols + j (the CPU's rule).
+__device__ __forceinline__ float block_reduce(float x, float* part, bool max) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, x, off);
+    x = max ? fmaxf(x, o) : x + o;
+  }
+  __syncthreads();  // part may still be read by an earlier reduction
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float total = 0.0f;  // |w| ≥ 0, so 0 starts the max too
+  for (int k = 0; k < static_cast<int>(blockDim.x >> 5); ++k)
+    total = max ? fmaxf(total, part[k]) : total + part[k];
+  return total;
+}
+
+template <bool Rowwise>
+__global__ void update_fp8_kernel(UpdateParams p, uint8_t* __restrict__ w,
+                                  float* __restrict__ row_scale, const float* __restrict__ g,
+                                  float* __restrict__ s1, float* __restrict__ s2, int64_t cols) {
+  extern __shared__ float row[];  // [cols]
+  __shared__ float part[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  uint8_t* wr = w + r * cols;
+  const float* gr = g + r * cols;
+  const float scale = row_scale[r];
+  float v = 0.0f, step_scale = 0.0f;
+  if constexpr (Rowwise) {
+    float sq = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float gi = gr[j] + p.l2 * (fp8_value(wr[j]) * scale);
+      sq += gi * gi;
+    }
+    const float total = block_reduce(sq, part, false);
+    v = p.b2 * s2[r] + p.one_minus_b2 * (total / static_cast<float>(cols));
+    step_scale = p.step_size * p.one_minus_b1 / (sqrtf(v) * p.inv_sqrt_bc2 + p.eps);
+  }
+  float top = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float wi = fp8_value(wr[j]) * scale;
+    float x;
+    if constexpr (Rowwise)
+      x = wi * p.decay - step_scale * (gr[j] + p.l2 * wi);
+    else
+      x = update_one(p, wi, gr[j], s1, s2, r * cols + j);
+    row[j] = x;
+    top = fmaxf(top, fabsf(x));
+  }
+  top = block_reduce(top, part, true);  // its barriers also publish row[]
+  const float next = fp8_row_scale(top), inv = fp8_inverse_scale(next);
+  const uint64_t stream = rounding_stream(p.seed, p.step);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    wr[j] = fp8_code(row[j] * inv, rounding_bits(stream, static_cast<uint64_t>(r * cols + j)),
+                     p.seed != 0);
+  __syncthreads();  // every thread has read row_scale[r] (and s2[r])
+  if (threadIdx.x == 0) {
+    row_scale[r] = next;
+    if constexpr (Rowwise) s2[r] = v;
+  }
+}
+
 // Row-gathered update (sampled layers): the same update_one, on rows rows[u] of params
 // (and of the state arrays, same layout), gradient row u of grad [count×width]. A thread
 // per (u, column); the rows are distinct, so no two threads touch one slot.
@@ -246,6 +310,24 @@ void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg
   p.step = static_cast<uint64_t>(step);
   XMC_CUDA_LAUNCH(update_rowwise_kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0,
                   ctx.stream(), p, reinterpret_cast<__nv_bfloat16*>(params), grad, row_v, cols);
+}
+
+void optimizer_update_fp8(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                          int64_t step, Fp8* params, float* row_scale, const float* grad,
+                          float* state1, float* state2, int64_t rows, int64_t cols,
+                          uint64_t stochastic_seed) {
+  if (rows <= 0) return;
+  UpdateParams p = make_params(cfg, lr, step);
+  p.seed = stochastic_seed;
+  p.step = static_cast<uint64_t>(step);
+  const size_t shared = static_cast<size_t>(cols) * sizeof(float);
+  auto* w = reinterpret_cast<uint8_t*>(params);
+  if (cfg.rowwise)
+    XMC_CUDA_LAUNCH(update_fp8_kernel<true>, static_cast<unsigned>(rows), kThreads, shared,
+                    ctx.stream(), p, w, row_scale, grad, state1, state2, cols);
+  else
+    XMC_CUDA_LAUNCH(update_fp8_kernel<false>, static_cast<unsigned>(rows), kThreads, shared,
+                    ctx.stream(), p, w, row_scale, grad, state1, state2, cols);
 }
 
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,

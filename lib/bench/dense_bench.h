@@ -35,7 +35,7 @@ struct DenseCudaBenchParams {
   std::vector<int64_t> labels = {131072, 670091, 3000000};
   int64_t chunk = 16384;
   int iters = 5;
-  std::vector<std::string> precisions = {"fp32", "bf16"};
+  std::vector<std::string> precisions = {"fp32", "bf16", "fp8"};
 };
 // InputError without a GPU or without CUDA support.
 nlohmann::json bench_dense_cuda(const DenseCudaBenchParams& p);

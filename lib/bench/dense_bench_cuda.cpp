@@ -26,6 +26,7 @@ namespace {
 using gpu::Bf16;
 using gpu::CudaContext;
 using gpu::DeviceBuffer;
+using gpu::Fp8;
 using json = nlohmann::json;
 
 // Milliseconds per call of fn (after one warm-up call), CUDA events on the stream.
@@ -90,9 +91,11 @@ CsrMatrix dcb_targets(int64_t batch, int64_t labels, uint64_t seed) {
   return CsrMatrix::from_rows(rows, labels);
 }
 
-json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk, bool bf16,
-                   int iters, const DcbCeilings& ceil) {
+json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64_t chunk,
+                   Precision precision, int iters, const DcbCeilings& ceil) {
   CudaContext& ctx = run.cuda();
+  // bf16 GEMMs for bf16 and fp8 weights (an fp8 chunk is widened into bf16 first).
+  const bool bf16 = precision != Precision::fp32, fp8 = precision == Precision::fp8;
   OptimizerConfig cfg;  // adam, the most memory-hungry update
   const int64_t c = std::min(chunk, labels);
   const double gemm_flops = 2.0 * batch * labels * d;
@@ -124,6 +127,10 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
     DeviceBuffer<float> w(scratch, MemTag::workspace, c * d);
     DeviceBuffer<Bf16> w16(scratch, MemTag::workspace, c * d),
         h16(scratch, MemTag::workspace, batch * d), g16(scratch, MemTag::workspace, batch * c);
+    DeviceBuffer<Fp8> w8(scratch, MemTag::workspace, fp8 ? c * d : 1);
+    DeviceBuffer<float> scale(scratch, MemTag::workspace, fp8 ? c : 1);
+    w8.zero(x.stream());
+    scale.zero(x.stream());
     dcb_fill_random(x, h, 3, 1.0f);
     dcb_fill_random(x, w, 4, 0.05f);
     dcb_fill_random(x, z, 5, 1.0f);
@@ -145,7 +152,15 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
     // (labels / c) times one chunk.
     const double nchunks = static_cast<double>(labels) / static_cast<double>(c);
     const Matrix zm(z.data(), batch, c);
-    double ms = dcb_time_ms(x, iters, [&] {
+    double ms = 0.0;
+    if (fp8) {  // each chunk's codes widened into bf16 before its GEMMs: read 1, write 2 bytes
+      ms = dcb_time_ms(x, iters, [&] {
+        gpu::widen_fp8(x, gpu::ConstFp8Matrix(w8.data(), c, d), scale.data(),
+                       gpu::Bf16Matrix(w16.data(), c, d));
+      });
+      add_op("widen", ms * nchunks, 0, static_cast<double>(labels) * d * 3.0);
+    }
+    ms = dcb_time_ms(x, iters, [&] {
       if (bf16)
         gpu::gemm_nt(x, gpu::ConstBf16Matrix(h16.data(), batch, d),
                      gpu::ConstBf16Matrix(w16.data(), c, d), zm);
@@ -181,13 +196,16 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
     add_op("backward_weight", ms * nchunks, gemm_flops, 0);
     // Tiny learning rate: the weights stay in range over the repetitions.
     ms = dcb_time_ms(x, iters, [&] {
-      if (bf16)
+      if (fp8)
+        gpu::optimizer_update_fp8(x, cfg, 1e-6, 1, w8.data(), scale.data(), dw.data(), m.data(),
+                                  v.data(), c, d, 0);
+      else if (bf16)
         gpu::optimizer_update(x, cfg, 1e-6, 1, w16.data(), dw.data(), m.data(), v.data(), c * d, 0);
       else
         gpu::optimizer_update(x, cfg, 1e-6, 1, w.data(), dw.data(), m.data(), v.data(), c * d);
     });
     // adam: w read+write, g read, m and v read+write.
-    const double wb = bf16 ? 2.0 : 4.0;
+    const double wb = weight_bytes(precision);
     add_op("update", ms * nchunks, 0, static_cast<double>(labels) * d * (2 * wb + 4 + 16));
   }
 
@@ -197,7 +215,7 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
   json step;
   {
     DenseBlock block(run, d, 0, labels, batch, chunk, LossType::bce, cfg, 1,
-                     DensePrecision{bf16, false});
+                     DensePrecision{precision, false});
     DeviceBuffer<float> h(ledger, MemTag::activations, batch * d),
         dh(ledger, MemTag::activations, batch * d);
     dcb_fill_random(ctx, h, 11, 1.0f);
@@ -224,7 +242,7 @@ json dcb_bench_one(Context& run, int64_t batch, int64_t d, int64_t labels, int64
           {"dim", d},
           {"labels", labels},
           {"chunk", c},
-          {"precision", bf16 ? "bf16" : "fp32"},
+          {"precision", std::string(to_string(precision))},
           {"loss", "bce"},
           {"optimizer", "adam"},
           {"ops", ops},
@@ -237,8 +255,8 @@ nlohmann::json bench_dense_cuda(const DenseCudaBenchParams& p) {
   const auto devices = gpu::query_devices();
   if (devices.empty()) throw InputError("bench dense --device cuda: no CUDA GPU is visible");
   for (const auto& pr : p.precisions)
-    if (pr != "fp32" && pr != "bf16")
-      throw_input("bench dense: --precision must be fp32 or bf16, got '{}'", pr);
+    if (pr != "fp32" && pr != "bf16" && pr != "fp8")
+      throw_input("bench dense: --precision must be fp32, bf16 or fp8, got '{}'", pr);
   MemoryLedger ledger;
   CudaContext ctx(ledger, 0);
   const DcbCeilings ceil = dcb_measure_ceilings(ctx);
@@ -252,8 +270,10 @@ nlohmann::json bench_dense_cuda(const DenseCudaBenchParams& p) {
   for (int64_t labels : p.labels)
     for (const auto& pr : p.precisions) {
       Context run_ctx(Device::cuda);
-      out["runs"].push_back(
-          dcb_bench_one(run_ctx, p.batch, p.dim, labels, p.chunk, pr == "bf16", p.iters, ceil));
+      out["runs"].push_back(dcb_bench_one(
+          run_ctx, p.batch, p.dim, labels, p.chunk,
+          pr == "fp32" ? Precision::fp32 : (pr == "bf16" ? Precision::bf16 : Precision::fp8),
+          p.iters, ceil));
     }
   return out;
 }

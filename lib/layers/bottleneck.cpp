@@ -32,15 +32,14 @@ BottleneckLayer::BottleneckLayer(const LayerInit& init, const BottleneckConfig& 
 
 LayerBytes BottleneckLayer::planned_bytes(const LayerShape& s, const BottleneckConfig& cfg) {
   return DenseBlock::planned_bytes(s.gpu, cfg.dim, s.labels(), s.batch, cfg.chunk_size, cfg.loss,
-                                   s.optim, cfg.precision == Precision::bf16,
-                                   cfg.sparse_gradient > 0.0) +
+                                   s.optim, cfg.precision, cfg.sparse_gradient > 0.0) +
          Projection::planned_bytes(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
                                    static_cast<float>(cfg.projection_lr));
 }
 
 StepWork BottleneckLayer::planned_step(const LayerShape& s, const BottleneckConfig& cfg) {
-  return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim,
-                                  cfg.precision == Precision::bf16, cfg.sparse_gradient > 0.0) +
+  return DenseBlock::planned_step(cfg.dim, s.labels(), s.batch, cfg.loss, s.optim, cfg.precision,
+                                  cfg.sparse_gradient > 0.0) +
          Projection::planned_step(s.input_dim, cfg.dim, Projection::Kind::linear, s.optim, s.batch,
                                   static_cast<float>(cfg.projection_lr));
 }

@@ -42,7 +42,8 @@ struct BottleneckConfig {
     v.field("loss", loss, "Loss over all labels");
     v.field("chunk_size", chunk_size, "Labels processed per chunk", Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,
-                    "Weight storage of the dense part: fp32, or bf16 (the projection stays fp32)");
+                    "Weight storage of the dense part: fp32, bf16 or fp8, as dense's (the "
+                    "projection stays fp32)");
     visit_sparse_gradient(v, sparse_gradient, lazy_update);
   }
 };

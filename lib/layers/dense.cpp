@@ -25,13 +25,12 @@ void DenseLayer::scores_impl(ConstMatrix h, int64_t lo, Matrix out) const {
 
 LayerBytes DenseLayer::planned_bytes(const LayerShape& s, const DenseConfig& cfg) {
   return DenseBlock::planned_bytes(s.gpu, s.input_dim, s.labels(), s.batch, cfg.chunk_size,
-                                   cfg.loss, s.optim, cfg.precision == Precision::bf16,
-                                   cfg.sparse_gradient > 0.0);
+                                   cfg.loss, s.optim, cfg.precision, cfg.sparse_gradient > 0.0);
 }
 
 StepWork DenseLayer::planned_step(const LayerShape& s, const DenseConfig& cfg) {
   return DenseBlock::planned_step(s.input_dim, s.labels(), s.batch, cfg.loss, s.optim,
-                                  cfg.precision == Precision::bf16, cfg.sparse_gradient > 0.0);
+                                  cfg.precision, cfg.sparse_gradient > 0.0);
 }
 
 TopK DenseLayer::topk_impl(ConstMatrix h, int k) const { return block_.topk(h, k, eval_rows()); }

@@ -25,8 +25,11 @@ struct DenseConfig {
     v.field("chunk_size", chunk_size, "Labels processed per chunk (bounds the B×chunk logit workspace)",
             Range{1, int64_t{1} << 24});
     visit_precision(v, precision, stochastic_rounding,
-                    "Weight storage: fp32, or bf16 (half the weight memory, no fp32 copy; fp32 "
-                    "accumulation: bf16 GEMMs on cuda, each chunk widened to fp32 on the cpu)");
+                    "Weight storage: fp32; bf16 (half the weight memory, no fp32 copy); or fp8 "
+                    "(e4m3 with a power-of-two scale per label row: a quarter, plus 4 bytes a "
+                    "row). fp32 accumulation: bf16 GEMMs on cuda (fp8 chunks widened to bf16 "
+                    "first), each chunk widened to fp32 on the cpu. docs/benchmarks.md, \"Lean "
+                    "precision on WordNet\"");
     visit_sparse_gradient(v, sparse_gradient, lazy_update);
   }
 };

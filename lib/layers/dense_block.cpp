@@ -18,9 +18,9 @@
 namespace xmc {
 
 DensePrecision dense_precision(Precision precision, bool stochastic_rounding) {
-  DensePrecision p{.bf16 = precision == Precision::bf16};
-  if (stochastic_rounding && !p.bf16)
-    throw_input("model.output.stochastic_rounding needs precision bf16 (precision is {})",
+  DensePrecision p{.weights = precision};
+  if (stochastic_rounding && precision == Precision::fp32)
+    throw_input("model.output.stochastic_rounding needs precision bf16 or fp8 (precision is {})",
                 to_string(precision));
   p.stochastic_rounding = stochastic_rounding;
   return p;
@@ -41,11 +41,11 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
       seed_(seed) {
   XMC_CHECK(d > 0 && n > 0 && max_batch > 0 && chunk > 0, "dense block d={} n={} B={} chunk={}",
             d, n, max_batch, chunk);
-  XMC_CHECK(!precision.stochastic_rounding || precision.bf16,
-            "stochastic rounding needs bf16 weights (precision fp32 given)");
+  XMC_CHECK(!precision.stochastic_rounding || precision.weights != Precision::fp32,
+            "stochastic rounding needs bf16 or fp8 weights (precision fp32 given)");
   // The host memory budget (a device block's weights live in GPU memory).
   if (!ctx.on_gpu()) check_host_budget(false);
-  p_ = LabelParams(ctx, optim, n, d, precision.bf16);
+  p_ = LabelParams(ctx, optim, n, d, precision.weights);
   const auto zn = static_cast<size_t>(max_batch * chunk_);
   z_ = Buffer<float>(ctx, MemTag::workspace, zn);
   dw_ = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(chunk_ * d));
@@ -67,13 +67,26 @@ void DenseBlock::round_h(ConstMatrix h) const {
   if (gpu_bf16()) ops::to_bf16(*ctx_, h, gpu::Bf16Matrix(h16_.data(), h.rows, d_));
 }
 
+gpu::ConstBf16Matrix DenseBlock::chunk16(int64_t row0, int64_t c) const {
+  if (p_.w.bf16()) return {p_.w.b16() + row0 * d_, c, d_};
+  return {reinterpret_cast<const gpu::Bf16*>(dw_.data()), c, d_};
+}
+
 void DenseBlock::logits(ConstMatrix h, int64_t row0, Matrix z) const {
+  const int64_t c = z.cols;
   if (gpu_bf16()) {
-    ops::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_),
-                 gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), z);
-  } else if (bf16()) {  // CPU: the chunk widened into dw_, then the fp32 sgemm
-    const Matrix wc(dw_.data(), z.cols, d_);
-    ops::widen_bf16(gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, z.cols, d_), wc);
+    if (p_.w.fp8())  // widened into bf16 at the start of dw_ (half of its bytes)
+      ops::widen_fp8(*ctx_, gpu::ConstFp8Matrix(p_.w.f8() + row0 * d_, c, d_),
+                     p_.w.row_scale() + row0,
+                     gpu::Bf16Matrix(reinterpret_cast<gpu::Bf16*>(dw_.data()), c, d_));
+    ops::gemm_nt(*ctx_, gpu::ConstBf16Matrix(h16_.data(), h.rows, d_), chunk16(row0, c), z);
+  } else if (narrow()) {  // CPU: the chunk widened into dw_, then the fp32 sgemm
+    const Matrix wc(dw_.data(), c, d_);
+    if (p_.w.fp8())
+      ops::widen_fp8(gpu::ConstFp8Matrix(p_.w.f8() + row0 * d_, c, d_), p_.w.row_scale() + row0,
+                     wc);
+    else
+      ops::widen_bf16(gpu::ConstBf16Matrix(p_.w.b16() + row0 * d_, c, d_), wc);
     ops::gemm_nt(*ctx_, h, wc, z);
   } else {
     ops::gemm_nt(*ctx_, h, ConstMatrix(p_.w.f32() + row0 * d_, z.cols, d_), z);
@@ -139,20 +152,20 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
                         sparse_stream(seed_, lr.step), lo_ + c0, targets.cols, g16);
     mark(&DenseTimings::loss);
     // dh += G·W_c with the weights before this step's update; dW_c = Gᵀ·h, db_c = column
-    // sums of G; then update the chunk. CPU bf16: dw_ holds W_c widened by logits() until
-    // dW_c overwrites it.
+    // sums of G; then update the chunk. bf16 / fp8 (CPU), fp8 (GPU): dw_ holds W_c widened
+    // by logits() until dW_c overwrites it.
     const Matrix dw(dw_.data(), c, d_);
     int64_t touched = c;  // rows of dW_c written (lazy_: the non-empty columns of G)
     if (sparse_cpu()) {
-      touched = sparse_backward(z, bf16() ? dw_.data() : p_.w.f32() + c0 * d_, h, dh);
+      touched = sparse_backward(z, narrow() ? dw_.data() : p_.w.f32() + c0 * d_, h, dh);
       mark(&DenseTimings::backward_input);
     } else if (gpu_bf16()) {
       const gpu::ConstBf16Matrix g(g16.data, batch, c);
-      ops::gemm_nn(ctx, g, gpu::ConstBf16Matrix(p_.w.b16() + c0 * d_, c, d_), dh, 1.0f, 1.0f);
+      ops::gemm_nn(ctx, g, chunk16(c0, c), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       ops::gemm_tn(ctx, g, gpu::ConstBf16Matrix(h16_.data(), batch, d_), dw);
     } else {
-      const float* wc = bf16() ? dw_.data() : p_.w.f32() + c0 * d_;
+      const float* wc = narrow() ? dw_.data() : p_.w.f32() + c0 * d_;
       ops::gemm_nn(ctx, z, ConstMatrix(wc, c, d_), dh, 1.0f, 1.0f);
       mark(&DenseTimings::backward_input);
       ops::gemm_tn(ctx, z, h, dw);
@@ -185,7 +198,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
 
 void DenseBlock::check_host_budget(bool sparse) const {
   check_memory_plan(
-      planned_bytes(false, d_, n_, max_batch_, chunk_, loss_, optim_, precision_.bf16, sparse)
+      planned_bytes(false, d_, n_, max_batch_, chunk_, loss_, optim_, precision_.weights, sparse)
           .total(),
       fmt::format("a dense output block of {} labels × d = {} (weights, {} "
                   "optimizer state arrays, workspace{})",
@@ -205,7 +218,7 @@ void DenseBlock::set_sparse_gradient(double threshold, bool lazy) {
       throw_input(
           "model.output.lazy_update updates the rows that the sparsified gradient touches: it "
           "needs model.output.sparse_gradient > 0 (it is 0)");
-    if (bf16() || optim_.state_precision == StatePrecision::bf16 || optim_.rowwise)
+    if (narrow() || optim_.state_precision == StatePrecision::bf16 || optim_.rowwise)
       throw_input(
           "model.output.lazy_update needs fp32 label weights and optimizer state (precision "
           "fp32, optim.output.state_precision fp32, rowwise false)");
@@ -314,11 +327,12 @@ void DenseBlock::sync_state(StateSync s) { p_.sync(s); }
 
 LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch,
                                      int64_t chunk, LossType loss, const OptimizerConfig& optim,
-                                     bool bf16, bool sparse_gradient) {
+                                     Precision precision, bool sparse_gradient) {
   const double dd = static_cast<double>(d), b = static_cast<double>(max_batch);
   const double c = static_cast<double>(std::min(chunk, n));
-  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, bf16);  // W, b, their state
-  bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (CPU bf16: also W_c widened), db_c
+  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, precision);  // W, b, their state
+  bytes.workspace = 4.0 * (b * c + c * dd + c);  // z, dW_c (also W_c widened), db_c
+  const bool bf16 = precision != Precision::fp32;
   if (sparse_gradient && !gpu)                   // G by column
     bytes.workspace += 8.0 * (c + 1) + 4.0 * (2.0 * b * c + c);
   if (gpu) {
@@ -330,7 +344,8 @@ LayerBytes DenseBlock::planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max
 }
 
 StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                                  const OptimizerConfig& optim, bool bf16, bool sparse_gradient) {
+                                  const OptimizerConfig& optim, Precision precision,
+                                  bool sparse_gradient) {
   const double b = static_cast<double>(batch), nd = static_cast<double>(n) * static_cast<double>(d);
   // GEMMs: the logits, dh += G·W_c, dW_c = Gᵀ·h (softmax: the logits twice); with a sparse
   // gradient only the logits (the backward's cost follows G's non-zeros, not modelled: a
@@ -339,14 +354,14 @@ StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType 
   // (read W and dW, write W, read and write each per-weight state array: none with
   // rowwise).
   const double passes = (loss == LossType::softmax ? 2.0 : 1.0) + (sparse_gradient ? 0.0 : 2.0);
-  const double wb = bf16 ? 2.0 : 4.0;
+  const double wb = weight_bytes(precision);
   const double state = optim.rowwise ? 0.0 : optimizer_state_arrays(optim) * state_slot_bytes(optim);
   return StepWork::of(2.0 * b * nd * passes,
                       4.0 * b * static_cast<double>(n) * passes + nd * (2.0 * wb + 4.0 + 2.0 * state));
 }
 
 int64_t DenseBlock::analytic_bytes() const {
-  return planned_bytes(ctx_->on_gpu(), d_, n_, max_batch_, chunk_, loss_, optim_, bf16(),
+  return planned_bytes(ctx_->on_gpu(), d_, n_, max_batch_, chunk_, loss_, optim_, p_.w.precision(),
                        sparse_threshold_ > 0.0)
       .rounded();
 }

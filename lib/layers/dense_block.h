@@ -7,12 +7,14 @@
 // One path on the Context's device (ops of ops/dense.h, ops/loss.h,
 // ops/optimizer.h): a CPU Context keeps host arrays and every matrix is a host view; a
 // CUDA Context keeps device arrays and h, dh and the scores' out are DEVICE views. Weights
-// fp32, or bf16 (stored only in bf16: half the memory; updates rounded to nearest or
-// stochastically; the weights' optimizer state fp32 or bf16, the bias and its state fp32).
-// On the GPU the GEMMs run in bf16 with fp32 accumulation, h and G rounded to bf16 for
-// them; on the CPU each chunk of W is widened to fp32 just before its sgemm (in the dW_c
-// workspace, so bf16 adds no buffer). The same initial weights on both devices for the
-// same seed. Every buffer goes through the ledger: weights, optimizer, workspace.
+// fp32, bf16 (stored only in bf16: half the memory) or fp8 e4m3 with a scale per row (a
+// quarter); updates rounded to nearest or stochastically; the weights' optimizer state
+// fp32 or bf16 (bf16 weights only), the bias and its state fp32. On the GPU the GEMMs of
+// bf16 and fp8 weights run in bf16 with fp32 accumulation, h and G rounded to bf16 for
+// them (an fp8 chunk is first widened into bf16 in the dW_c workspace); on the CPU each
+// chunk of W is widened to fp32 just before its sgemm (in the dW_c workspace, so neither
+// adds a buffer). The same initial weights on both devices for the same seed. Every buffer goes
+// through the ledger: weights, optimizer, workspace.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "core/tensor_ref.h"
 #include "layers/label_params.h"
 #include "layers/output_layer.h"
+#include "layers/weight_array.h"
 #include "ops/loss.h"
 #include "ops/optimizer.h"
 
@@ -41,20 +44,21 @@ struct DenseTimings {
   double update = 0.0;           // optimizer step of W_c, b_c
 };
 
-XMC_NAMED_ENUM(Precision, fp32, bf16);  // weight storage
-
-// Weight storage of a dense block.
+// Weight storage of a dense block (Precision: layers/weight_array.h).
 struct DensePrecision {
-  bool bf16 = false;
-  bool stochastic_rounding = false;  // bf16 only
+  Precision weights = Precision::fp32;
+  bool stochastic_rounding = false;  // bf16 and fp8 only
+  bool bf16() const { return weights == Precision::bf16; }
 };
 // The config keys `precision` and `stochastic_rounding` of the backends built on a
 // DenseBlock (dense, bottleneck, group_shared); `doc` describes what the precision covers.
 template <class V>
-void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, const char* doc) {
-  v.field("precision", precision, doc);
+void visit_precision(V& v, Precision& precision, bool& stochastic_rounding, const char* doc,
+                     const Choices& choices = Choices::of<Precision>()) {
+  v.field("precision", precision, doc, choices);
   v.field("stochastic_rounding", stochastic_rounding,
-          "Round bf16 weight updates stochastically instead of to nearest (precision bf16)");
+          "Round weight updates stochastically (unbiased) instead of to nearest (precision bf16 "
+          "or fp8)");
 }
 // The config keys `sparse_gradient` and `lazy_update` of the backends built on a DenseBlock
 // (dense, bottleneck): DenseBlock::set_sparse_gradient's threshold and `lazy`.
@@ -73,7 +77,7 @@ void visit_sparse_gradient(V& v, double& sparse_gradient, bool& lazy_update) {
           "fp32 weights and optimizer state. On cuda every row is updated. docs/benchmarks.md, "
           "\"Lazy updates\"");
 }
-// stochastic_rounding: bf16 only (InputError otherwise).
+// stochastic_rounding: bf16 and fp8 only (InputError otherwise).
 DensePrecision dense_precision(Precision precision, bool stochastic_rounding);
 
 class DenseBlock {
@@ -128,23 +132,28 @@ class DenseBlock {
   // CPU constructor checks the total against the memory budget.
   // sparse_gradient: set_sparse_gradient's workspaces (CPU only).
   static LayerBytes planned_bytes(bool gpu, int64_t d, int64_t n, int64_t max_batch, int64_t chunk,
-                                  LossType loss, const OptimizerConfig& optim, bool bf16 = false,
+                                  LossType loss, const OptimizerConfig& optim,
+                                  Precision precision = Precision::fp32,
                                   bool sparse_gradient = false);
   // The work of one step (layers/layer_bytes.h): the GEMMs, the loss pass over the logits,
   // the update of W, b and their state.
   static StepWork planned_step(int64_t d, int64_t n, int64_t batch, LossType loss,
-                               const OptimizerConfig& optim, bool bf16 = false,
+                               const OptimizerConfig& optim, Precision precision = Precision::fp32,
                                bool sparse_gradient = false);
   int64_t chunk() const { return chunk_; }
 
  private:
-  bool bf16() const { return p_.w.bf16(); }
-  // bf16 weights on the GPU: bf16 GEMMs on h and G rounded. On the CPU bf16 weights are
+  bool narrow() const { return p_.w.precision() != Precision::fp32; }
+  // bf16 or fp8 weights on the GPU: bf16 GEMMs on h and G rounded. On the CPU they are
   // widened chunk by chunk and the GEMMs stay fp32.
-  bool gpu_bf16() const { return bf16() && ctx_->on_gpu(); }
+  bool gpu_bf16() const { return narrow() && ctx_->on_gpu(); }
   // z [B×c] = h·W_cᵀ (no bias) for labels [row0, row0+c) of the block; bf16: h16_ must
-  // hold h rounded (round_h).
+  // hold h rounded (round_h). CPU bf16 / fp8: leaves W_c widened to fp32 in dw_; GPU fp8:
+  // leaves W_c widened to bf16 at the start of dw_ (chunk16).
   void logits(ConstMatrix h, int64_t row0, Matrix z) const;
+  // GPU: W_c's bf16 rows for labels [row0, row0+c): bf16 weights in place, fp8 weights as
+  // logits() left them widened.
+  gpu::ConstBf16Matrix chunk16(int64_t row0, int64_t c) const;
   void round_h(ConstMatrix h) const;
   bool sparse_cpu() const { return sparse_threshold_ > 0.0 && !ctx_->on_gpu(); }
   // check_memory_plan of this block's planned host bytes (with the sparse workspaces when
@@ -164,7 +173,8 @@ class DenseBlock {
   uint64_t seed_;
   LabelParams p_;                      // W [n×d], bias [n] and their optimizer state
   Buffer<float> z_;                    // [max_batch×chunk] logits / gradients
-  mutable Buffer<float> dw_;           // [chunk×d] dW_c; CPU bf16: first W_c widened
+  mutable Buffer<float> dw_;           // [chunk×d] dW_c; first W_c widened (CPU bf16/fp8:
+                                       // fp32; GPU fp8: bf16)
   Buffer<float> db_;                   // [chunk]
   Buffer<gpu::Bf16> g16_;              // GPU bf16: [max_batch×chunk] G rounded
   mutable Buffer<gpu::Bf16> h16_;      // GPU bf16: [max_batch×d] h rounded

@@ -158,7 +158,7 @@ FaninBlock::FaninBlock(const LayerInit& init, const FaninConfig& cfg, const Fani
     throw_input(
         "optim.output.rowwise: the row-wise second moment is for the dense label weights "
         "(backends dense and bottleneck); this layer updates rows lazily or rewires them");
-  p_ = LabelParams(ctx, optim_, n_, f_, layout.precision.bf16);
+  p_ = LabelParams(ctx, optim_, n_, f_, layout.precision.weights);
   proj_ = Projection(ctx, d_, cfg.projection, Projection::Kind::relu, optim_, max_batch_,
                      Rng::stream(seed_, layout.projection_stream));
   if (Comm* c = init.shard_comm()) proj_.set_comm(c);  // dP, dc summed over the processes
@@ -383,10 +383,10 @@ LayerBytes FaninBlock::planned_bytes(bool gpu, int64_t d, int64_t max_batch,
       static_cast<double>(std::min(std::max(group, cfg.chunk_size / group * group), sets * group));
   const auto f = static_cast<double>(cfg.fan_in);
   bytes.params += 4.0 * static_cast<double>(sets) * f;  // index sets
-  bytes += LabelParams::planned_bytes(optim, layout.labels, cfg.fan_in, layout.precision.bf16);
+  bytes += LabelParams::planned_bytes(optim, layout.labels, cfg.fan_in, layout.precision.weights);
   bytes += Projection::planned_bytes(d, cfg.projection, Projection::Kind::relu, optim, max_batch);
   // ut [m×B] (bf16 with bf16 weights), z [B×chunk], dW [chunk×F], db [chunk]
-  bytes.workspace += (layout.precision.bf16 ? 2.0 : 4.0) * static_cast<double>(m) * b +
+  bytes.workspace += (layout.precision.bf16() ? 2.0 : 4.0) * static_cast<double>(m) * b +
                      4.0 * (b * chunk + chunk * f + chunk);
   if (gpu) bytes.workspace += sizeof(gpu::LossAccum) + 8.0 * (b + 1);  // loss, target rows
   return bytes;

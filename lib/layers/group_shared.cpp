@@ -137,11 +137,11 @@ GroupSharedLayer::GroupSharedLayer(const LayerInit& init, const GroupSharedConfi
 
   // Head: a dense block over positions [0, H) on its (projected) input.
   const DensePrecision precision = dense_precision(cfg.precision, cfg.stochastic_rounding);
-  if (precision.bf16 && t > 0 && !ctx.on_gpu())
+  if (precision.bf16() && t > 0 && !ctx.on_gpu())
     throw_input(
         "model.output.precision: group_shared with precision bf16 on device cpu: the tail's "
         "bf16 kernels exist on device cuda only (use precision fp32 on the CPU)");
-  if (precision.bf16 && t > 0 && f > 256)
+  if (precision.bf16() && t > 0 && f > 256)
     throw_input(
         "group_shared: fan_in {} with precision bf16: the bf16 kernels stage the whole "
         "[F×64] tile and take F <= 256 (use precision fp32)",
@@ -488,7 +488,7 @@ int64_t GroupSharedLayer::analytic_bytes_impl() const {
 StepWork GroupSharedLayer::planned_step(const LayerShape& s, const GroupSharedConfig& cfg) {
   const GroupSharedSplit split =
       group_shared_split(s.num_labels, cfg.head_fraction, cfg.group_size, s.shard, s.shards);
-  const DensePrecision precision{.bf16 = cfg.precision == Precision::bf16};
+  const DensePrecision precision{.weights = cfg.precision};
   StepWork w;
   if (split.head > 0) {
     w += DenseBlock::planned_step(cfg.head_dim > 0 ? cfg.head_dim : s.input_dim, split.head,
@@ -503,7 +503,7 @@ StepWork GroupSharedLayer::planned_step(const LayerShape& s, const GroupSharedCo
 LayerBytes GroupSharedLayer::planned_bytes(const LayerShape& s, const GroupSharedConfig& cfg) {
   const GroupSharedSplit split =
       group_shared_split(s.num_labels, cfg.head_fraction, cfg.group_size, s.shard, s.shards);
-  const DensePrecision precision{.bf16 = cfg.precision == Precision::bf16,
+  const DensePrecision precision{.weights = cfg.precision,
                                  .stochastic_rounding = cfg.stochastic_rounding};
   LayerBytes bytes;
   // label order, positions (host, over all labels), semantic flag
@@ -511,7 +511,7 @@ LayerBytes GroupSharedLayer::planned_bytes(const LayerShape& s, const GroupShare
   if (split.head > 0) {
     bytes +=
         DenseBlock::planned_bytes(s.gpu, cfg.head_dim > 0 ? cfg.head_dim : s.input_dim, split.head,
-                                  s.batch, cfg.chunk_size, cfg.loss, s.optim, precision.bf16);
+                                  s.batch, cfg.chunk_size, cfg.loss, s.optim, precision.weights);
     bytes += Projection::planned_bytes(s.input_dim, cfg.head_dim, Projection::Kind::affine, s.optim,
                                        s.batch);
   }

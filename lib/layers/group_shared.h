@@ -100,7 +100,8 @@ struct GroupSharedConfig : FaninConfig {
     visit_precision(
         v, precision, stochastic_rounding,
         "Weight storage of the head block and the tail: fp32, or bf16 (device cuda only "
-        "when there is a tail; the projections stay fp32)");
+        "when there is a tail; the projections stay fp32). fp8 is dense and bottleneck's only",
+        Choices{Precision::fp32, Precision::bf16});
   }
 };
 

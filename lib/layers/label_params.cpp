@@ -13,27 +13,29 @@ OptimizerConfig without_decay(OptimizerConfig c) {
 }  // namespace
 
 LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows_, int64_t cols_,
-                         bool bf16)
+                         Precision precision)
     : rows(rows_), cols(cols_) {
   const auto wn = static_cast<size_t>(rows * cols);
   const auto n = static_cast<size_t>(rows);
   const bool bf16_state = optim.state_precision == StatePrecision::bf16;
-  if (bf16_state && !bf16)
+  if (bf16_state && precision != Precision::bf16)
     throw_input(
         "optim.output.state_precision: bf16 optimizer state needs bf16 weights "
-        "(model.output.precision: bf16; backends dense, bottleneck and group_shared)");
+        "(model.output.precision: bf16, {} given; backends dense, bottleneck and group_shared)",
+        to_string(precision));
   if (optim.rowwise && (optim.type == OptimizerType::sgd || optim.beta1 != 0.0))
     throw_input(
         "optim.output.rowwise: the row-wise second moment is Adam's without a first moment "
         "(type adam or adamw with beta1: 0; type {} beta1 {} given)",
         to_string(optim.type), optim.beta1);
-  w = WeightArray(ctx, bf16, wn);
+  w = WeightArray(ctx, precision, wn, MemTag::weights, cols);
   b = Buffer<float>(ctx, MemTag::weights, n);
   if (optim.rowwise) {  // one fp32 second moment per row
-    w_s2 = WeightArray(ctx, false, n, MemTag::optimizer);
+    w_s2 = WeightArray(ctx, Precision::fp32, n, MemTag::optimizer);
   } else {
-    if (optimizer_keeps(optim, 1)) w_s1 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
-    if (optimizer_keeps(optim, 2)) w_s2 = WeightArray(ctx, bf16_state, wn, MemTag::optimizer);
+    const Precision state = bf16_state ? Precision::bf16 : Precision::fp32;
+    if (optimizer_keeps(optim, 1)) w_s1 = WeightArray(ctx, state, wn, MemTag::optimizer);
+    if (optimizer_keeps(optim, 2)) w_s2 = WeightArray(ctx, state, wn, MemTag::optimizer);
   }
   b_s1 = optimizer_state_buffer(ctx, optim, 1, n);
   b_s2 = optimizer_state_buffer(ctx, optim, 2, n);
@@ -52,7 +54,8 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
 void LabelParams::update_rows(const Context& ctx, const OptimizerConfig& optim, double lr,
                               int64_t step, const uint32_t* ids, int64_t count, const float* dw,
                               const float* db) {
-  XMC_CHECK(!w.bf16() && !w_s1.bf16() && !w_s2.bf16(), "row updates of bf16 label weights");
+  XMC_CHECK(w.precision() == Precision::fp32 && !w_s1.bf16() && !w_s2.bf16(),
+            "row updates of {} label weights", to_string(w.precision()));
   optimizer_update_rows(ctx, optim, lr, step, w.f32(), dw, w_s1.empty() ? nullptr : w_s1.f32(),
                         w_s2.empty() ? nullptr : w_s2.f32(), ids, count, cols);
   optimizer_update_rows(ctx, without_decay(optim), lr, step, b.data(), db, data_or_null(b_s1),
@@ -82,12 +85,15 @@ void LabelParams::sync(StateSync s) {
 }
 
 LayerBytes LabelParams::planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
-                                      bool bf16) {
+                                      Precision precision) {
   const double n = static_cast<double>(rows), wn = n * static_cast<double>(cols);
   const double bias_state = 4.0 * optimizer_state_arrays(optim) * n;
   const double weight_state =
       optim.rowwise ? 4.0 * n : optimizer_state_arrays(optim) * state_slot_bytes(optim) * wn;
-  return {.params = (bf16 ? 2.0 : 4.0) * wn + 4.0 * n, .optimizer = weight_state + bias_state};
+  // fp8: one fp32 scale per row beside the codes
+  const double scales = precision == Precision::fp8 ? 4.0 * n : 0.0;
+  return {.params = weight_bytes(precision) * wn + scales + 4.0 * n,
+          .optimizer = weight_state + bias_state};
 }
 
 }  // namespace xmc

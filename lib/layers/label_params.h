@@ -1,7 +1,7 @@
 #pragma once
 // LabelParams: the per-label parameters that dense_block, fixed_fanin, group_shared's tail
-// and the sampled block all keep — weights [rows×cols] (WeightArray: fp32, or bf16 on the
-// GPU), bias [rows] and their optimizer state (the weights' state fp32, or bf16 beside
+// and the sampled block all keep — weights [rows×cols] (WeightArray: fp32, bf16 or fp8),
+// bias [rows] and their optimizer state (the weights' state fp32, or bf16 beside
 // bf16 weights: optim.state_precision) — on the Context's device, with the one slice
 // update, the checkpoint names and the host staging of checkpoints.
 #include <cstdint>
@@ -32,7 +32,7 @@ struct LabelParams {
   // layers that update rows lazily or rewire (fixed_fanin, group_shared, the sampled
   // backends) refuse rowwise themselves.
   LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows, int64_t cols,
-              bool bf16 = false);
+              Precision precision = Precision::fp32);
 
   // Rows [r0, r0+n) take one step: the weights with gradient dw [n×cols] (stochastic
   // rounding key as WeightArray::update), the biases with db [n] and no weight decay.
@@ -52,7 +52,7 @@ struct LabelParams {
   // Bytes of the weights and the bias (params) and of their optimizer state, for these
   // sizes (layers/layer_bytes.h).
   static LayerBytes planned_bytes(const OptimizerConfig& optim, int64_t rows, int64_t cols,
-                                  bool bf16);
+                                  Precision precision);
 };
 
 }  // namespace xmc

@@ -183,7 +183,7 @@ LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, i
   // As the constructor sizes them: the entries reserved, the touched rows per block.
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
   const int64_t block = std::min(n, gpu ? hint : int64_t{1024});
-  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, false);
+  LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, Precision::fp32);
   // zg [hint], dW [block×d], db [block], the staged candidates (GPU)
   bytes.workspace = 4.0 * static_cast<double>(hint + block * d + block) +
                     ops::CandidateStaging::planned_bytes(gpu, max_batch, hint, std::min(hint, n));

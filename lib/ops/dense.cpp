@@ -80,6 +80,18 @@ void widen_bf16(gpu::ConstBf16Matrix src, Matrix dst) {
   }
 }
 
+void widen_fp8(gpu::ConstFp8Matrix src, const float* row_scale, Matrix dst) {
+  XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "widen_fp8: [{}×{}] into [{}×{}]",
+            src.rows, src.cols, dst.rows, dst.cols);
+#pragma omp parallel for schedule(static) if (src.rows * src.cols > 65536)
+  for (int64_t i = 0; i < src.rows; ++i) {
+    const gpu::Fp8* s = src.row(i);
+    float* d = dst.row(i);
+    const float scale = row_scale[i];
+    for (int64_t j = 0; j < src.cols; ++j) d[j] = gpu::fp8_value(s[j].bits) * scale;
+  }
+}
+
 void relu_inplace(Matrix m) {
 #pragma omp parallel for schedule(static) if (m.rows * m.cols > 65536)
   for (int64_t i = 0; i < m.rows; ++i) {
@@ -107,6 +119,13 @@ void to_bf16(const Context& ctx, ConstMatrix src, gpu::Bf16Matrix dst) {
   XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "to_bf16: [{}×{}] into [{}×{}]", src.rows,
             src.cols, dst.rows, dst.cols);
   gpu::to_bf16(bf16_device(ctx, "to_bf16"), src, dst);
+}
+
+void widen_fp8(const Context& ctx, gpu::ConstFp8Matrix src, const float* row_scale,
+               gpu::Bf16Matrix dst) {
+  XMC_CHECK(src.rows == dst.rows && src.cols == dst.cols, "widen_fp8: [{}×{}] into [{}×{}]",
+            src.rows, src.cols, dst.rows, dst.cols);
+  gpu::widen_fp8(bf16_device(ctx, "widen_fp8 into bf16"), src, row_scale, dst);
 }
 
 void set_zero(const Context& ctx, Matrix m) {

@@ -290,6 +290,53 @@ void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, do
   update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
 }
 
+void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                          gpu::Fp8* params, float* row_scale, const float* grad, float* state1,
+                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed) {
+  XMC_CHECK(rows >= 0 && cols >= 1, "fp8 update of {} rows of {}", rows, cols);
+  if (cfg.rowwise)
+    check_rowwise(cfg, step, state2, rows, cols);
+  else
+    check_update(cfg, step, state1, state2, rows * cols);
+  if (rows == 0) return;
+  if (ctx.on_gpu()) {
+    XMC_CHECK(cols <= kFp8MaxRowGpu,
+              "fp8 weights on cuda: rows of at most {} weights (the update keeps a row in shared "
+              "memory), {} given",
+              kFp8MaxRowGpu, cols);
+    return gpu::optimizer_update_fp8(ctx.cuda(), cfg, lr, step, params, row_scale, grad, state1,
+                                     state2, rows, cols, stochastic_seed);
+  }
+  const OptimizerStep st(cfg, lr, step);
+  const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
+  const bool stochastic = stochastic_seed != 0;
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    std::vector<float> wide(static_cast<size_t>(cols));
+    float* x = wide.data();
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      gpu::Fp8* pr = params + r * cols;
+      const float* gr = grad + r * cols;
+      const float scale = row_scale[r];
+      for (int64_t j = 0; j < cols; ++j) x[j] = gpu::fp8_value(pr[j].bits) * scale;
+      if (cfg.rowwise)
+        st.apply_row(x, gr, state2[r], cols);
+      else
+        st.apply(x, gr, state1 ? state1 + r * cols : nullptr, state2 ? state2 + r * cols : nullptr,
+                 cols);
+      float top = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) top = std::fmax(top, std::fabs(x[j]));
+      const float next = gpu::fp8_row_scale(top), inv = gpu::fp8_inverse_scale(next);
+      for (int64_t j = 0; j < cols; ++j)
+        pr[j].bits = gpu::fp8_code(x[j] * inv,
+                                   gpu::rounding_bits(stream, static_cast<uint64_t>(r * cols + j)),
+                                   stochastic);
+      row_scale[r] = next;
+    }
+  }
+}
+
 void optimizer_update_rows(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                            float* params, const float* grad, float* state1, float* state2,
                            const uint32_t* rows, int64_t count, int64_t width) {

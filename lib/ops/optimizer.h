@@ -103,6 +103,21 @@ void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, do
                               int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
                               int64_t rows, int64_t cols, uint64_t stochastic_seed = 0);
 
+// fp8 (e4m3) weights with one power-of-two scale per row (gpu::Fp8, ops/dense.h): rows
+// [0, rows) of params [rows×cols] and row_scale [rows], gradient grad [rows×cols]. Each row
+// is widened (value·scale), takes the fp32 step — OptimizerStep::apply with fp32 state
+// state1 / state2 [rows×cols] (those the optimizer keeps; bf16 state is not supported), or
+// with cfg.rowwise apply_row with one fp32 v per row in state2 [rows] — gets the scale of
+// its new largest |w| (gpu::fp8_row_scale) and is rounded back: to nearest even, or
+// stochastically when stochastic_seed != 0 (element (r, j) draws gpu::rounding_bits(stream,
+// r·cols + j), the bf16 updates' rule), so both devices round alike. On the Context's
+// device: CPU rows in parallel; CUDA a block per row, the row in shared memory (cols ≤
+// kFp8MaxRowGpu).
+inline constexpr int64_t kFp8MaxRowGpu = 12288;
+void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
+                          gpu::Fp8* params, float* row_scale, const float* grad, float* state1,
+                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed = 0);
+
 // The lazy update of a sparse layer's touched rows on the Context's device: for u in
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
 // gradient row u of grad [count×width], as OptimizerStep(cfg, lr, step).apply on that row;
@@ -160,6 +175,10 @@ XMC_GPU_FN void optimizer_update_rowwise(const CudaContext& ctx, const Optimizer
                                          double lr, int64_t step, Bf16* params, const float* grad,
                                          float* row_v, int64_t rows, int64_t cols,
                                          uint64_t stochastic_seed) XMC_GPU_STUB;
+XMC_GPU_FN void optimizer_update_fp8(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
+                                     int64_t step, Fp8* params, float* row_scale, const float* grad,
+                                     float* state1, float* state2, int64_t rows, int64_t cols,
+                                     uint64_t stochastic_seed) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                       int64_t step, float* params, const float* grad, float* state1,
                                       float* state2, const uint32_t* rows, int64_t count,

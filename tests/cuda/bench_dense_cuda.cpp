@@ -4,7 +4,7 @@
 // without a GPU.
 //
 //   bench_dense_cuda [--batch 256] [--dim 768] [--labels 131072,670091,3000000]
-//                    [--chunk 16384] [--iters 5] [--precision fp32,bf16] [--json FILE]
+//                    [--chunk 16384] [--iters 5] [--precision fp32,bf16,fp8] [--json FILE]
 #include <cstdio>
 #include <exception>
 #include <fstream>

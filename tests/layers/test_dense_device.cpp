@@ -71,6 +71,46 @@ TEST_CASE("bf16 on the CPU: dense and bottleneck take it, the bad combinations a
   CHECK(ctx.ledger().total_current() == 0);
 }
 
+TEST_CASE("fp8 on the CPU: dense and bottleneck take it, the bad combinations are refused") {
+  Context ctx(Device::cpu, 1);
+  DenseConfig c;
+  c.precision = Precision::fp8;
+  c.stochastic_rounding = true;
+  {
+    DenseLayer layer(small_init(ctx), c);
+    // 10 labels × 4: a byte a weight, a float per row's scale, the fp32 bias.
+    CHECK(ctx.ledger().current(MemTag::weights) == 10 * 4 + 10 * 4 + 10 * 4);
+    CHECK(ctx.ledger().total_current() == layer.analytic_bytes());
+  }
+  BottleneckConfig b;
+  b.dim = 3;
+  b.precision = Precision::fp8;
+  {
+    BottleneckLayer layer(small_init(ctx), b);
+    CHECK(ctx.ledger().total_current() == layer.analytic_bytes());
+  }
+  // The lean optimizers: Adam without a first moment (fp32 v), row-wise Adam.
+  LayerInit lean = small_init(ctx);
+  lean.optim.type = OptimizerType::adam;
+  lean.optim.beta1 = 0.0;
+  { DenseLayer layer(lean, c); }
+  lean.optim.rowwise = true;
+  {
+    DenseLayer layer(lean, c);
+    CHECK(ctx.ledger().current(MemTag::optimizer) == 10 * 4 + 10 * 4);
+  }
+  // bf16 optimizer state is bf16 weights' only, and names the key.
+  LayerInit init = small_init(ctx);
+  init.optim.state_precision = StatePrecision::bf16;
+  CHECK_THROWS_WITH(DenseLayer(init, c), Contains("optim.output.state_precision"));
+  // Lazy updates keep fp32 weights.
+  DenseConfig lazy = c;
+  lazy.sparse_gradient = 0.01;
+  lazy.lazy_update = true;
+  CHECK_THROWS_WITH(DenseLayer(small_init(ctx), lazy), Contains("model.output.lazy_update"));
+  CHECK(ctx.ledger().total_current() == 0);
+}
+
 TEST_CASE(
     "optim.output.rowwise: one moment per label row in the ledger, refused where it cannot apply") {
   Context ctx(Device::cpu, 1);
