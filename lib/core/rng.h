@@ -13,8 +13,8 @@ namespace xmc {
 
 __extension__ using uint128_t = unsigned __int128;
 
-// Everything but normal() and the state accessors is XMC_HOST_DEVICE: a CUDA kernel draws
-// the same numbers from the same seed (anns_sampled's uniform negatives, ops/sampled.h).
+// Everything but normal() and the std::array state accessors is XMC_HOST_DEVICE: a CUDA kernel
+// draws the same numbers from the same seed (anns_sampled's uniform negatives, ops/sampled.h).
 
 // The splitmix64 step (the golden-ratio increment, then the finaliser): Rng's seeding, the
 // probe sequence of dwta densification, the seeded hashes of the LSH candidate sampler.
@@ -75,6 +75,13 @@ class Rng {
 
   std::array<uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
   void set_state(const std::array<uint64_t, 4>& s) { std::copy(s.begin(), s.end(), s_); }
+  // The same four words through a plain array (device code: the LSH reservoir's state).
+  XMC_HOST_DEVICE void get_state(uint64_t* s) const {
+    for (int q = 0; q < 4; ++q) s[q] = s_[q];
+  }
+  XMC_HOST_DEVICE void set_state(const uint64_t* s) {
+    for (int q = 0; q < 4; ++q) s_[q] = s[q];
+  }
 
  private:
   XMC_HOST_DEVICE static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -1,10 +1,8 @@
 #include "sampling/lsh.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
-#include "ops/dense.h"
 
 namespace xmc {
 
@@ -65,95 +63,30 @@ LshHasher::LshHasher(int64_t dim, const LshParams& p) : dim_(dim), p_(p) {
                 bits_, p.k, p.family == LshFamily::dwta ? code_bits_ : 1, kMaxBits);
 }
 
+ops::LshHashView LshHasher::view() const {
+  return {.dwta = p_.family == LshFamily::dwta,
+          .sparse = p_.family == LshFamily::simhash && p_.sparse_projection,
+          .k = p_.k,
+          .tables = p_.tables,
+          .dim = dim_,
+          .proj = proj_.data(),
+          .sp_ptr = sp_ptr_.data(),
+          .sp_idx = sp_idx_.data(),
+          .sp_sign = sp_sign_.data(),
+          .bin_idx = bin_idx_.data(),
+          .bin = p_.bin,
+          .code_bits = code_bits_,
+          .seed = p_.seed};
+}
+
 void LshHasher::hash(const float* x, uint32_t* out) const {
-  const int k = p_.k;
-  if (p_.family == LshFamily::simhash) {
-    for (int t = 0; t < p_.tables; ++t) {
-      uint32_t code = 0;
-      for (int j = 0; j < k; ++j) {
-        const int64_t r = int64_t{t} * k + j;
-        float s = 0.0f;
-        if (p_.sparse_projection) {
-          for (int64_t q = sp_ptr_[r]; q < sp_ptr_[r + 1]; ++q) s += sp_sign_[q] * x[sp_idx_[q]];
-        } else {
-          const float* pr = proj_.data() + r * dim_;
-          for (int64_t c = 0; c < dim_; ++c) s += pr[c] * x[c];
-        }
-        code = (code << 1) | (s >= 0.0f ? 1u : 0u);
-      }
-      out[t] = code;
-    }
-    return;
-  }
-  // dwta
-  const int bin = p_.bin;
-  std::vector<int> codes(static_cast<size_t>(k));
-  std::vector<char> empty(static_cast<size_t>(k));
-  for (int t = 0; t < p_.tables; ++t) {
-    for (int j = 0; j < k; ++j) {
-      const uint32_t* idx = bin_idx_.data() + (int64_t{t} * k + j) * bin;
-      int best = 0;
-      float bv = x[idx[0]];
-      bool nonzero = bv != 0.0f;
-      for (int q = 1; q < bin; ++q) {
-        const float v = x[idx[q]];
-        nonzero = nonzero || v != 0.0f;
-        if (v > bv) {
-          bv = v;
-          best = q;
-        }
-      }
-      codes[j] = best;
-      empty[j] = !nonzero;
-    }
-    uint32_t code = 0;
-    for (int j = 0; j < k; ++j) {
-      int c = codes[j];
-      if (empty[j]) {
-        // Densification: borrow the code of the first non-empty bin on a seeded probe path.
-        c = 0;
-        for (uint64_t a = 1; a <= 64; ++a) {
-          const auto o = static_cast<int>(mix64(p_.seed ^ (static_cast<uint64_t>(t) << 40) ^
-                                                (static_cast<uint64_t>(j) << 20) ^ a) %
-                                          static_cast<uint64_t>(k));
-          if (!empty[o]) {
-            c = codes[o];
-            break;
-          }
-        }
-      }
-      code = (code << code_bits_) | static_cast<uint32_t>(c);
-    }
-    out[t] = code;
-  }
+  const ops::LshHashView h = view();
+  for (int t = 0; t < p_.tables; ++t) out[t] = ops::lsh_code(h, x, t);
 }
 
 void LshHasher::hash_rows(ConstMatrix x, uint32_t* out) const {
   XMC_CHECK(x.cols == dim_, "hash_rows of width {} with a hasher of width {}", x.cols, dim_);
-  const int nt = p_.tables;
-  if (p_.family == LshFamily::simhash && !p_.sparse_projection) {
-    // Projections of a block of rows in one GEMM: s [rows×T·K] = x·Pᵀ.
-    const int64_t nproj = int64_t{p_.k} * nt;
-    const int64_t block = 4096;
-    std::vector<float> s(static_cast<size_t>(std::min(block, x.rows) * nproj));
-    for (int64_t r0 = 0; r0 < x.rows; r0 += block) {
-      const int64_t rows = std::min(block, x.rows - r0);
-      Matrix sm(s.data(), rows, nproj);
-      ops::gemm_nt(x.rows_range(r0, rows), ConstMatrix(proj_.data(), nproj, dim_), sm);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* si = sm.row(i);
-        for (int t = 0; t < nt; ++t) {
-          uint32_t code = 0;
-          for (int j = 0; j < p_.k; ++j) code = (code << 1) | (si[t * p_.k + j] >= 0.0f ? 1u : 0u);
-          out[(r0 + i) * nt + t] = code;
-        }
-      }
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < x.rows; ++i) hash(x.row(i), out + i * nt);
+  ops::lsh_hash_rows(view(), x, out);
 }
 
 LshTables::LshTables(MemoryLedger& lg, int64_t dim, int64_t num_labels, const LshParams& p)
@@ -178,46 +111,20 @@ std::span<const uint32_t> LshTables::bucket(int t, uint32_t b) const {
   return {slots_.data() + cell * p_.capacity, size_[cell]};
 }
 
-void LshTables::insert_one(int t, uint32_t b, uint32_t label) {
-  const int64_t cell = int64_t{t} * nb_ + b;
-  uint32_t* s = slots_.data() + cell * p_.capacity;
-  uint32_t& n = size_[cell];
-  const auto cap = static_cast<uint32_t>(p_.capacity);
-  ++seen_[cell];
-  if (n < cap) {
-    s[n++] = label;
-    return;
-  }
-  if (p_.policy == BucketPolicy::fifo) {
-    std::memmove(s, s + 1, (cap - 1) * sizeof(uint32_t));
-    s[cap - 1] = label;
-    return;
-  }
-  // Reservoir (algorithm R): the new label replaces a random slot with probability cap/seen.
-  std::array<uint64_t, 4> st{};
-  for (int q = 0; q < 4; ++q) st[q] = static_cast<uint64_t>(rng_state_[t * 4 + q]);
-  Rng rng;
-  rng.set_state(st);
-  const uint64_t r = rng.below(seen_[cell]);
-  st = rng.state();
-  for (int q = 0; q < 4; ++q) rng_state_[t * 4 + q] = static_cast<int64_t>(st[q]);
-  if (r < cap) {
-    // Keep the oldest-first order: drop slot r, append the new label.
-    std::memmove(s + r, s + r + 1, (cap - 1 - r) * sizeof(uint32_t));
-    s[cap - 1] = label;
-  }
-}
-
-void LshTables::remove_one(int t, uint32_t b, uint32_t label) {
-  const int64_t cell = int64_t{t} * nb_ + b;
-  uint32_t* s = slots_.data() + cell * p_.capacity;
-  uint32_t& n = size_[cell];
-  for (uint32_t q = 0; q < n; ++q) {
-    if (s[q] != label) continue;
-    std::memmove(s + q, s + q + 1, (n - 1 - q) * sizeof(uint32_t));
-    --n;
-    return;
-  }
+ops::LshTablesView LshTables::view() const {
+  // The view type is the writers' too (ops::lsh_table_writes); the const methods hand it
+  // to readers only.
+  auto* self = const_cast<LshTables*>(this);
+  return {.slots = self->slots_.data(),
+          .size = self->size_.data(),
+          .seen = self->seen_.data(),
+          .where = self->where_.data(),
+          .rng = self->rng_state_.data(),
+          .tables = p_.tables,
+          .nb = nb_,
+          .capacity = p_.capacity,
+          .reservoir = p_.policy == BucketPolicy::reservoir,
+          .labels = num_labels_};
 }
 
 void LshTables::build(ConstMatrix w) {
@@ -226,13 +133,7 @@ void LshTables::build(ConstMatrix w) {
   std::fill(size_.data(), size_.data() + size_.size(), 0u);
   std::fill(seen_.data(), seen_.data() + seen_.size(), 0u);
   hasher_.hash_rows(w, where_.data());
-  const int nt = tables();
-  // One thread per table: no two threads write the same bucket; label order within a
-  // table is the serial order, so the result does not depend on the thread count.
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int t = 0; t < nt; ++t)
-    for (int64_t l = 0; l < num_labels_; ++l)
-      insert_one(t, where_[l * nt + t], static_cast<uint32_t>(l));
+  ops::lsh_table_writes(view(), nullptr, num_labels_, nullptr);  // every label, in order
 }
 
 void LshTables::reinsert(std::span<const uint32_t> labels, ConstMatrix w) {
@@ -254,19 +155,11 @@ void LshTables::reinsert_vectors(std::span<const uint32_t> labels, Vec vec) {
     XMC_CHECK(l < num_labels_, "reinsert of label {} >= {}", l, num_labels_);
   const int nt = tables();
   const auto n = static_cast<int64_t>(labels.size());
+  if (n == 0) return;  // (a null label list would mean a build to lsh_table_writes)
   std::vector<uint32_t> fresh(static_cast<size_t>(n * nt));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) hasher_.hash(vec(i), fresh.data() + i * nt);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int t = 0; t < nt; ++t) {
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t l = labels[i];
-      uint32_t& old = where_[int64_t{l} * nt + t];
-      remove_one(t, old, l);
-      old = fresh[i * nt + t];
-      insert_one(t, old, l);
-    }
-  }
+  ops::lsh_table_writes(view(), labels.data(), n, fresh.data());
 }
 
 std::vector<TensorRef> LshTables::state(const std::string& prefix) {

@@ -25,6 +25,7 @@
 #include "core/memory_ledger.h"
 #include "core/rng.h"
 #include "core/tensor_ref.h"
+#include "ops/lsh.h"
 
 namespace xmc {
 
@@ -52,6 +53,9 @@ class LshHasher {
   // rows of x [n×dim] -> out [n×tables] (OpenMP over rows).
   void hash_rows(ConstMatrix x, uint32_t* out) const;
   int bits() const { return bits_; }
+  // The hash functions as views of the host arrays (ops/lsh.h; a device layer uploads
+  // copies of proj(), ... and points a view at them).
+  ops::LshHashView view() const;
   // Bits of the bucket id for these parameters (what bits() will be), before any check.
   static int64_t bits_for(const LshParams& p);
   int64_t dim() const { return dim_; }
@@ -93,6 +97,10 @@ class LshTables {
   void hash(const float* x, uint32_t* codes) const { hasher_.hash(x, codes); }
   // Bucket of table t that label l was last inserted into.
   uint32_t label_bucket(uint32_t l, int t) const { return where_[l * tables() + t]; }
+  const LshHasher& hasher() const { return hasher_; }
+  // The tables as views of their host arrays (ops/lsh.h), for the candidate draw, which
+  // only reads them (slots, size).
+  ops::LshTablesView view() const;
 
   // Everything needed to continue: buckets, sizes, inserted counts, last bucket per label,
   // per-table RNG state (reservoir). Shapes are fixed at construction.
@@ -107,8 +115,6 @@ class LshTables {
   // labels[i] (checked < num_labels) re-enters the buckets of vector vec(i) [dim].
   template <class Vec>
   void reinsert_vectors(std::span<const uint32_t> labels, Vec vec);
-  void insert_one(int t, uint32_t b, uint32_t label);
-  void remove_one(int t, uint32_t b, uint32_t label);
 
   LshParams p_;
   LshHasher hasher_;

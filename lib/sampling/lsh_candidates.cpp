@@ -9,13 +9,6 @@
 
 namespace xmc {
 
-namespace {
-
-constexpr uint32_t kPositive = std::numeric_limits<uint32_t>::max();
-constexpr uint32_t kCut = kPositive - 1;  // retrieved but cut by the cap: may be padding
-
-}  // namespace
-
 bool LabelVectors::has(uint32_t label) const {
   if (ids.empty()) return label < w.rows;
   return std::binary_search(ids.begin(), ids.end(), label);
@@ -26,52 +19,6 @@ const float* LabelVectors::row(uint32_t label) const {
   const auto it = std::lower_bound(ids.begin(), ids.end(), label);
   XMC_CHECK(it != ids.end() && *it == label, "no weight vector for label {}", label);
   return w.row(it - ids.begin());
-}
-
-void CandidateSampler::LabelMap::clear() {
-  for (uint32_t u : used) keys[u] = 0;
-  used.clear();
-  if (keys.empty()) {
-    keys.assign(256, 0u);
-    vals.assign(256, 0u);
-  }
-}
-
-uint32_t* CandidateSampler::LabelMap::find(uint32_t label) {
-  const auto mask = static_cast<uint32_t>(keys.size() - 1);
-  for (auto u = static_cast<uint32_t>(mix64(label)) & mask;; u = (u + 1) & mask) {
-    if (keys[u] == label + 1) return &vals[u];
-    if (keys[u] == 0) return nullptr;
-  }
-}
-
-uint32_t& CandidateSampler::LabelMap::insert(uint32_t label, uint32_t v, bool* inserted) {
-  if (2 * (used.size() + 1) > keys.size()) grow();
-  const auto mask = static_cast<uint32_t>(keys.size() - 1);
-  for (auto u = static_cast<uint32_t>(mix64(label)) & mask;; u = (u + 1) & mask) {
-    if (keys[u] == label + 1) {
-      *inserted = false;
-      return vals[u];
-    }
-    if (keys[u] == 0) {
-      keys[u] = label + 1;
-      vals[u] = v;
-      used.push_back(u);
-      *inserted = true;
-      return vals[u];
-    }
-  }
-}
-
-void CandidateSampler::LabelMap::grow() {
-  std::vector<std::pair<uint32_t, uint32_t>> items;
-  items.reserve(used.size());
-  for (uint32_t u : used) items.emplace_back(keys[u] - 1, vals[u]);
-  keys.assign(keys.size() * 2, 0u);
-  vals.assign(keys.size(), 0u);
-  used.clear();
-  bool ins = false;
-  for (auto [l, v] : items) insert(l, v, &ins);
 }
 
 CandidateSampler::CandidateSampler(int64_t num_labels, const CandidateParams& p)
@@ -86,75 +33,45 @@ void CandidateSampler::build_row(const LshTables* tables, const std::vector<cons
                                  const uint32_t* pos, int64_t npos, int64_t max_candidates,
                                  int64_t min_candidates, Rng& rng, Scratch& s,
                                  std::vector<uint32_t>& out) const {
-  LabelMap& m = s.map;
-  m.clear();
-  out.clear();
-  bool inserted = false;
-  for (int64_t q = 0; q < npos; ++q) {
-    m.insert(pos[q], kPositive, &inserted);
-    if (inserted) out.push_back(pos[q]);
+  const int nt = tables != nullptr ? tables->tables() : 0;
+  const auto nq = static_cast<int64_t>(tables != nullptr ? queries.size() : 0);
+  if (nq > 0) {
+    s.codes.resize(static_cast<size_t>(nq * nt));
+    for (int64_t q = 0; q < nq; ++q) tables->hash(queries[q], s.codes.data() + q * nt);
   }
-  s.retrieved.clear();
-  if (tables) {
-    s.codes.resize(static_cast<size_t>(tables->tables()));
-    for (const float* x : queries) {
-      tables->hash(x, s.codes.data());
-      for (int t = 0; t < tables->tables(); ++t) {
-        for (uint32_t l : tables->bucket(t, s.codes[t])) {
-          uint32_t& c = m.insert(l, 0u, &inserted);
-          if (inserted) s.retrieved.push_back(l);
-          if (c != kPositive) ++c;
-        }
-      }
-    }
+  const ops::LshTablesView v = tables != nullptr ? tables->view() : ops::LshTablesView{};
+  const int64_t reach = nq * nt * (tables != nullptr ? tables->view().capacity : 0);
+  const int64_t target = std::min(min_candidates, num_labels_);
+  // The map holds the positives, every label the buckets hold and the padding, at most
+  // half full.
+  auto need = static_cast<size_t>(256);
+  while (need < static_cast<size_t>(2 * (npos + reach + target) + 2)) need *= 2;
+  if (s.keys.size() < need) {
+    s.keys.assign(need, 0u);
+    s.vals.resize(need);
+    s.used.resize(need);
   }
-  const auto room = static_cast<size_t>(
-      std::max<int64_t>(0, max_candidates - static_cast<int64_t>(out.size())));
-  const uint64_t salt = rng.next();
-  // Rank key = (collisions << 32) | seeded hash of the label: one integer compare per
-  // comparison, ties between equal counts broken at random but reproducibly.
-  auto& ranked = s.ranked;
-  ranked.clear();
-  for (uint32_t l : s.retrieved)
-    ranked.emplace_back((uint64_t{*m.find(l)} << 32) | (mix64(salt ^ l) >> 32), l);
-  auto better = [](const std::pair<uint64_t, uint32_t>& a, const std::pair<uint64_t, uint32_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
-  if (ranked.size() > room) {
-    std::nth_element(ranked.begin(), ranked.begin() + static_cast<int64_t>(room), ranked.end(),
-                     better);
-    // Labels cut by the cap may still be drawn as random padding.
-    for (size_t q = room; q < ranked.size(); ++q) *m.find(ranked[q].second) = kCut;
-    ranked.resize(room);
+  if (s.retrieved.size() < static_cast<size_t>(reach)) {
+    s.retrieved.resize(static_cast<size_t>(reach));
+    s.rank.resize(static_cast<size_t>(reach));
+    s.rank_label.resize(static_cast<size_t>(reach));
   }
-  std::sort(ranked.begin(), ranked.end(), better);
-  for (const auto& r : ranked) out.push_back(r.second);
-
-  const auto target = static_cast<size_t>(std::min(min_candidates, num_labels_));
-  if (out.size() >= target) return;
-  auto take = [&](uint32_t l) {
-    uint32_t& c = m.insert(l, kPositive, &inserted);
-    if (!inserted && c != kCut) return false;
-    c = kPositive;
-    out.push_back(l);
-    return true;
-  };
-  if (2 * target > static_cast<size_t>(num_labels_)) {
-    // Dense padding (small L): a random subset of the labels not yet taken.
-    std::vector<uint32_t> rest;
-    for (int64_t l = 0; l < num_labels_; ++l) {
-      const uint32_t* c = m.find(static_cast<uint32_t>(l));
-      if (!c || *c == kCut) rest.push_back(static_cast<uint32_t>(l));
-    }
-    const size_t need = target - out.size();
-    for (size_t q = 0; q < need; ++q) {
-      const size_t r = q + static_cast<size_t>(rng.below(rest.size() - q));
-      std::swap(rest[q], rest[r]);
-      take(rest[q]);
-    }
-    return;
-  }
-  while (out.size() < target) take(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(num_labels_))));
+  if (2 * target > num_labels_ && s.rest.size() < static_cast<size_t>(num_labels_))
+    s.rest.resize(static_cast<size_t>(num_labels_));
+  const ops::LshDrawScratch scratch{.keys = s.keys.data(),
+                                    .vals = s.vals.data(),
+                                    .used = s.used.data(),
+                                    .map_size = static_cast<int64_t>(s.keys.size()),
+                                    .retrieved = s.retrieved.data(),
+                                    .rank = s.rank.data(),
+                                    .rank_label = s.rank_label.data(),
+                                    .rest = s.rest.data()};
+  out.resize(static_cast<size_t>(
+      ops::lsh_candidate_slots(npos, max_candidates, min_candidates, num_labels_)));
+  const int64_t count =
+      ops::lsh_point_candidates(v, s.codes.data(), nq, pos, npos, max_candidates, min_candidates,
+                                num_labels_, rng, scratch, out.data());
+  out.resize(static_cast<size_t>(count));
 }
 
 CsrMatrix CandidateSampler::sample(const LshTables* tables, ConstMatrix h, const LabelVectors& w,

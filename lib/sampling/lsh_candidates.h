@@ -70,26 +70,15 @@ class CandidateSampler {
   int threads() const { return static_cast<int>(scratch_.size()); }
 
  private:
-  // Open-addressing map label -> collision count, sized by the candidates of one row
-  // (never by L): memory and cache footprint stay constant as the label count grows.
-  struct LabelMap {
-    std::vector<uint32_t> keys;  // label + 1; 0 = empty slot
-    std::vector<uint32_t> vals;
-    std::vector<uint32_t> used;  // occupied slots, for an O(size) clear
-    void clear();
-    uint32_t* find(uint32_t label);
-    // The value of label, inserted with v when absent; *inserted tells which.
-    uint32_t& insert(uint32_t label, uint32_t v, bool* inserted);
-    void grow();
-  };
+  // One thread's scratch for ops::lsh_point_candidates (the map zero between rows), grown
+  // to the largest row so far: sized by the candidates of a row, never by L (but for the
+  // dense padding of an L below twice min_candidates), so it is not in the ledger.
   struct Scratch {
-    LabelMap map;
-    std::vector<uint32_t> retrieved;
-    std::vector<std::pair<uint64_t, uint32_t>> ranked;  // (rank key, label)
-    std::vector<uint32_t> codes;
+    std::vector<uint32_t> keys, vals, used, retrieved, rank_label, rest, codes;
+    std::vector<uint64_t> rank;
   };
   // One candidate row into out: pos [npos], then labels retrieved by the query vectors
-  // (tables null: none), capped, then random padding.
+  // (tables null: none), capped, then random padding (ops::lsh_point_candidates).
   void build_row(const LshTables* tables, const std::vector<const float*>& queries,
                  const uint32_t* pos, int64_t npos, int64_t max_candidates,
                  int64_t min_candidates, Rng& rng, Scratch& s, std::vector<uint32_t>& out) const;

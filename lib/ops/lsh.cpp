@@ -1,0 +1,114 @@
+#include "ops/lsh.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/dense.h"
+
+namespace xmc::ops {
+
+namespace {
+
+void check_hash(const LshHashView& h, ConstMatrix x) {
+  XMC_CHECK(x.cols == h.dim, "LSH hash of rows of width {} with hash functions of width {}", x.cols,
+            h.dim);
+  XMC_CHECK(h.k >= 1 && h.k <= kLshMaxCodes && h.tables >= 1 && (!h.dwta || h.bin >= 2),
+            "LSH hash functions: k {} tables {} bin {}", h.k, h.tables, h.bin);
+}
+
+}  // namespace
+
+void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes) {
+  check_hash(h, x);
+  const int nt = h.tables;
+  if (!h.dwta && !h.sparse) {
+    // Projections of a block of rows in one GEMM: s [rows×T·K] = x·Pᵀ.
+    const int64_t nproj = int64_t{h.k} * nt;
+    const int64_t block = 4096;
+    std::vector<float> s(static_cast<size_t>(std::min(block, x.rows) * nproj));
+    for (int64_t r0 = 0; r0 < x.rows; r0 += block) {
+      const int64_t rows = std::min(block, x.rows - r0);
+      Matrix sm(s.data(), rows, nproj);
+      gemm_nt(x.rows_range(r0, rows), ConstMatrix(h.proj, nproj, h.dim), sm);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int t = 0; t < nt; ++t)
+          codes[(r0 + i) * nt + t] = simhash_code(sm.row(i) + int64_t{t} * h.k, h.k);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < x.rows; ++i)
+    for (int t = 0; t < nt; ++t) codes[i * nt + t] = lsh_code(h, x.row(i), t);
+}
+
+void lsh_hash_rows(const Context& ctx, const LshHashView& h, ConstMatrix x, uint32_t* codes,
+                   float* scratch, int64_t scratch_rows) {
+  if (!ctx.on_gpu()) return lsh_hash_rows(h, x, codes);
+  check_hash(h, x);
+  XMC_CHECK(h.dwta || h.sparse || (scratch != nullptr && scratch_rows >= 1),
+            "dense simhash on cuda needs a projection scratch ({} rows)", scratch_rows);
+  if (x.rows > 0) gpu::lsh_hash_rows(ctx.cuda(), h, x, codes, scratch, scratch_rows);
+}
+
+namespace {
+void check_writes(const LshTablesView& v, const uint32_t* labels, int64_t n,
+                  const uint32_t* fresh) {
+  XMC_CHECK(v.tables >= 1 && v.nb >= 1 && v.capacity >= 1 && n >= 0 &&
+                (labels == nullptr || fresh != nullptr),
+            "LSH table writes: {} tables × {} buckets × {} slots, {} labels", v.tables, v.nb,
+            v.capacity, n);
+}
+}  // namespace
+
+void lsh_table_writes(const LshTablesView& v, const uint32_t* labels, int64_t n,
+                      const uint32_t* fresh) {
+  check_writes(v, labels, n, fresh);
+  // One thread per table: no two threads write the same bucket, and each table's writes
+  // run in the serial order, so the result does not depend on the thread count.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int t = 0; t < v.tables; ++t) lsh_table_writes_one(v, t, labels, n, fresh);
+}
+
+void lsh_table_writes(const Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
+                      const uint32_t* fresh) {
+  if (!ctx.on_gpu()) return lsh_table_writes(v, labels, n, fresh);
+  check_writes(v, labels, n, fresh);
+  gpu::lsh_table_writes(ctx.cuda(), v, labels, n, fresh);
+}
+
+void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint32_t* codes,
+                         const int64_t* qptr, const int64_t* pos_ptr, const uint32_t* pos,
+                         int64_t rows, int64_t max_candidates, int64_t min_candidates,
+                         int64_t labels, uint64_t step_seed, const LshDrawWork& work, int64_t cap,
+                         uint32_t* label, uint8_t* positive, int64_t* count) {
+  XMC_CHECK(rows >= 0 && max_candidates >= 1 && min_candidates >= 0 && labels >= 1 && cap >= 1 &&
+                (work.map_size & (work.map_size - 1)) == 0 && work.map_size >= 2,
+            "LSH draw of {} rows: max {} min {} of {} labels, {} slots, map of {}", rows,
+            max_candidates, min_candidates, labels, cap, work.map_size);
+  const int64_t target = std::min(min_candidates, labels);
+  XMC_CHECK(2 * target <= labels || work.rest_size >= labels,
+            "LSH draw: the dense padding of {} labels needs rest_size >= L ({})", labels,
+            work.rest_size);
+  if (rows == 0) return;
+  if (ctx.on_gpu())
+    return gpu::lsh_draw_candidates(ctx.cuda(), v, codes, qptr, pos_ptr, pos, rows, max_candidates,
+                                    min_candidates, labels, step_seed, work, cap, label, positive,
+                                    count);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t np = pos_ptr[r + 1] - pos_ptr[r];
+    const int64_t reach = (qptr[r + 1] - qptr[r]) * v.tables * v.capacity;
+    XMC_CHECK(lsh_candidate_slots(np, max_candidates, min_candidates, labels) <= cap &&
+                  reach <= work.reach && 2 * (np + reach + target) + 2 <= work.map_size,
+              "LSH draw: row {} ({} positives, {} bucket entries) exceeds its {} slots, {} "
+              "entries, map of {}",
+              r, np, reach, cap, work.reach, work.map_size);
+  }
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t r = 0; r < rows; ++r)
+    lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, max_candidates, min_candidates, labels, step_seed,
+                 work, cap, label, positive, count);
+}
+
+}  // namespace xmc::ops
