@@ -239,6 +239,77 @@ __global__ void candidate_kernel(float* __restrict__ zg, int64_t nnz,
   add_to_accum(acc, loss, zeros);
 }
 
+// candidate_loss_grad's softmax, a block per point: its entries [ptr[r], ptr[r+1]) in the
+// host's order of operations (ops/loss.cpp candidate_softmax: the float max, the sum of
+// exp(z - max) in double, lse = max + log(sum), -t·(z - lse) per positive, the gradient
+// (exp((z - max) - (lse - max)) - t·[pos])·/B), expf where the host has its approximation. A
+// point without positives contributes 0 and a zero gradient.
+__global__ void candidate_softmax_kernel(float* __restrict__ zg, const int64_t* __restrict__ ptr,
+                                         const uint8_t* __restrict__ positive, double inv_b,
+                                         LossAccum* __restrict__ acc) {
+  __shared__ float s_max[kThreads / 32];
+  __shared__ double s_sum[kThreads / 32];
+  __shared__ int s_pos[kThreads / 32];
+  const int64_t r = blockIdx.x, e0 = ptr[r], e1 = ptr[r + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kWarps = kThreads / 32;
+  float m = -INFINITY;
+  int np = 0;
+  for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads) {
+    m = fmaxf(m, zg[e]);
+    np += positive[e] != 0 ? 1 : 0;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    np += __shfl_xor_sync(0xffffffffu, np, off);
+  }
+  if (lane == 0) {
+    s_max[warp] = m;
+    s_pos[warp] = np;
+  }
+  __syncthreads();
+  m = -INFINITY;
+  np = 0;
+  for (int k = 0; k < kWarps; ++k) {
+    m = fmaxf(m, s_max[k]);
+    np += s_pos[k];
+  }
+  double loss = 0.0;
+  unsigned long long zeros = 0;
+  if (np == 0) {
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads) {
+      zg[e] = 0.0f;
+      ++zeros;
+    }
+    add_to_accum(acc, loss, zeros);
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads)
+    sum += static_cast<double>(expf(zg[e] - m));
+  sum = warp_sum(sum);
+  if (lane == 0) s_sum[warp] = sum;
+  __syncthreads();
+  sum = 0.0;
+  for (int k = 0; k < kWarps; ++k) sum += s_sum[k];
+  const double lse = static_cast<double>(m) + log(sum);
+  const double t = 1.0 / static_cast<double>(np);
+  const auto shift = static_cast<float>(lse - static_cast<double>(m));
+  const auto inv_bf = static_cast<float>(inv_b);
+  const auto t_b = static_cast<float>(t * inv_b);
+  for (int64_t e = e0 + threadIdx.x; e < e1; e += kThreads) {
+    const float z = zg[e];
+    float g = expf((z - m) - shift) * inv_bf;
+    if (positive[e] != 0) {
+      loss += t * (lse - static_cast<double>(z));
+      g -= t_b;
+    }
+    zg[e] = g;
+    if (g == 0.0f) ++zeros;
+  }
+  add_to_accum(acc, loss, zeros);
+}
+
 // One block per row: merges the chunk's max and sum of exp into the running stats.
 __global__ void softmax_accumulate_kernel(const float* __restrict__ z, int64_t c, int64_t ld,
                                           const float* __restrict__ bias,
@@ -405,6 +476,15 @@ void candidate_loss_grad(const CudaContext& ctx, LossType type, int64_t nnz,
   auto kernel = type == LossType::bce ? candidate_kernel<LossType::bce>
                                       : candidate_kernel<LossType::squared_hinge>;
   XMC_CUDA_LAUNCH(kernel, blocks, kThreads, 0, ctx.stream(), zg, nnz, positive, weight, inv_b, acc);
+}
+
+void candidate_softmax_grad(const CudaContext& ctx, const int64_t* ptr, int64_t rows,
+                            const uint8_t* positive, int64_t batch_size, float* zg,
+                            LossAccum* acc) {
+  if (rows == 0) return;
+  XMC_CUDA_REQUIRE(rows <= launch::kMaxGridX, rows);
+  XMC_CUDA_LAUNCH(candidate_softmax_kernel, static_cast<unsigned>(rows), kThreads, 0, ctx.stream(),
+                  zg, ptr, positive, 1.0 / static_cast<double>(batch_size), acc);
 }
 
 }  // namespace xmc::gpu

@@ -1,8 +1,9 @@
 // LSH ops on the GPU (ops/lsh.h; checks there): hashing rows into bucket ids, and the
 // tables' bucket writes.
-// - hash: dense simhash projects a block of rows with one cuBLAS GEMM (x·Pᵀ into the
-//   scratch), then a thread per (row, table) takes the K signs (simhash_code); sparse
-//   simhash and dwta run the host's lsh_code, a thread per (row, table).
+// - hash: a build's dense simhash projects a block of rows with one cuBLAS GEMM (x·Pᵀ into
+//   the scratch), then a thread per (row, table) takes the K signs (simhash_code);
+//   queries, re-insertions, sparse simhash and dwta run the host's lsh_code, a thread per
+//   (row, table).
 // - table writes: a thread per table running the host's lsh_table_writes_one: each table's
 //   inserts and removals stay in the serial order that FIFO and the reservoir depend on.
 // - candidate draw: a thread per batch row running the host's lsh_draw_row (its map and
@@ -55,8 +56,15 @@ __global__ void lsh_draw_kernel(ops::LshTablesView v, const uint32_t* __restrict
                                 int64_t* __restrict__ count) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r < rows)
-    ops::lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, max_candidates, min_candidates, labels,
+    ops::lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, r, max_candidates, min_candidates, labels,
                       step_seed, work, cap, label, positive, count);
+}
+
+__global__ void lsh_mark_kernel(uint32_t* __restrict__ flags, const uint32_t* __restrict__ ids,
+                                int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    flags[ids[i]] = 1;
 }
 
 unsigned lsh_blocks(int64_t n) {
@@ -67,8 +75,8 @@ unsigned lsh_blocks(int64_t n) {
 }  // namespace
 
 void lsh_hash_rows(const CudaContext& ctx, const ops::LshHashView& h, ConstMatrix x,
-                   uint32_t* codes, float* scratch, int64_t scratch_rows) {
-  if (!h.dwta && !h.sparse) {
+                   uint32_t* codes, float* scratch, int64_t scratch_rows, bool by_gemm) {
+  if (by_gemm && !h.dwta && !h.sparse) {
     const int64_t nproj = int64_t{h.k} * h.tables;
     for (int64_t r0 = 0; r0 < x.rows; r0 += scratch_rows) {
       const int64_t rows = x.rows - r0 < scratch_rows ? x.rows - r0 : scratch_rows;
@@ -81,6 +89,10 @@ void lsh_hash_rows(const CudaContext& ctx, const ops::LshHashView& h, ConstMatri
   }
   XMC_CUDA_LAUNCH(lsh_codes_kernel, lsh_blocks(x.rows * h.tables), kLshThreads, 0, ctx.stream(), h,
                   x.data, x.rows, x.ld, codes);
+}
+
+void lsh_mark(const CudaContext& ctx, uint32_t* flags, const uint32_t* ids, int64_t n) {
+  XMC_CUDA_LAUNCH(lsh_mark_kernel, lsh_blocks(n), kLshThreads, 0, ctx.stream(), flags, ids, n);
 }
 
 void lsh_table_writes(const CudaContext& ctx, const ops::LshTablesView& v, const uint32_t* labels,

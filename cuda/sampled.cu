@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kSmpThreads)
   for (int64_t j = threadIdx.x; j < n; j += kSmpThreads) {
     out_label[to + j] = label[at + j];
     out_positive[to + j] = positive[at + j];
-    out_weight[to + j] = weight[at + j];
+    if (weight != nullptr) out_weight[to + j] = weight[at + j];
   }
 }
 

@@ -52,7 +52,7 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
   // Per-step entries reserved up front: B points × (k_h + k_r + a few positives).
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
   block_ = SampledBlock(*ctx_, init.optim, label_lo(), n, d_, seed_, batch, chunk_,
-                        batch * per_point_entries(shape(), cfg));
+                        batch * per_point_entries(shape(), cfg), /*drawn=*/true);
   set_device_views(ctx_->on_gpu());
   for (auto& h : hard_) {
     h = HostBuffer<uint32_t>(ledger, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
@@ -398,7 +398,8 @@ StepWork AnnsSampledLayer::planned_step(const LayerShape& s, const AnnsSampledCo
 LayerBytes AnnsSampledLayer::planned_bytes(const LayerShape& s, const AnnsSampledConfig& cfg) {
   const int64_t batch = std::max<int64_t>(s.batch, 1);
   LayerBytes bytes = SampledBlock::planned_bytes(s.gpu, s.optim, s.labels(), s.input_dim, batch,
-                                                 batch * per_point_entries(s, cfg));
+                                                 batch * per_point_entries(s, cfg),
+                                                 /*drawn=*/true);
   // The two hard-negative tables [N×k_h] (front and back, uint32), and on the GPU the
   // device copy of the front one.
   bytes.params += (s.gpu ? 12.0 : 8.0) * static_cast<double>(s.num_train) *

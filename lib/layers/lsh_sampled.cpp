@@ -1,15 +1,18 @@
 #include "layers/lsh_sampled.h"
 
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/resources.h"
 #include "core/rng.h"
 #include "dist/comm.h"
+#include "ops/lsh.h"
 #include "ops/sampled.h"
 
 namespace xmc {
@@ -57,6 +60,13 @@ bool uses_tables(const LshSampledConfig& cfg) {
 int64_t per_point_candidates(const LayerShape& s, const LshSampledConfig& cfg) {
   return std::min(s.labels(),
                   std::max(s.shard_share(cfg.max_candidates), s.shard_share(cfg.min_candidates)));
+}
+
+// The slots of one point's padded row in the device draw when it has few positives (at most
+// max_candidates): ops::lsh_candidate_slots (this process's share of the bounds).
+int64_t draw_slots(const LayerShape& s, const LshSampledConfig& cfg) {
+  return ops::lsh_candidate_slots(1, s.shard_share(cfg.max_candidates),
+                                  s.shard_share(cfg.min_candidates), s.labels());
 }
 
 // The tables' parameters of a config (seed: the layer's).
@@ -117,10 +127,24 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
   const int64_t batch = std::max<int64_t>(init.batch_size, 1);
   const int64_t max_cand = init.shard_share(cfg.max_candidates);
   const int64_t min_cand = init.shard_share(cfg.min_candidates);
+  device_draw_ = comm_ == nullptr && !cfg.shared_candidates;
   block_ = SampledBlock(*init.ctx, init.optim, label_lo(), n, d, init.seed, batch,
-                        std::min(cfg.chunk_size, n), batch * per_point_candidates(shape(), cfg));
+                        std::min(cfg.chunk_size, n), batch * per_point_candidates(shape(), cfg),
+                        device_draw_);
   set_device_views(init.ctx->on_gpu());
-  dirty_ = HostBuffer<uint32_t>(ledger, MemTag::index, static_cast<size_t>(n));
+  dirty_ = Buffer<uint32_t>(*init.ctx, MemTag::index, static_cast<size_t>(n));
+  if (device_draw_) {
+    // The draw's padded rows and their packing, reserved for a batch of few positives
+    // (grown by a step that needs more).
+    Context& ctx = *init.ctx;
+    const int64_t slots = batch * draw_slots(shape(), cfg);
+    for (Buffer<uint32_t>* b : {&work_.label, &work_.out_label})
+      ensure_size(*b, ctx, MemTag::workspace, slots);
+    for (Buffer<uint8_t>* b : {&work_.positive, &work_.out_positive})
+      ensure_size(*b, ctx, MemTag::workspace, slots);
+    ensure_size(work_.count, ctx, MemTag::workspace, batch);
+    ensure_size(work_.ptr, ctx, MemTag::workspace, batch + 1);
+  }
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   sched_[0] = cfg.rebuild_interval;
 
@@ -137,7 +161,109 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
     tables_ = std::make_unique<LshTables>(ledger, d, n, p);
     tables_->build(block_.host_weights());
     block_.release_host();
+    if (init.ctx->on_gpu() && device_draw_) {
+      // The device copies: the hash functions' arrays once, the tables as built.
+      Context& ctx = *init.ctx;
+      const ops::LshHashView h = tables_->hasher().view();
+      const int64_t nproj = int64_t{h.k} * h.tables;
+      auto copy = [&](auto& buf, const auto* src, int64_t count) {
+        buf =
+            std::remove_reference_t<decltype(buf)>(ctx, MemTag::index, static_cast<size_t>(count));
+        buf.copy_from_host(src, static_cast<size_t>(count));
+      };
+      if (h.dwta) {
+        copy(dev_.bins, h.bin_idx, nproj * h.bin);
+      } else if (h.sparse) {
+        copy(dev_.ptr, h.sp_ptr, nproj + 1);
+        copy(dev_.idx, h.sp_idx, h.sp_ptr[nproj]);
+        copy(dev_.sign, h.sp_sign, h.sp_ptr[nproj]);
+      } else {
+        copy(dev_.proj, h.proj, nproj * d);
+      }
+      const auto state = tables_->state("");
+      auto u32 = [&](int i) { return std::get<uint32_t*>(state[static_cast<size_t>(i)].data); };
+      auto numel = [&](int i) { return state[static_cast<size_t>(i)].numel(); };
+      copy(dev_.slots, u32(0), numel(0));
+      copy(dev_.size, u32(1), numel(1));
+      copy(dev_.seen, u32(2), numel(2));
+      copy(dev_.where, u32(3), numel(3));
+      copy(dev_.rng, std::get<int64_t*>(state[4].data), numel(4));
+    }
   }
+}
+
+ops::LshHashView LshSampledLayer::hash_view() const {
+  ops::LshHashView h = tables_->hasher().view();
+  if (!ctx_->on_gpu()) return h;
+  h.proj = dev_.proj.data();
+  h.sp_ptr = dev_.ptr.data();
+  h.sp_idx = dev_.idx.data();
+  h.sp_sign = dev_.sign.data();
+  h.bin_idx = dev_.bins.data();
+  return h;
+}
+
+ops::LshTablesView LshSampledLayer::tables_view() const {
+  if (!tables_) return {};
+  ops::LshTablesView v = tables_->view();
+  if (!ctx_->on_gpu()) return v;
+  auto* self = const_cast<LshSampledLayer*>(this);  // the view type is the writers' too
+  v.slots = self->dev_.slots.data();
+  v.size = self->dev_.size.data();
+  v.seen = self->dev_.seen.data();
+  v.where = self->dev_.where.data();
+  v.rng = self->dev_.rng.data();
+  return v;
+}
+
+void LshSampledLayer::download_tables() const {
+  if (!host_stale_) return;
+  const auto state = tables_->state("");
+  auto get32 = [&](const Buffer<uint32_t>& b, int i) {
+    b.copy_to_host(std::get<uint32_t*>(state[static_cast<size_t>(i)].data),
+                   static_cast<size_t>(state[static_cast<size_t>(i)].numel()));
+  };
+  get32(dev_.slots, 0);
+  get32(dev_.size, 1);
+  get32(dev_.seen, 2);
+  get32(dev_.where, 3);
+  dev_.rng.copy_to_host(std::get<int64_t*>(state[4].data), static_cast<size_t>(state[4].numel()));
+  host_stale_ = false;
+}
+
+void LshSampledLayer::upload_tables() {
+  const auto state = tables_->state("");
+  auto put32 = [&](Buffer<uint32_t>& b, int i) {
+    b.copy_from_host(std::get<uint32_t*>(state[static_cast<size_t>(i)].data),
+                     static_cast<size_t>(state[static_cast<size_t>(i)].numel()));
+  };
+  put32(dev_.slots, 0);
+  put32(dev_.size, 1);
+  put32(dev_.seen, 2);
+  put32(dev_.where, 3);
+  dev_.rng.copy_from_host(std::get<int64_t*>(state[4].data), static_cast<size_t>(state[4].numel()));
+  host_stale_ = false;
+}
+
+std::vector<uint32_t> LshSampledLayer::take_dirty() {
+  uint32_t* flags = dirty_.stage();  // the buffer itself on the CPU, a copy on the GPU
+  std::vector<uint32_t> labels;
+  for (size_t l = 0; l < dirty_.size(); ++l)
+    if (flags[l]) labels.push_back(static_cast<uint32_t>(l));
+  std::fill(flags, flags + dirty_.size(), 0u);
+  dirty_.commit();
+  return labels;
+}
+
+void LshSampledLayer::mark_dirty(std::span<const uint32_t> ids) {
+  if (ids.empty()) return;
+  const uint32_t* at = ids.data();
+  if (ctx_->on_gpu()) {
+    ensure_size(work_.ids, *ctx_, MemTag::workspace, static_cast<int64_t>(ids.size()));
+    work_.ids.copy_from_host(ids.data(), ids.size());
+    at = work_.ids.data();
+  }
+  ops::lsh_mark(*ctx_, dirty_.data(), at, static_cast<int64_t>(ids.size()));
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
@@ -166,6 +292,85 @@ CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& positives, 
                           &batch.labels);
 }
 
+ops::CandidateCsr LshSampledLayer::draw_step(const Batch& batch, const CsrMatrix& positives,
+                                             ConstMatrix h, int64_t step) {
+  Context& ctx = *ctx_;
+  DrawWork& w = work_;
+  constexpr MemTag ws = MemTag::workspace;
+  const int64_t rows = h.rows, n = shard_labels(), d = input_dim();
+  const CandidateParams& cp = sampler_->params();
+  const LshQuery query = tables_ ? cp.query : LshQuery::none;
+  const int nt = query == LshQuery::none ? 0 : tables_->tables();
+  // Each row's query vectors (h's row, or the rows of W of its labels: in one process the
+  // batch's global ids are the block's) and their codes.
+  std::vector<int64_t> qptr(static_cast<size_t>(rows + 1), 0);
+  if (query == LshQuery::embedding)
+    for (int64_t i = 0; i < rows; ++i) qptr[static_cast<size_t>(i + 1)] = i + 1;
+  if (query == LshQuery::label) qptr = batch.labels.indptr;
+  const int64_t nq = qptr.back();
+  ensure_size(w.qptr, ctx, ws, rows + 1);
+  w.qptr.copy_from_host(qptr.data(), qptr.size());
+  ensure_size(w.codes, ctx, ws, std::max<int64_t>(nq * nt, 1));
+  if (query == LshQuery::embedding) {
+    ops::lsh_hash_rows(ctx, hash_view(), h, w.codes.data(), nullptr, 0, false);
+  } else if (query == LshQuery::label && nq > 0) {
+    ensure_size(w.qids, ctx, ws, nq);
+    w.qids.copy_from_host(batch.labels.indices.data(), static_cast<size_t>(nq));
+    ensure_size(w.gathered, ctx, ws, nq * d);
+    ops::gather_rows(ctx, block_.weights().data, w.qids.data(), nq, d, w.gathered.data());
+    ops::lsh_hash_rows(ctx, hash_view(), ConstMatrix(w.gathered.data(), nq, d), w.codes.data(),
+                       nullptr, 0, false);
+  }
+  // The positives (local ids) and the scratch of the largest row.
+  const auto npos = static_cast<int64_t>(positives.indices.size());
+  ensure_size(w.pos_ptr, ctx, ws, rows + 1);
+  w.pos_ptr.copy_from_host(positives.indptr.data(), static_cast<size_t>(rows + 1));
+  ensure_size(w.pos, ctx, ws, std::max<int64_t>(npos, 1));
+  w.pos.copy_from_host(positives.indices.data(), static_cast<size_t>(npos));
+  int64_t max_np = 0, max_q = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    max_np = std::max(max_np, positives.row_nnz(i));
+    max_q = std::max(max_q, qptr[static_cast<size_t>(i + 1)] - qptr[static_cast<size_t>(i)]);
+  }
+  const ops::LshTablesView v = tables_view();
+  const int64_t reach = max_q * nt * (tables_ ? v.capacity : 0);
+  const int64_t target = std::min(cp.min_candidates, n);
+  int64_t map = 256;
+  while (map < 2 * (max_np + reach + target) + 2) map *= 2;
+  const int64_t rest = 2 * target > n ? n : 0;
+  const int64_t slices = ctx.on_gpu() ? rows : std::max(1, omp_get_max_threads());
+  for (Buffer<uint32_t>* b : {&w.keys, &w.vals, &w.used}) ensure_size(*b, ctx, ws, slices * map);
+  for (Buffer<uint32_t>* b : {&w.retrieved, &w.rank_label})
+    ensure_size(*b, ctx, ws, std::max<int64_t>(slices * reach, 1));
+  ensure_size(w.rank, ctx, ws, std::max<int64_t>(slices * reach, 1));
+  ensure_size(w.rest, ctx, ws, std::max<int64_t>(slices * rest, 1));
+  const ops::LshDrawWork work{.slices = slices,
+                              .keys = w.keys.data(),
+                              .vals = w.vals.data(),
+                              .used = w.used.data(),
+                              .map_size = map,
+                              .retrieved = w.retrieved.data(),
+                              .rank = w.rank.data(),
+                              .rank_label = w.rank_label.data(),
+                              .reach = reach,
+                              .rest = w.rest.data(),
+                              .rest_size = rest};
+  // The padded rows, then packed (the host sampler's seeds: the same sets on both paths).
+  const int64_t cap = ops::lsh_candidate_slots(max_np, cp.max_candidates, cp.min_candidates, n);
+  for (Buffer<uint32_t>* b : {&w.label, &w.out_label}) ensure_size(*b, ctx, ws, rows * cap);
+  for (Buffer<uint8_t>* b : {&w.positive, &w.out_positive}) ensure_size(*b, ctx, ws, rows * cap);
+  ensure_size(w.count, ctx, ws, rows);
+  ensure_size(w.ptr, ctx, ws, rows + 1);
+  const uint64_t step_seed = mix64(cp.seed ^ mix64(static_cast<uint64_t>(step)));
+  ops::lsh_draw_candidates(ctx, v, w.codes.data(), w.qptr.data(), w.pos_ptr.data(), w.pos.data(),
+                           rows, cp.max_candidates, cp.min_candidates, n, step_seed, work, cap,
+                           w.label.data(), w.positive.data(), w.count.data());
+  const int64_t nnz = ops::compact_candidates(ctx, rows, cap, w.label.data(), w.positive.data(),
+                                              nullptr, w.count.data(), w.scratch, w.ptr.data(),
+                                              w.out_label.data(), w.out_positive.data(), nullptr);
+  return {w.ptr.data(), w.out_label.data(), rows, nnz};
+}
+
 std::vector<float> LshSampledLayer::label_vectors(std::span<const uint32_t> ids) const {
   if (comm_ == nullptr) return block_.rows_to_host(ids);
   // Label-sharded: each process fills the rows it holds, the sum over the processes has
@@ -191,6 +396,16 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
   const int64_t nb = h.rows;
   CsrMatrix scratch;
   const CsrMatrix& positives = local_labels(batch.labels, scratch);
+  if (device_draw_) {
+    // Drawn on the Context's device; dh with the weights before the update, then the update
+    // of the touched rows, which the next refresh re-inserts.
+    const ops::CandidateCsr cand = draw_step(batch, positives, h, lr.step);
+    const SampledBlock::DrawnStepLoss r =
+        block_.train_step_drawn(cand, work_.out_positive.data(), nullptr, cfg_.loss, h, dh, lr);
+    ops::lsh_mark(*ctx_, dirty_.data(), r.touched, r.touched_count);
+    return {
+        .loss = r.loss * (1.0 / static_cast<double>(nb)), .zero_grads = r.zeros, .grads = cand.nnz};
+  }
   const CsrMatrix entries =
       per_point(draw(batch, positives, h, lr.step), nb, cfg_.shared_candidates);
   const ops::CandidateCsr csr{entries.indptr.data(), entries.indices.data(), nb, entries.nnz()};
@@ -202,7 +417,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
     loss_sum = lsh_loss_grad(cfg_.loss, positives, csr, zg.data(), zeros,
                              comm_ != nullptr ? &shards_ : nullptr);
   };
-  for (uint32_t l : block_.train_step(csr, h, dh, lr, loss_grad)) dirty_[l] = 1;
+  mark_dirty(block_.train_step(csr, h, dh, lr, loss_grad));
   return {
       .loss = loss_sum * (1.0 / static_cast<double>(nb)), .zero_grads = zeros, .grads = csr.nnz};
 }
@@ -210,18 +425,47 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
   const int64_t n = shard_labels(), d = input_dim();
+  const std::vector<uint32_t> labels = take_dirty();
+  Context& ctx = *ctx_;
+  if (ctx.on_gpu() && device_draw_) {
+    // The device tables: every row hashed by GEMM, or the updated rows gathered and hashed
+    // one by one (as the host re-inserts them), then each table's writes in order.
+    const ops::LshTablesView v = tables_view();
+    const int nt = tables_->tables();
+    if (cfg_.reinsert == LshReinsert::all) {
+      const int64_t block = 4096;
+      ensure_size(work_.hash_scratch, ctx, MemTag::workspace, block * int64_t{nt} * cfg_.k);
+      ops::lsh_hash_rows(ctx, hash_view(), block_.weights(), dev_.where.data(),
+                         work_.hash_scratch.data(), block, true);
+      dev_.size.stage_for_write();
+      std::fill_n(dev_.size.host_data(), dev_.size.size(), 0u);
+      dev_.size.commit();
+      dev_.seen.stage_for_write();
+      std::fill_n(dev_.seen.host_data(), dev_.seen.size(), 0u);
+      dev_.seen.commit();
+      ops::lsh_table_writes(ctx, v, nullptr, n, nullptr);
+    } else if (!labels.empty()) {
+      const auto m = static_cast<int64_t>(labels.size());
+      ensure_size(work_.ids, ctx, MemTag::workspace, m);
+      work_.ids.copy_from_host(labels.data(), labels.size());
+      ensure_size(work_.gathered, ctx, MemTag::workspace, m * d);
+      ops::gather_rows(ctx, block_.weights().data, work_.ids.data(), m, d, work_.gathered.data());
+      ensure_size(work_.codes, ctx, MemTag::workspace, m * nt);
+      ops::lsh_hash_rows(ctx, hash_view(), ConstMatrix(work_.gathered.data(), m, d),
+                         work_.codes.data(), nullptr, 0, false);
+      ops::lsh_table_writes(ctx, v, work_.ids.data(), m, work_.codes.data());
+    }
+    host_stale_ = true;
+    return;
+  }
   if (cfg_.reinsert == LshReinsert::all) {
     // W on the host (a copy of L×d floats on the GPU), every rebuild interval.
     tables_->build(block_.host_weights());
     block_.release_host();
   } else {
-    std::vector<uint32_t> labels;
-    for (int64_t l = 0; l < n; ++l)
-      if (dirty_[l]) labels.push_back(static_cast<uint32_t>(l));
     const std::vector<float> rows = block_.rows_to_host(labels);
     tables_->reinsert_rows(labels, ConstMatrix(rows.data(), static_cast<int64_t>(labels.size()), d));
   }
-  std::fill(dirty_.data(), dirty_.data() + dirty_.size(), 0u);
 }
 
 void LshSampledLayer::on_step_impl(const TrainerView& t) {
@@ -243,7 +487,9 @@ TopK LshSampledLayer::topk_impl(ConstMatrix h, int k) const {
 }
 
 TopK LshSampledLayer::lsh_topk(ConstMatrix h, int k) const {
-  // The tables are queried on the host: a device layer downloads h (rows×d floats).
+  // The tables are queried on the host: a device layer downloads h (rows×d floats), and the
+  // device tables when they moved since the last download.
+  if (ctx_->on_gpu() && device_draw_) download_tables();
   const HostView hv(*ctx_, h);
   const CsrMatrix r = sampler_->retrieve_rows(*tables_, hv.view(), eval_candidates_);
   // Scores of the retrieved labels: gathered dot products.
@@ -277,14 +523,22 @@ std::vector<TensorRef> LshSampledLayer::state_impl() {
   const int64_t n = shard_labels();
   // The same names and shapes on both devices (a device layer's from its host copies).
   std::vector<TensorRef> out = block_.state();
-  out.push_back({"output/lsh/dirty", {n}, dirty_.data()});
+  out.push_back({"output/lsh/dirty", {n}, dirty_.host_data()});
   out.push_back({"output/lsh/schedule", {2}, sched_.data()});
   if (tables_)
     for (auto& t : tables_->state("output/lsh/")) out.push_back(std::move(t));
   return out;
 }
 
-void LshSampledLayer::sync_state_impl(StateSync s) { block_.sync_state(s); }
+void LshSampledLayer::sync_state_impl(StateSync s) {
+  block_.sync_state(s);
+  dirty_.sync(s);
+  if (!tables_ || !ctx_->on_gpu() || !device_draw_) return;
+  // The host tables are the checkpoint's arrays: current before a save, uploaded after a
+  // load.
+  if (s == StateSync::to_host) download_tables();
+  if (s == StateSync::to_device) upload_tables();
+}
 
 int64_t LshSampledLayer::analytic_bytes_impl() const {
   return planned_bytes(shape(), cfg_).rounded();
@@ -311,10 +565,32 @@ StepWork LshSampledLayer::planned_step(const LayerShape& s, const LshSampledConf
 
 LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledConfig& cfg) {
   const int64_t n = s.labels(), batch = std::max<int64_t>(s.batch, 1);
+  const bool drawn = s.shards == 1 && !cfg.shared_candidates;  // device_draw_
   LayerBytes bytes = SampledBlock::planned_bytes(s.gpu, s.optim, n, s.input_dim, batch,
-                                                 batch * per_point_candidates(s, cfg));
+                                                 batch * per_point_candidates(s, cfg), drawn);
   bytes.params += 4.0 * static_cast<double>(n) + 16.0;  // dirty flags, schedule
-  if (uses_tables(cfg)) bytes.params += LshTables::planned_bytes(n, lsh_params(cfg, 0));
+  // The device draw's padded rows and packing (label, flag twice each), counts, row offsets.
+  if (drawn)
+    bytes.workspace += 10.0 * static_cast<double>(batch * draw_slots(s, cfg)) +
+                       8.0 * static_cast<double>(2 * batch + 1);
+  if (!uses_tables(cfg)) return bytes;
+  const LshParams p = lsh_params(cfg, 0);
+  const double tables = LshTables::planned_bytes(n, p);
+  bytes.params += tables;
+  if (s.gpu && drawn) {
+    // The device copies of the tables and of the hash functions' arrays (device_draw_).
+    const double nproj = static_cast<double>(cfg.tables * cfg.k),
+                 d = static_cast<double>(s.input_dim);
+    double hash = 4.0 * nproj * d;  // dense simhash
+    if (cfg.hash == LshFamily::dwta) {
+      hash = 4.0 * nproj * static_cast<double>(cfg.dwta_bin);
+    } else if (cfg.projection == LshProjection::sparse) {
+      const double nnz = std::max<double>(
+          1.0, static_cast<double>(static_cast<int64_t>(cfg.projection_density * d + 0.5)));
+      hash = 8.0 * (nproj + 1.0) + 8.0 * nproj * nnz;
+    }
+    bytes.params += tables + hash;
+  }
   return bytes;
 }
 

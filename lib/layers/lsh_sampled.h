@@ -22,12 +22,16 @@
 // padding. Softmax normalises over every process's candidates (pass-1 statistics merged).
 //
 // Both devices run this one path (W, b and their optimizer state in a SampledBlock,
-// layers/sampled_block.h; device views on a CUDA Context, output_layer.h). Candidates are
-// drawn on the host from the host tables: on the GPU, embedding queries download h (B×d
-// floats per step) and label queries the current vectors of the batch's positives
-// (|positives|×d floats per step); the loss gradient over the candidates is computed on
-// the host from the downloaded scores. Table refreshes read the rows they re-insert
-// (reinsert: updated) or all of W (reinsert: all) — host copies on the GPU.
+// layers/sampled_block.h; device views on a CUDA Context, output_layer.h). In one process
+// with a set per point (the default) the step is drawn on the Context's device: the query
+// codes (ops::lsh_hash_rows of h, or of the positives' rows gathered from W), the draw
+// (ops::lsh_draw_candidates over the tables' arrays) and its packing, then
+// SampledBlock::train_step_drawn (grouping, loss, gradients, updates); a GPU keeps copies
+// of the hash functions and the tables in device memory and refreshes them there
+// (reinsert: the updated rows gathered and hashed on the device; all: every row hashed by
+// GEMM), downloading them only for checkpoints and `eval_search: lsh`. Label-sharded runs
+// and shared candidate sets keep the host sampler (CandidateSampler over the host tables:
+// on the GPU h or the positives' vectors downloaded each step, the loss on the host).
 #include <memory>
 #include <span>
 #include <string>
@@ -39,6 +43,7 @@
 #include "layers/output_layer.h"
 #include "layers/sampled_block.h"
 #include "ops/loss.h"
+#include "ops/lsh.h"
 #include "ops/optimizer.h"
 #include "sampling/lsh.h"
 #include "sampling/lsh_candidates.h"
@@ -118,6 +123,9 @@ class LshSampledLayer final : public OutputLayer {
   CsrMatrix candidates(const Batch& batch, ConstMatrix h, int64_t step);
   // Refresh the tables now (what on_step does when the schedule says so).
   void refresh_tables();
+  // Whether the step's candidates are drawn on the Context's device (one process, a set per
+  // point) rather than by the host sampler.
+  bool device_draw() const { return device_draw_; }
   const LshTables* tables() const { return tables_.get(); }
   // Recall@k of the last lsh-search evaluation against exact (-1 before any).
   double last_eval_recall() const { return last_recall_; }
@@ -144,6 +152,21 @@ class LshSampledLayer final : public OutputLayer {
   // The step's candidate sets (local ids); positives: the batch's among this layer's
   // labels, local ids (local_labels).
   CsrMatrix draw(const Batch& batch, const CsrMatrix& positives, ConstMatrix h, int64_t step);
+  // The same sets drawn on the Context's device and packed there (device_draw_): a CSR over
+  // the batch in work_ (its positive flags in work_.out_positive).
+  ops::CandidateCsr draw_step(const Batch& batch, const CsrMatrix& positives, ConstMatrix h,
+                              int64_t step);
+  // The hash functions and the tables as views on the Context's device (the host arrays on
+  // the CPU, dev_'s copies on the GPU).
+  ops::LshHashView hash_view() const;
+  ops::LshTablesView tables_view() const;
+  // GPU: the tables' device copies to the host tables (when stale) and back.
+  void download_tables() const;
+  void upload_tables();
+  // The labels updated since the last refresh, ascending; the flags cleared.
+  std::vector<uint32_t> take_dirty();
+  // Flags the labels ids (host) as updated.
+  void mark_dirty(std::span<const uint32_t> ids);
   // Host rows [|ids|×d] of W for the global label ids (label-sharded: from every process).
   std::vector<float> label_vectors(std::span<const uint32_t> ids) const;
 
@@ -157,9 +180,27 @@ class LshSampledLayer final : public OutputLayer {
   std::unique_ptr<LshTables> tables_;  // null when query = none
   // mutable: evaluation through the tables uses the sampler's per-thread scratch.
   mutable std::unique_ptr<CandidateSampler> sampler_;
-  HostBuffer<uint32_t> dirty_;     // [L] 1 = updated since the last refresh
+  Buffer<uint32_t> dirty_;         // [L] 1 = updated since the last refresh (Context's device)
   HostBuffer<int64_t> sched_;      // [2] next refresh step, refreshes so far
   mutable double last_recall_ = -1.0;
+  bool device_draw_ = false;
+  // GPU with device_draw_: copies of the hash functions' arrays and of the tables (ledger:
+  // index); the host tables are then the checkpoints' and eval_search's staging.
+  struct DeviceTables {
+    Buffer<float> proj, sign;
+    Buffer<int64_t> ptr, rng;
+    Buffer<uint32_t> idx, bins, slots, size, seen, where;
+  } dev_;
+  mutable bool host_stale_ = false;  // the device tables moved since the last download
+  // The device draw's per-step arrays (grown as needed; ledger: workspace).
+  struct DrawWork {
+    Buffer<uint32_t> codes, qids, pos, label, out_label, keys, vals, used, retrieved, rank_label,
+        rest, ids;
+    Buffer<uint64_t> rank;
+    Buffer<int64_t> qptr, pos_ptr, count, ptr;
+    Buffer<uint8_t> positive, out_positive, scratch;
+    Buffer<float> gathered, hash_scratch;
+  } work_;
 };
 
 }  // namespace xmc

@@ -12,13 +12,8 @@ namespace xmc {
 
 SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t lo, int64_t n,
                            int64_t d, uint64_t seed, int64_t max_batch, int64_t chunk,
-                           int64_t nnz_hint)
-    : ctx_(&ctx),
-      optim_(optim),
-      lo_(lo),
-      n_(n),
-      d_(d),
-      chunk_(std::min(chunk, n)) {
+                           int64_t nnz_hint, bool drawn)
+    : ctx_(&ctx), optim_(optim), lo_(lo), n_(n), d_(d), chunk_(std::min(chunk, n)) {
   XMC_CHECK(lo >= 0 && n > 0 && d > 0 && max_batch > 0 && chunk > 0 && nnz_hint >= 0,
             "sampled block labels [{}, +{}) d={} B={} chunk={} nnz hint {}", lo, n, d, max_batch,
             chunk, nnz_hint);
@@ -41,6 +36,14 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
   staging_ = ops::CandidateStaging(ctx, max_batch, hint, std::min(hint, n));
   max_batch_ = max_batch;
   nnz_hint_ = nnz_hint;
+  if (drawn) {
+    device_ = std::make_unique<DeviceGroups>();
+    device_->acc = LossAccumulator(ctx);
+    ensure_size(device_->labels, ctx, MemTag::workspace, hint);
+    ensure_size(device_->row, ctx, MemTag::workspace, hint);
+    ensure_size(device_->entry, ctx, MemTag::workspace, hint);
+    ensure_size(device_->ptr, ctx, MemTag::workspace, hint + 1);
+  }
 }
 
 const std::vector<uint32_t>& SampledBlock::train_step(const ops::CandidateCsr& cand, ConstMatrix h,
@@ -108,7 +111,7 @@ SampledBlock::DrawnStepLoss SampledBlock::train_step_drawn(const ops::CandidateC
     p_.update_rows(ctx, optim_, lr.lr, lr.step, part.labels, m, dw_.data(), db_.data());
   }
   const gpu::LossAccum a = g.acc.read();
-  return {a.loss, static_cast<int64_t>(a.zero_grads)};
+  return {a.loss, static_cast<int64_t>(a.zero_grads), g.labels.data(), groups};
 }
 
 std::vector<float> SampledBlock::candidate_scores(const ops::CandidateCsr& cand, ConstMatrix h) {
@@ -179,7 +182,7 @@ StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int
 }
 
 LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, int64_t n, int64_t d,
-                                       int64_t max_batch, int64_t nnz_hint) {
+                                       int64_t max_batch, int64_t nnz_hint, bool drawn) {
   // As the constructor sizes them: the entries reserved, the touched rows per block.
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
   const int64_t block = std::min(n, gpu ? hint : int64_t{1024});
@@ -187,6 +190,11 @@ LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, i
   // zg [hint], dW [block×d], db [block], the staged candidates (GPU)
   bytes.workspace = 4.0 * static_cast<double>(hint + block * d + block) +
                     ops::CandidateStaging::planned_bytes(gpu, max_batch, hint, std::min(hint, n));
+  // train_step_drawn's grouping (labels, rows [hint], entries [hint], ptr [hint + 1]) and
+  // on the GPU its loss accumulator
+  if (drawn)
+    bytes.workspace += 24.0 * static_cast<double>(hint) + 8.0 +
+                       (gpu ? static_cast<double>(sizeof(gpu::LossAccum)) : 0.0);
   return bytes;
 }
 

@@ -49,11 +49,13 @@ namespace xmc {
 class SampledBlock {
  public:
   SampledBlock() = default;
-  // n labels [lo, lo + n) × d; max_batch: the largest batch / rows per top-k block on the GPU; chunk:
-  // labels per chunk of the exact scoring; nnz_hint: candidate entries per step reserved up
-  // front (the workspaces grow past it when a step needs more).
+  // n labels [lo, lo + n) × d; max_batch: the largest batch / rows per top-k block on the GPU;
+  // chunk: labels per chunk of the exact scoring; nnz_hint: candidate entries per step reserved up
+  // front (the workspaces grow past it when a step needs more); drawn: the layer trains
+  // through train_step_drawn, whose grouping arrays are then reserved for nnz_hint too.
   SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t lo, int64_t n, int64_t d,
-               uint64_t seed, int64_t max_batch, int64_t chunk, int64_t nnz_hint);
+               uint64_t seed, int64_t max_batch, int64_t chunk, int64_t nnz_hint,
+               bool drawn = false);
 
   // zg [nnz]: the entries' scores on entry (in cand's order), dLoss/dz / B on return.
   using LossGrad = std::function<void(std::span<float> zg)>;
@@ -62,17 +64,20 @@ class SampledBlock {
   // valid until the next call.
   const std::vector<uint32_t>& train_step(const ops::CandidateCsr& cand, ConstMatrix h, Matrix dh,
                                           const LrState& lr, const LossGrad& loss_grad);
-  // The loss sum of a drawn step (not divided by B) and its exactly-zero gradients.
+  // The loss sum of a drawn step (not divided by B), its exactly-zero gradients, and the
+  // labels it updated (ascending, on the Context's device, valid until the next step).
   struct DrawnStepLoss {
     double loss = 0.0;
     int64_t zeros = 0;
+    const uint32_t* touched = nullptr;
+    int64_t touched_count = 0;
   };
   // The same step over candidates already on the Context's device with their flags and
   // weights (anns_sampled draws them there): cand a CSR over the rows of h, positive /
   // weight (nullable) [cand.nnz] on that device; the grouping by label
-  // (ops::group_entries_by_label), the loss (bce or squared hinge, candidate_loss_grad)
-  // and everything after it on the Context's device too. On the GPU two read-backs: the
-  // number of touched labels and the loss.
+  // (ops::group_entries_by_label), the loss (candidate_loss_grad: bce, squared hinge or a
+  // one-process softmax) and everything after it on the Context's device too. On the GPU two
+  // read-backs: the number of touched labels and the loss.
   DrawnStepLoss train_step_drawn(const ops::CandidateCsr& cand, const uint8_t* positive,
                                  const float* weight, LossType loss, ConstMatrix h, Matrix dh,
                                  const LrState& lr);
@@ -84,6 +89,8 @@ class SampledBlock {
   // Exact top-k (global ids) of every row of h, in blocks of block_rows rows.
   TopK topk(ConstMatrix h, int k, int64_t block_rows) const;
 
+  // W [n×d] on the Context's device (a device view on a CUDA Context).
+  ConstMatrix weights() const { return {p_.w.f32(), n_, d_}; }
   // Host copy of the rows `labels` of W -> [count×d].
   std::vector<float> rows_to_host(std::span<const uint32_t> labels) const;
   // Host W [n×d] and b [n] until release_host(): the arrays themselves on the CPU, copies
@@ -101,7 +108,7 @@ class SampledBlock {
   int64_t analytic_bytes() const;
   // The same for a block with these sizes, before it is built (layers/layer_bytes.h).
   static LayerBytes planned_bytes(bool gpu, const OptimizerConfig& optim, int64_t n, int64_t d,
-                                  int64_t max_batch, int64_t nnz_hint);
+                                  int64_t max_batch, int64_t nnz_hint, bool drawn = false);
   // The work of one step over nnz candidate entries: scores, dh and dW gather a row of W
   // (or of h) per entry; the lazy update of the touched rows (at most min(n, nnz)).
   // host_candidates: the candidate lists, their grouping and the loss are host work that
@@ -117,8 +124,9 @@ class SampledBlock {
   Buffer<float> dw_, db_;              // [block×d], [block]
   ops::CandidateStaging staging_;
   std::vector<uint32_t> touched_;
-  // train_step_drawn's workspaces, allocated by its first call and grown with nnz (ledger:
-  // workspace; not in planned_bytes, as the staging's growth is not).
+  // train_step_drawn's workspaces, reserved for nnz_hint by a `drawn` block (else allocated
+  // by its first call) and grown with nnz (ledger: workspace; the growth and the GPU sort's
+  // scratch are not in planned_bytes, as the staging's growth is not).
   struct DeviceGroups {
     Buffer<uint32_t> labels, row;  // [nnz]
     Buffer<int64_t> ptr, entry;    // [nnz + 1], [nnz]

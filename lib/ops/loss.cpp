@@ -268,12 +268,12 @@ double candidate_loss_grad(LossType type, const int64_t* ptr, int64_t rows, cons
 void candidate_loss_grad(const Context& ctx, LossType type, const int64_t* ptr, int64_t rows,
                          int64_t nnz, const uint8_t* positive, const float* weight,
                          int64_t batch_size, float* zg, LossAccumulator& acc) {
-  XMC_CHECK(type != LossType::softmax,
-            "candidate loss on the Context's device: softmax runs in the host form");
   XMC_CHECK(batch_size > 0 && rows >= 0 && nnz >= 0,
             "candidate loss: {} entries over {} rows, batch of {}", nnz, rows, batch_size);
   if (ctx.on_gpu()) {
-    if (nnz > 0)
+    if (type == LossType::softmax)
+      gpu::candidate_softmax_grad(ctx.cuda(), ptr, rows, positive, batch_size, zg, acc.data());
+    else if (nnz > 0)
       gpu::candidate_loss_grad(ctx.cuda(), type, nnz, positive, weight, batch_size, zg, acc.data());
     return;
   }

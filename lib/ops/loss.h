@@ -142,6 +142,12 @@ XMC_GPU_FN void sparsify_gradient(const CudaContext& ctx, Matrix g, float thresh
 XMC_GPU_FN void candidate_loss_grad(const CudaContext& ctx, LossType type, int64_t nnz,
                                     const uint8_t* positive, const float* weight,
                                     int64_t batch_size, float* zg, LossAccum* acc) XMC_GPU_STUB;
+// candidate_loss_grad's softmax, a block per point (ptr [rows + 1] DEVICE memory): the
+// host's order of operations (candidate_softmax), expf for its approximation; weights
+// ignored, as on the host.
+XMC_GPU_FN void candidate_softmax_grad(const CudaContext& ctx, const int64_t* ptr, int64_t rows,
+                                       const uint8_t* positive, int64_t batch_size, float* zg,
+                                       LossAccum* acc) XMC_GPU_STUB;
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
 
@@ -231,11 +237,11 @@ void elementwise_loss_grad(const Context& ctx, LossType type, Matrix logits, con
                            const LossTargets& targets, int64_t lo, int64_t batch_size,
                            LossAccumulator& acc, gpu::Bf16Matrix g_bf16 = {});
 
-// candidate_loss_grad (above) on the Context's device, for bce and squared_hinge: zg,
-// positive and weight (nullable) [nnz] on the Context's device; ptr [rows + 1] (host
-// arrays, read on the CPU only: its points in parallel) with ptr[rows] = nnz. Adds the
-// loss (not divided by B) and the exact-zero count to acc. Softmax is refused (the host
-// form handles it, label shards included).
+// candidate_loss_grad (above) on the Context's device: zg, positive and weight (nullable)
+// [nnz] and ptr [rows + 1] (ptr[rows] = nnz) on the Context's device. Adds the loss (not
+// divided by B) and the exact-zero count to acc. bce and squared hinge a thread per entry on
+// the GPU, softmax a block per point (one process: a label-sharded softmax needs the host
+// form's reductions).
 void candidate_loss_grad(const Context& ctx, LossType type, const int64_t* ptr, int64_t rows,
                          int64_t nnz, const uint8_t* positive, const float* weight,
                          int64_t batch_size, float* zg, LossAccumulator& acc);

@@ -1,5 +1,7 @@
 #include "ops/lsh.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -19,10 +21,10 @@ void check_hash(const LshHashView& h, ConstMatrix x) {
 
 }  // namespace
 
-void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes) {
+void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes, bool by_gemm) {
   check_hash(h, x);
   const int nt = h.tables;
-  if (!h.dwta && !h.sparse) {
+  if (by_gemm && !h.dwta && !h.sparse) {
     // Projections of a block of rows in one GEMM: s [rows×T·K] = x·Pᵀ.
     const int64_t nproj = int64_t{h.k} * nt;
     const int64_t block = 4096;
@@ -44,12 +46,19 @@ void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes) {
 }
 
 void lsh_hash_rows(const Context& ctx, const LshHashView& h, ConstMatrix x, uint32_t* codes,
-                   float* scratch, int64_t scratch_rows) {
-  if (!ctx.on_gpu()) return lsh_hash_rows(h, x, codes);
+                   float* scratch, int64_t scratch_rows, bool by_gemm) {
+  if (!ctx.on_gpu()) return lsh_hash_rows(h, x, codes, by_gemm);
   check_hash(h, x);
-  XMC_CHECK(h.dwta || h.sparse || (scratch != nullptr && scratch_rows >= 1),
+  XMC_CHECK(!by_gemm || h.dwta || h.sparse || (scratch != nullptr && scratch_rows >= 1),
             "dense simhash on cuda needs a projection scratch ({} rows)", scratch_rows);
-  if (x.rows > 0) gpu::lsh_hash_rows(ctx.cuda(), h, x, codes, scratch, scratch_rows);
+  if (x.rows > 0) gpu::lsh_hash_rows(ctx.cuda(), h, x, codes, scratch, scratch_rows, by_gemm);
+}
+
+void lsh_mark(const Context& ctx, uint32_t* flags, const uint32_t* ids, int64_t n) {
+  XMC_CHECK(n >= 0, "marking {} labels", n);
+  if (n == 0) return;
+  if (ctx.on_gpu()) return gpu::lsh_mark(ctx.cuda(), flags, ids, n);
+  for (int64_t i = 0; i < n; ++i) flags[ids[i]] = 1;
 }
 
 namespace {
@@ -92,6 +101,9 @@ void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint3
             "LSH draw: the dense padding of {} labels needs rest_size >= L ({})", labels,
             work.rest_size);
   if (rows == 0) return;
+  XMC_CHECK(work.slices >= (ctx.on_gpu() ? rows : omp_get_max_threads()),
+            "LSH draw: {} scratch slices for {} rows on {}", work.slices, rows,
+            ctx.on_gpu() ? "cuda" : "the CPU's threads");
   if (ctx.on_gpu())
     return gpu::lsh_draw_candidates(ctx.cuda(), v, codes, qptr, pos_ptr, pos, rows, max_candidates,
                                     min_candidates, labels, step_seed, work, cap, label, positive,
@@ -107,8 +119,8 @@ void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint3
   }
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t r = 0; r < rows; ++r)
-    lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, max_candidates, min_candidates, labels, step_seed,
-                 work, cap, label, positive, count);
+    lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, omp_get_thread_num(), max_candidates,
+                 min_candidates, labels, step_seed, work, cap, label, positive, count);
 }
 
 }  // namespace xmc::ops

@@ -4,6 +4,7 @@
 // in ops/lsh.cpp, CUDA in cuda/lsh.cu). sampling/lsh.h keeps the hash functions' arrays and
 // the tables and calls these on its host arrays; a device-resident layer calls the
 // Context forms on device copies.
+#include <cmath>
 #include <cstdint>
 
 #include "core/context.h"
@@ -39,15 +40,17 @@ struct LshHashView {
   uint64_t seed = 0;
 };
 
-// Projection r of x, summed in coordinate order (the single-vector form; the dense rows
-// form of lsh_hash_rows uses a GEMM instead).
+// Projection r of x, summed in coordinate order with one fused multiply-add a term (what
+// GCC and nvcc contract the plain loop into; explicit, so that both devices sum alike
+// whatever the flags): the single-vector form (a build's dense rows use a GEMM instead).
 XMC_HOST_DEVICE inline float lsh_projection(const LshHashView& h, int64_t r, const float* x) {
   float s = 0.0f;
   if (h.sparse) {
-    for (int64_t q = h.sp_ptr[r]; q < h.sp_ptr[r + 1]; ++q) s += h.sp_sign[q] * x[h.sp_idx[q]];
+    for (int64_t q = h.sp_ptr[r]; q < h.sp_ptr[r + 1]; ++q)
+      s = fmaf(h.sp_sign[q], x[h.sp_idx[q]], s);
   } else {
     const float* pr = h.proj + r * h.dim;
-    for (int64_t c = 0; c < h.dim; ++c) s += pr[c] * x[c];
+    for (int64_t c = 0; c < h.dim; ++c) s = fmaf(pr[c], x[c], s);
   }
   return s;
 }
@@ -107,18 +110,22 @@ XMC_HOST_DEVICE inline uint32_t lsh_code(const LshHashView& h, const float* x, i
   return code;
 }
 
-// codes [n×T] = the bucket ids of the rows of x [n×dim] on the host: dense simhash by
-// sgemm in blocks of 4096 rows (x·Pᵀ, then the signs), the other families by lsh_code per
-// row (OpenMP over the rows).
-void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes);
+// codes [n×T] = the bucket ids of the rows of x [n×dim] on the host: with by_gemm, dense
+// simhash by sgemm in blocks of 4096 rows (x·Pᵀ, then the signs: the tables' builds); else,
+// and for the other families, lsh_code per row (OpenMP over the rows: queries and
+// re-insertions, as LshHasher::hash).
+void lsh_hash_rows(const LshHashView& h, ConstMatrix x, uint32_t* codes, bool by_gemm = true);
 // The same on the Context's device (CUDA: h's arrays, x and codes DEVICE memory): dense
-// simhash by a GEMM of x against the projections in blocks of scratch_rows rows into
-// scratch [scratch_rows × T·K] (device; unused by the other families and on the CPU), then a
-// thread per (row, table) for the signs; sparse simhash and dwta a thread per (row, table)
-// running lsh_code. A GPU GEMM sums in another order than the CPU's: a projection within
-// rounding of 0 may take the other sign (the parity tests allow a few such codes).
+// simhash with by_gemm by a GEMM of x against the projections in blocks of scratch_rows
+// rows into scratch [scratch_rows × T·K] (device; unused otherwise and on the CPU), then a
+// thread per (row, table) for the signs; otherwise a thread per (row, table) running
+// lsh_code. A GPU GEMM sums in another order than the CPU's: a projection within rounding
+// of 0 may take the other sign (the parity tests allow a few such codes).
 void lsh_hash_rows(const Context& ctx, const LshHashView& h, ConstMatrix x, uint32_t* codes,
-                   float* scratch, int64_t scratch_rows);
+                   float* scratch, int64_t scratch_rows, bool by_gemm = true);
+// flags[ids[i]] = 1 for i in [0, n) on the Context's device (lsh_sampled's labels updated
+// since the last refresh).
+void lsh_mark(const Context& ctx, uint32_t* flags, const uint32_t* ids, int64_t n);
 
 // The tables' buckets (sampling/lsh.h, LshTables) as views of their arrays on one device:
 // bucket b of table t holds size[t·nb + b] labels at slots[(t·nb + b)·capacity ..], oldest
@@ -373,10 +380,11 @@ XMC_HOST_DEVICE inline int64_t lsh_point_candidates(const LshTablesView& v, cons
   return count;
 }
 
-// The scratch of a batch's draw on one device, row r's slices at r·map_size (keys, vals,
-// used), r·reach (retrieved, rank, rank_label) and r·rest_size (rest); keys zero on the
-// first call (each row leaves its map empty).
+// The scratch of a batch's draw on one device, slice s at s·map_size (keys, vals, used),
+// s·reach (retrieved, rank, rank_label) and s·rest_size (rest); keys zero on the first call
+// (each row leaves its map empty). A slice per row on the GPU, per OpenMP thread on the CPU.
 struct LshDrawWork {
+  int64_t slices = 0;
   uint32_t* keys = nullptr;
   uint32_t* vals = nullptr;
   uint32_t* used = nullptr;
@@ -394,12 +402,13 @@ struct LshDrawWork {
   }
 };
 
-// Row r of lsh_draw_candidates (both devices' row body): count[r] = -1 when the row needs
-// more than its cap slots, scratch entries or map.
+// Row r of lsh_draw_candidates in scratch slice `slice` (both devices' row body): count[r]
+// = -1 when the row needs more than its cap slots, scratch entries or map.
 XMC_HOST_DEVICE inline void lsh_draw_row(const LshTablesView& v, const uint32_t* codes,
                                          const int64_t* qptr, const int64_t* pos_ptr,
-                                         const uint32_t* pos, int64_t r, int64_t max_candidates,
-                                         int64_t min_candidates, int64_t labels, uint64_t step_seed,
+                                         const uint32_t* pos, int64_t r, int64_t slice,
+                                         int64_t max_candidates, int64_t min_candidates,
+                                         int64_t labels, uint64_t step_seed,
                                          const LshDrawWork& work, int64_t cap, uint32_t* label,
                                          uint8_t* positive, int64_t* count) {
   const int64_t np = pos_ptr[r + 1] - pos_ptr[r], nq = qptr[r + 1] - qptr[r];
@@ -414,7 +423,7 @@ XMC_HOST_DEVICE inline void lsh_draw_row(const LshTablesView& v, const uint32_t*
   int64_t npos = 0;
   const int64_t n =
       lsh_point_candidates(v, codes + qptr[r] * v.tables, nq, pos + pos_ptr[r], np, max_candidates,
-                           min_candidates, labels, rng, work.row(r), label + r * cap, &npos);
+                           min_candidates, labels, rng, work.row(slice), label + r * cap, &npos);
   for (int64_t j = 0; j < n; ++j) positive[r * cap + j] = j < npos ? 1 : 0;
   count[r] = n;
 }
@@ -424,7 +433,8 @@ XMC_HOST_DEVICE inline void lsh_draw_row(const LshTablesView& v, const uint32_t*
 // Rng::stream(step_seed, r) into slots [r·cap, r·cap + count[r]) of label, positive[e] = 1
 // for its positives; cap >= lsh_candidate_slots of every row (the CPU checks it; on the GPU
 // a row that would need more gets count -1 and no entries, for compact_candidates). CPU:
-// rows in parallel (OpenMP); CUDA: a thread per row, every array DEVICE memory.
+// rows in parallel (OpenMP), work.slices >= the threads; CUDA: a thread per row, every
+// array DEVICE memory, work.slices >= rows.
 void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint32_t* codes,
                          const int64_t* qptr, const int64_t* pos_ptr, const uint32_t* pos,
                          int64_t rows, int64_t max_candidates, int64_t min_candidates,
@@ -438,7 +448,10 @@ void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint3
 XMC_GPU_STUBS_BEGIN
 namespace xmc::gpu {
 XMC_GPU_FN void lsh_hash_rows(const CudaContext& ctx, const ops::LshHashView& h, ConstMatrix x,
-                              uint32_t* codes, float* scratch, int64_t scratch_rows) XMC_GPU_STUB;
+                              uint32_t* codes, float* scratch, int64_t scratch_rows,
+                              bool by_gemm) XMC_GPU_STUB;
+XMC_GPU_FN void lsh_mark(const CudaContext& ctx, uint32_t* flags, const uint32_t* ids,
+                         int64_t n) XMC_GPU_STUB;
 XMC_GPU_FN void lsh_table_writes(const CudaContext& ctx, const ops::LshTablesView& v,
                                  const uint32_t* labels, int64_t n,
                                  const uint32_t* fresh) XMC_GPU_STUB;

@@ -209,7 +209,7 @@ int64_t compact_candidates(Context& ctx, int64_t rows, int64_t cap, const uint32
     const int64_t at = b * cap, n = count[b], to = indptr[b];
     std::copy(label + at, label + at + n, out_label + to);
     std::copy(positive + at, positive + at + n, out_positive + to);
-    std::copy(weight + at, weight + at + n, out_weight + to);
+    if (weight != nullptr) std::copy(weight + at, weight + at + n, out_weight + to);
     indptr[b + 1] = to + n;
   }
   return indptr[rows];

@@ -259,7 +259,8 @@ int64_t group_entries_by_label(Context& ctx, const CandidateCsr& cand, int64_t n
                                Buffer<uint8_t>& scratch, const EntryGroupsOut& out);
 
 // The padded rows of draw_candidates packed into one CSR on the Context's device: indptr
-// [rows + 1], out_label / out_positive / out_weight [nnz] (room for rows × cap); returns
+// [rows + 1], out_label / out_positive / out_weight [nnz] (room for rows × cap; weight null:
+// no weights, out_weight untouched and may be null); returns
 // nnz (read back on the GPU: one synchronisation). A row whose count is negative (the
 // GPU draw's "did not fit") contributes nothing; the CPU refuses it. scratch: the GPU
 // scan's workspace, grown here as needed (unused on the CPU).

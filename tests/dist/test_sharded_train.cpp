@@ -220,11 +220,13 @@ TEST_CASE("lsh_sampled / anns_sampled over two label shards stay near the one-pr
   INFO("P@1 one process " << run.p1(run.one) << ", two " << run.p1(run.two));
   CHECK(run.p1(run.one) > 0.5);  // it learnt something
   CHECK(std::abs(run.p1(run.two) - run.p1(run.one)) <= 0.005);
-  // Half the label rows (and tables) per process: about half the layer's ledger bytes.
+  // Half the label rows (and tables) per process: about half the layer's ledger bytes (a
+  // little less for lsh_sampled, whose one-process run also reserves the device draw's
+  // per-batch arrays, which a label-sharded run, keeping the host sampler, does not).
   const double bytes1 = run.one["output_layer_bytes"].get<double>();
   for (int r = 0; r < 2; ++r) {
     CHECK(run.rank_bytes(r) < 0.65 * bytes1);
-    CHECK(run.rank_bytes(r) > 0.35 * bytes1);
+    CHECK(run.rank_bytes(r) > 0.3 * bytes1);
   }
   // One process evaluates both shards side by side as they were trained (each with its
   // own tables / index); the resumed run reads each rank's tables / hard sets.

@@ -796,7 +796,9 @@ DEVICE_TEST("losses over sizes and label chunks, with the bf16 gradient copy on 
 // Context's device against a double reference and against the host form on the same
 // inputs: gradients 1e-5/B + 1e-4 relative against the reference (the host's bce uses fast
 // exp/log1p), 1e-7 + 1e-5 relative against the host form; losses 1e-5 relative; the hinge's
-// zero count exact (both compute its margin in double from the same float score).
+// zero count exact (both compute its margin in double from the same float score). Then the
+// sampled softmax (the row offsets on the device; expf on the GPU where the host has its
+// approximation: 1e-4 relative against the host form).
 DEVICE_TEST("candidate losses over sampled entries on the device equal the host form",
             "[sparse][sampled][loss]") {
   Rng rng(53);
@@ -858,11 +860,52 @@ DEVICE_TEST("candidate losses over sampled entries on the device equal the host 
           }
         }
       }
-      LossAccumulator acc(ctx);
-      Buffer<float> zg = put(ctx, z);
-      CHECK_THROWS_WITH(candidate_loss_grad(ctx, LossType::softmax, ptr.data(), rows, nnz, nullptr,
-                                            nullptr, batch, zg.data(), acc),
-                        Catch::Contains("softmax"));
+      // Softmax over each point's entries (t = 1/#positives, points without positives
+      // contribute nothing), the row offsets on the device: against a double reference and
+      // the host form.
+      {
+        const double inv_b = 1.0 / static_cast<double>(batch);
+        std::vector<double> gref(n, 0.0);
+        double lref = 0.0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t e0 = ptr[r], e1 = ptr[r + 1];
+          int64_t np = 0;
+          double mx = -1e300;
+          for (int64_t e = e0; e < e1; ++e) {
+            np += positive[e];
+            mx = std::max(mx, static_cast<double>(z[e]));
+          }
+          if (np == 0) continue;
+          double sum = 0.0;
+          for (int64_t e = e0; e < e1; ++e) sum += std::exp(z[e] - mx);
+          const double lse = mx + std::log(sum), t = 1.0 / static_cast<double>(np);
+          for (int64_t e = e0; e < e1; ++e) {
+            gref[e] = (std::exp(z[e] - lse) - (positive[e] ? t : 0.0)) * inv_b;
+            if (positive[e]) lref += t * (lse - z[e]);
+          }
+        }
+        Buffer<float> zg = put(ctx, z);
+        Buffer<uint8_t> pos_d = put(ctx, positive);
+        Buffer<int64_t> ptr_d = put(ctx, ptr);
+        LossAccumulator acc(ctx);
+        acc.reset(0.25);
+        candidate_loss_grad(ctx, LossType::softmax, ptr_d.data(), rows, nnz, pos_d.data(), nullptr,
+                            batch, zg.data(), acc);
+        const gpu::LossAccum got = acc.read();
+        std::vector<float> host = z;
+        int64_t host_zeros = 0;
+        const double host_loss =
+            candidate_loss_grad(LossType::softmax, ptr.data(), rows, positive.data(), nullptr,
+                                batch, host.data(), &host_zeros);
+        const auto g = get(zg, n);
+        INFO("softmax");
+        expect_close("gradient", g, gref, 1e-5 * inv_b, 1e-4);
+        expect_close("gradient against the host form", g, host, 1e-6 * inv_b, 1e-4);
+        expect_close("loss", got.loss - 0.25, lref, 1e-5, 1e-5);
+        expect_close("loss against the host form", got.loss - 0.25, host_loss, 1e-5, 1e-5);
+        CHECK(static_cast<int64_t>(got.zero_grads) ==
+              static_cast<int64_t>(std::count(g.begin(), g.end(), 0.0f)));
+      }
     }
   }
 }

@@ -261,7 +261,8 @@ DEVICE_TEST("the LSH candidate draw on the device equals the host sampler", "[sa
       auto retrieved = zeros32(rows * reach), rank_label = zeros32(rows * reach);
       auto rank = put(ctx, std::vector<uint64_t>(static_cast<size_t>(rows * reach), 0));
       auto rest = zeros32(dense ? rows * sh.labels : 1);
-      const ops::LshDrawWork work{.keys = keys.data(),
+      const ops::LshDrawWork work{.slices = rows,
+                                  .keys = keys.data(),
                                   .vals = vals.data(),
                                   .used = used.data(),
                                   .map_size = map,
