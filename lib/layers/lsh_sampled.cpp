@@ -181,13 +181,16 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
         copy(dev_.proj, h.proj, nproj * d);
       }
       const auto state = tables_->state("");
-      auto u32 = [&](int i) { return std::get<uint32_t*>(state[static_cast<size_t>(i)].data); };
-      auto numel = [&](int i) { return state[static_cast<size_t>(i)].numel(); };
-      copy(dev_.slots, u32(0), numel(0));
-      copy(dev_.size, u32(1), numel(1));
-      copy(dev_.seen, u32(2), numel(2));
-      copy(dev_.where, u32(3), numel(3));
-      copy(dev_.rng, std::get<int64_t*>(state[4].data), numel(4));
+      auto room = [&](auto& buf, int i) {
+        buf = std::remove_reference_t<decltype(buf)>(
+            ctx, MemTag::index, static_cast<size_t>(state[static_cast<size_t>(i)].numel()));
+      };
+      room(dev_.slots, 0);
+      room(dev_.size, 1);
+      room(dev_.seen, 2);
+      room(dev_.where, 3);
+      room(dev_.rng, 4);
+      upload_tables();
     }
   }
 }

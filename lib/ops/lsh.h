@@ -40,9 +40,10 @@ struct LshHashView {
   uint64_t seed = 0;
 };
 
-// Projection r of x, summed in coordinate order with one fused multiply-add a term (what
-// GCC and nvcc contract the plain loop into; explicit, so that both devices sum alike
-// whatever the flags): the single-vector form (a build's dense rows use a GEMM instead).
+// Projection r of x, summed in coordinate order with one fused multiply-add a term, spelled
+// out so that both devices round alike whatever the compiler would contract (GCC compiled
+// the plain dense loop into vectorised products summed in order, with fused tails): the
+// single-vector form (queries, re-insertions); a build's dense rows use a GEMM instead.
 XMC_HOST_DEVICE inline float lsh_projection(const LshHashView& h, int64_t r, const float* x) {
   float s = 0.0f;
   if (h.sparse) {
