@@ -36,6 +36,24 @@ StepStats block_step(Context& ctx, DenseBlock& block, const CsrMatrix& t,
   return st;
 }
 
+// One step of the reference block and of the block under test on the same targets (5 a
+// row) and inputs h (uniform in ±h_scale): both blocks' StepStats and dh.
+struct StepPair {
+  StepStats ref, got;
+  std::vector<float> dh_ref, dh_got;
+};
+StepPair step_both(Context& ctx, DenseBlock& ref, DenseBlock& got, Rng& rng, int64_t batch,
+                   int64_t d, int64_t labels, const LrState& lr, float h_scale = 1.0f) {
+  const CsrMatrix t = random_targets(rng, batch, labels, 5);
+  const auto h = random_floats(rng, static_cast<size_t>(batch * d), h_scale);
+  StepPair p;
+  p.dh_ref.assign(h.size(), 7.0f);
+  p.dh_got.resize(h.size());
+  p.ref = ref.train_step(t, ConstMatrix(h.data(), batch, d), Matrix(p.dh_ref.data(), batch, d), lr);
+  p.got = block_step(ctx, got, t, h, p.dh_got, d, lr);
+  return p;
+}
+
 }  // namespace
 
 // Two steps of a block over labels [50, 1050) of 1070 (chunks of 300, the last partial),
@@ -56,13 +74,10 @@ DEVICE_TEST("dense block: two steps match the CPU block for every loss and optim
                      floats(snapshot(ref), "weight"), 0.0, 0.0);
         for (int64_t step = 1; step <= 2; ++step) {
           const std::string sn = "step " + std::to_string(step);
-          const CsrMatrix t = random_targets(rng, batch, labels, 5);
-          auto h = random_floats(rng, static_cast<size_t>(batch * d));
-          std::vector<float> dh_ref(h.size(), 7.0f), dh_got(h.size());
           const LrState lr{cfg.lr, step};
-          const StepStats rs = ref.train_step(t, ConstMatrix(h.data(), batch, d),
-                                              Matrix(dh_ref.data(), batch, d), lr);
-          const StepStats gs = block_step(ctx, got, t, h, dh_got, d, lr);
+          const StepPair pair = step_both(ctx, ref, got, rng, batch, d, labels, lr);
+          const StepStats &rs = pair.ref, &gs = pair.got;
+          const std::vector<float>&dh_ref = pair.dh_ref, &dh_got = pair.dh_got;
           expect_close(sn + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
           expect_close(sn + " grads", static_cast<double>(gs.grads), static_cast<double>(rs.grads),
                        0, 0);
@@ -105,13 +120,10 @@ DEVICE_TEST("dense block with a sparse gradient: two steps match the CPU block",
       CHECK(ctx.ledger().total_current(space) - before == got.analytic_bytes());
       for (int64_t step = 1; step <= 2; ++step) {
         const std::string sn = "step " + std::to_string(step);
-        const CsrMatrix t = random_targets(rng, batch, labels, 5);
-        auto h = random_floats(rng, static_cast<size_t>(batch * d), 3.0f);
-        std::vector<float> dh_ref(h.size(), 7.0f), dh_got(h.size());
         const LrState lr{cfg.lr, step};
-        const StepStats rs =
-            ref.train_step(t, ConstMatrix(h.data(), batch, d), Matrix(dh_ref.data(), batch, d), lr);
-        const StepStats gs = block_step(ctx, got, t, h, dh_got, d, lr);
+        const StepPair pair = step_both(ctx, ref, got, rng, batch, d, labels, lr, 3.0f);
+        const StepStats &rs = pair.ref, &gs = pair.got;
+        const std::vector<float>&dh_ref = pair.dh_ref, &dh_got = pair.dh_got;
         expect_close(sn + " loss", gs.loss, rs.loss, 1e-5, 1e-4);
         expect_close(sn + " dh", dh_got, dh_ref, 1e-6, 1e-3);
         const Snapshot sg = snapshot(got), sr = snapshot(ref);
@@ -152,13 +164,10 @@ DEVICE_TEST("dense block bf16: two steps within bf16 accuracy of the fp32 CPU bl
                      rounded(floats(snapshot(ref), "weight")), 0.0, 0.0);
         for (int64_t step = 1; step <= 2; ++step) {
           const std::string sn = "step " + std::to_string(step);
-          const CsrMatrix t = random_targets(rng, batch, labels, 5);
-          auto h = random_floats(rng, static_cast<size_t>(batch * d));
-          std::vector<float> dh_ref(h.size()), dh_got(h.size());
           const LrState lr{cfg.lr, step};
-          const StepStats rs = ref.train_step(t, ConstMatrix(h.data(), batch, d),
-                                              Matrix(dh_ref.data(), batch, d), lr);
-          const StepStats gs = block_step(ctx, got, t, h, dh_got, d, lr);
+          const StepPair pair = step_both(ctx, ref, got, rng, batch, d, labels, lr);
+          const StepStats &rs = pair.ref, &gs = pair.got;
+          const std::vector<float>&dh_ref = pair.dh_ref, &dh_got = pair.dh_got;
           expect_close(sn + " loss", gs.loss, rs.loss, 0.0, 1e-2);
           float scale = 0.0f;
           for (float x : dh_ref) scale = std::max(scale, std::abs(x));
@@ -241,13 +250,10 @@ DEVICE_TEST("dense block fp8: two steps within fp8 accuracy of the fp32 CPU bloc
         }
         for (int64_t step = 1; step <= 2; ++step) {
           const std::string sn = "step " + std::to_string(step);
-          const CsrMatrix t = random_targets(rng, batch, labels, 5);
-          auto h = random_floats(rng, static_cast<size_t>(batch * d));
-          std::vector<float> dh_ref(h.size()), dh_got(h.size());
           const LrState lr{cfg.lr, step};
-          const StepStats rs = ref.train_step(t, ConstMatrix(h.data(), batch, d),
-                                              Matrix(dh_ref.data(), batch, d), lr);
-          const StepStats gs = block_step(ctx, got, t, h, dh_got, d, lr);
+          const StepPair pair = step_both(ctx, ref, got, rng, batch, d, labels, lr);
+          const StepStats &rs = pair.ref, &gs = pair.got;
+          const std::vector<float>&dh_ref = pair.dh_ref, &dh_got = pair.dh_got;
           expect_close(sn + " loss", gs.loss, rs.loss, 0.0, 2e-2);
           float scale = 0.0f;
           for (float x : dh_ref) scale = std::max(scale, std::abs(x));
