@@ -131,20 +131,14 @@ void check_draw(const CandidateDraw& c, int64_t rows, int64_t cap) {
 void draw_candidates(const Context& ctx, const CandidateDraw& c, const int64_t* ids,
                      const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
                      uint32_t* label, uint8_t* positive, float* weight, int64_t* count) {
-  if (!ctx.on_gpu()) {
-    draw_candidates_host(c, ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
+  check_draw(c, rows, cap);
+  if (ctx.on_gpu()) {
+    if (rows > 0)
+      gpu::draw_candidates(ctx.cuda(), c, ids, pos_ptr, pos, rows, cap, label, positive, weight,
+                           count);
     return;
   }
-  check_draw(c, rows, cap);
-  if (rows > 0)
-    gpu::draw_candidates(ctx.cuda(), c, ids, pos_ptr, pos, rows, cap, label, positive, weight,
-                         count);
-}
-
-void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int64_t* pos_ptr,
-                          const uint32_t* pos, int64_t rows, int64_t cap, uint32_t* label,
-                          uint8_t* positive, float* weight, int64_t* count) {
-  check_draw(c, rows, cap);
+  // The CPU: every row must fit its slots (refused, not marked), rows in parallel.
   for (int64_t b = 0; b < rows; ++b)
     XMC_CHECK(candidate_slots(c, pos_ptr[b + 1] - pos_ptr[b]) <= cap,
               "candidate draw: row {} needs {} slots, {} reserved", b,

@@ -166,10 +166,6 @@ XMC_HOST_DEVICE inline int64_t draw_point_candidates(const CandidateDraw& c, int
 void draw_candidates(const Context& ctx, const CandidateDraw& c, const int64_t* ids,
                      const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
                      uint32_t* label, uint8_t* positive, float* weight, int64_t* count);
-// The same on host arrays, rows in parallel (the CPU branch of draw_candidates).
-void draw_candidates_host(const CandidateDraw& c, const int64_t* ids, const int64_t* pos_ptr,
-                          const uint32_t* pos, int64_t rows, int64_t cap, uint32_t* label,
-                          uint8_t* positive, float* weight, int64_t* count);
 
 // Groups the entries of cand (host arrays) by label; num_labels bounds the ids (checked).
 EntryGroupsBuffers group_entries_by_label(const CandidateCsr& cand, int64_t num_labels);
