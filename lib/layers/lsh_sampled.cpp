@@ -164,22 +164,16 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
     if (init.ctx->on_gpu() && device_draw_) {
       // The device copies: the hash functions' arrays once, the tables as built.
       Context& ctx = *init.ctx;
-      const ops::LshHashView h = tables_->hasher().view();
-      const int64_t nproj = int64_t{h.k} * h.tables;
-      auto copy = [&](auto& buf, const auto* src, int64_t count) {
-        buf =
-            std::remove_reference_t<decltype(buf)>(ctx, MemTag::index, static_cast<size_t>(count));
-        buf.copy_from_host(src, static_cast<size_t>(count));
+      const LshHasher::Arrays a = tables_->hasher().arrays();
+      auto copy = [&](auto& buf, auto src) {  // the family's arrays; the others stay empty
+        buf = std::remove_reference_t<decltype(buf)>(ctx, MemTag::index, src.size());
+        buf.copy_from_host(src.data(), src.size());
       };
-      if (h.dwta) {
-        copy(dev_.bins, h.bin_idx, nproj * h.bin);
-      } else if (h.sparse) {
-        copy(dev_.ptr, h.sp_ptr, nproj + 1);
-        copy(dev_.idx, h.sp_idx, h.sp_ptr[nproj]);
-        copy(dev_.sign, h.sp_sign, h.sp_ptr[nproj]);
-      } else {
-        copy(dev_.proj, h.proj, nproj * d);
-      }
+      copy(dev_.proj, a.proj);
+      copy(dev_.sign, a.sp_sign);
+      copy(dev_.ptr, a.sp_ptr);
+      copy(dev_.idx, a.sp_idx);
+      copy(dev_.bins, a.bin_idx);
       const auto state = tables_->state("");
       auto room = [&](auto& buf, int i) {
         buf = std::remove_reference_t<decltype(buf)>(
@@ -210,43 +204,41 @@ ops::LshTablesView LshSampledLayer::tables_view() const {
   if (!tables_) return {};
   ops::LshTablesView v = tables_->view();
   if (!ctx_->on_gpu()) return v;
-  auto* self = const_cast<LshSampledLayer*>(this);  // the view type is the writers' too
-  v.slots = self->dev_.slots.data();
-  v.size = self->dev_.size.data();
-  v.seen = self->dev_.seen.data();
-  v.where = self->dev_.where.data();
-  v.rng = self->dev_.rng.data();
+  v.slots = dev_.slots.data();
+  v.size = dev_.size.data();
+  v.seen = dev_.seen.data();
+  v.where = dev_.where.data();
+  v.rng = dev_.rng.data();
   return v;
 }
 
-void LshSampledLayer::download_tables() const {
-  if (!host_stale_) return;
+void LshSampledLayer::copy_tables(bool to_device) const {
+  // The host tables' arrays (state order: buckets, sizes, counts, label buckets, generators)
+  // and their device copies.
   const auto state = tables_->state("");
-  auto get32 = [&](const Buffer<uint32_t>& b, int i) {
-    b.copy_to_host(std::get<uint32_t*>(state[static_cast<size_t>(i)].data),
-                   static_cast<size_t>(state[static_cast<size_t>(i)].numel()));
-  };
-  get32(dev_.slots, 0);
-  get32(dev_.size, 1);
-  get32(dev_.seen, 2);
-  get32(dev_.where, 3);
-  dev_.rng.copy_to_host(std::get<int64_t*>(state[4].data), static_cast<size_t>(state[4].numel()));
+  Buffer<uint32_t>* dev32[] = {&dev_.slots, &dev_.size, &dev_.seen, &dev_.where};
+  for (size_t i = 0; i < 4; ++i) {
+    auto* host = std::get<uint32_t*>(state[i].data);
+    const auto count = static_cast<size_t>(state[i].numel());
+    if (to_device)
+      dev32[i]->copy_from_host(host, count);
+    else
+      dev32[i]->copy_to_host(host, count);
+  }
+  auto* rng = std::get<int64_t*>(state[4].data);
+  const auto count = static_cast<size_t>(state[4].numel());
+  if (to_device)
+    dev_.rng.copy_from_host(rng, count);
+  else
+    dev_.rng.copy_to_host(rng, count);
   host_stale_ = false;
 }
 
-void LshSampledLayer::upload_tables() {
-  const auto state = tables_->state("");
-  auto put32 = [&](Buffer<uint32_t>& b, int i) {
-    b.copy_from_host(std::get<uint32_t*>(state[static_cast<size_t>(i)].data),
-                     static_cast<size_t>(state[static_cast<size_t>(i)].numel()));
-  };
-  put32(dev_.slots, 0);
-  put32(dev_.size, 1);
-  put32(dev_.seen, 2);
-  put32(dev_.where, 3);
-  dev_.rng.copy_from_host(std::get<int64_t*>(state[4].data), static_cast<size_t>(state[4].numel()));
-  host_stale_ = false;
+void LshSampledLayer::download_tables() const {
+  if (host_stale_) copy_tables(false);
 }
+
+void LshSampledLayer::upload_tables() { copy_tables(true); }
 
 std::vector<uint32_t> LshSampledLayer::take_dirty() {
   uint32_t* flags = dirty_.stage();  // the buffer itself on the CPU, a copy on the GPU
@@ -427,7 +419,7 @@ StepStats LshSampledLayer::train_step_impl(const Batch& batch, ConstMatrix h, Ma
 
 void LshSampledLayer::refresh_tables() {
   if (!tables_) return;
-  const int64_t n = shard_labels(), d = input_dim();
+  const int64_t d = input_dim();
   const std::vector<uint32_t> labels = take_dirty();
   Context& ctx = *ctx_;
   if (ctx.on_gpu() && device_draw_) {
@@ -438,15 +430,7 @@ void LshSampledLayer::refresh_tables() {
     if (cfg_.reinsert == LshReinsert::all) {
       const int64_t block = 4096;
       ensure_size(work_.hash_scratch, ctx, MemTag::workspace, block * int64_t{nt} * cfg_.k);
-      ops::lsh_hash_rows(ctx, hash_view(), block_.weights(), dev_.where.data(),
-                         work_.hash_scratch.data(), block, true);
-      dev_.size.stage_for_write();
-      std::fill_n(dev_.size.host_data(), dev_.size.size(), 0u);
-      dev_.size.commit();
-      dev_.seen.stage_for_write();
-      std::fill_n(dev_.seen.host_data(), dev_.seen.size(), 0u);
-      dev_.seen.commit();
-      ops::lsh_table_writes(ctx, v, nullptr, n, nullptr);
+      ops::lsh_build(ctx, hash_view(), v, block_.weights(), work_.hash_scratch.data(), block);
     } else if (!labels.empty()) {
       const auto m = static_cast<int64_t>(labels.size());
       ensure_size(work_.ids, ctx, MemTag::workspace, m);
@@ -454,9 +438,8 @@ void LshSampledLayer::refresh_tables() {
       ensure_size(work_.gathered, ctx, MemTag::workspace, m * d);
       ops::gather_rows(ctx, block_.weights().data, work_.ids.data(), m, d, work_.gathered.data());
       ensure_size(work_.codes, ctx, MemTag::workspace, m * nt);
-      ops::lsh_hash_rows(ctx, hash_view(), ConstMatrix(work_.gathered.data(), m, d),
-                         work_.codes.data(), nullptr, 0, false);
-      ops::lsh_table_writes(ctx, v, work_.ids.data(), m, work_.codes.data());
+      ops::lsh_reinsert(ctx, hash_view(), v, work_.ids.data(),
+                        ConstMatrix(work_.gathered.data(), m, d), work_.codes.data());
     }
     host_stale_ = true;
     return;
@@ -580,20 +563,8 @@ LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledC
   const LshParams p = lsh_params(cfg, 0);
   const double tables = LshTables::planned_bytes(n, p);
   bytes.params += tables;
-  if (s.gpu && drawn) {
-    // The device copies of the tables and of the hash functions' arrays (device_draw_).
-    const double nproj = static_cast<double>(cfg.tables * cfg.k),
-                 d = static_cast<double>(s.input_dim);
-    double hash = 4.0 * nproj * d;  // dense simhash
-    if (cfg.hash == LshFamily::dwta) {
-      hash = 4.0 * nproj * static_cast<double>(cfg.dwta_bin);
-    } else if (cfg.projection == LshProjection::sparse) {
-      const double nnz = std::max<double>(
-          1.0, static_cast<double>(static_cast<int64_t>(cfg.projection_density * d + 0.5)));
-      hash = 8.0 * (nproj + 1.0) + 8.0 * nproj * nnz;
-    }
-    bytes.params += tables + hash;
-  }
+  if (s.gpu && drawn)  // the device copies of the tables and of the hash functions' arrays
+    bytes.params += tables + LshHasher::planned_bytes(s.input_dim, p);
   return bytes;
 }
 

@@ -160,9 +160,11 @@ class LshSampledLayer final : public OutputLayer {
   // the CPU, dev_'s copies on the GPU).
   ops::LshHashView hash_view() const;
   ops::LshTablesView tables_view() const;
-  // GPU: the tables' device copies to the host tables (when stale) and back.
+  // GPU: the tables' device copies to the host tables (when stale) and back, through
+  // copy_tables (to_device: host to device).
   void download_tables() const;
   void upload_tables();
+  void copy_tables(bool to_device) const;
   // The labels updated since the last refresh, ascending; the flags cleared.
   std::vector<uint32_t> take_dirty();
   // Flags the labels ids (host) as updated.
@@ -185,12 +187,14 @@ class LshSampledLayer final : public OutputLayer {
   mutable double last_recall_ = -1.0;
   bool device_draw_ = false;
   // GPU with device_draw_: copies of the hash functions' arrays and of the tables (ledger:
-  // index); the host tables are then the checkpoints' and eval_search's staging.
+  // index); the host tables are then the checkpoints' and eval_search's staging. mutable:
+  // the const readers (evaluation) refresh the staging from them.
   struct DeviceTables {
     Buffer<float> proj, sign;
     Buffer<int64_t> ptr, rng;
     Buffer<uint32_t> idx, bins, slots, size, seen, where;
-  } dev_;
+  };
+  mutable DeviceTables dev_;
   mutable bool host_stale_ = false;  // the device tables moved since the last download
   // The device draw's per-step arrays (grown as needed; ledger: workspace).
   struct DrawWork {

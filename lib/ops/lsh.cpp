@@ -123,4 +123,53 @@ void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint3
                  min_candidates, labels, step_seed, work, cap, label, positive, count);
 }
 
+namespace {
+void check_build(const LshTablesView& v, ConstMatrix w) {
+  XMC_CHECK(w.rows == v.labels, "LSH build over {} rows, tables sized for {} labels", w.rows,
+            v.labels);
+}
+void check_reinsert(const LshTablesView& v, const uint32_t* labels, ConstMatrix rows) {
+  XMC_CHECK(rows.rows >= 0 && (rows.rows == 0 || labels != nullptr),
+            "LSH re-insertion of {} rows without their labels", rows.rows);
+  (void)v;
+}
+}  // namespace
+
+void lsh_build(const LshHashView& h, const LshTablesView& v, ConstMatrix w) {
+  check_build(v, w);
+  const auto cells = static_cast<size_t>(v.tables * v.nb);
+  std::fill(v.size, v.size + cells, 0u);
+  std::fill(v.seen, v.seen + cells, 0u);
+  lsh_hash_rows(h, w, v.where);
+  lsh_table_writes(v, nullptr, v.labels, nullptr);  // every label, in order
+}
+
+void lsh_build(const Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
+               float* scratch, int64_t scratch_rows) {
+  if (!ctx.on_gpu()) return lsh_build(h, v, w);
+  check_build(v, w);
+  const size_t bytes = static_cast<size_t>(v.tables * v.nb) * sizeof(uint32_t);
+  gpu::memset_device(v.size, 0, bytes, ctx.cuda().stream());
+  gpu::memset_device(v.seen, 0, bytes, ctx.cuda().stream());
+  lsh_hash_rows(ctx, h, w, v.where, scratch, scratch_rows);
+  lsh_table_writes(ctx, v, nullptr, v.labels, nullptr);
+}
+
+void lsh_reinsert(const LshHashView& h, const LshTablesView& v, const uint32_t* labels,
+                  ConstMatrix rows, uint32_t* fresh) {
+  check_reinsert(v, labels, rows);
+  if (rows.rows == 0) return;  // (a null label list would mean a build to lsh_table_writes)
+  lsh_hash_rows(h, rows, fresh, /*by_gemm=*/false);
+  lsh_table_writes(v, labels, rows.rows, fresh);
+}
+
+void lsh_reinsert(const Context& ctx, const LshHashView& h, const LshTablesView& v,
+                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh) {
+  if (!ctx.on_gpu()) return lsh_reinsert(h, v, labels, rows, fresh);
+  check_reinsert(v, labels, rows);
+  if (rows.rows == 0) return;
+  lsh_hash_rows(ctx, h, rows, fresh, nullptr, 0, /*by_gemm=*/false);
+  lsh_table_writes(ctx, v, labels, rows.rows, fresh);
+}
+
 }  // namespace xmc::ops

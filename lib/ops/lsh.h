@@ -218,6 +218,21 @@ void lsh_table_writes(const LshTablesView& v, const uint32_t* labels, int64_t n,
 void lsh_table_writes(const Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
                       const uint32_t* fresh);
 
+// A build of the tables from every label's vector, w.row(l) for l in [0, v.labels): their
+// bucket ids into v.where (lsh_hash_rows, by GEMM for dense simhash; scratch as there), the
+// buckets emptied, then every label inserted in order. Host form and Context form.
+void lsh_build(const LshHashView& h, const LshTablesView& v, ConstMatrix w);
+void lsh_build(const Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
+               float* scratch, int64_t scratch_rows);
+// A re-insertion of labels[0..n) (distinct, n = rows.rows), rows.row(i) label i's current
+// vector: their bucket ids row by row into fresh [n×T] (lsh_hash_rows without the GEMM, as
+// the queries), then each leaves its last bucket and enters the new one (lsh_table_writes).
+// Host form and Context form.
+void lsh_reinsert(const LshHashView& h, const LshTablesView& v, const uint32_t* labels,
+                  ConstMatrix rows, uint32_t* fresh);
+void lsh_reinsert(const Context& ctx, const LshHashView& h, const LshTablesView& v,
+                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh);
+
 // --- the candidate sets of lsh_sampled (sampling/lsh_candidates.h) ----------------------
 // One point's set, written once for both devices: its positives (distinct, in their order),
 // then the labels its query vectors' buckets hold, ranked by the number of (query, table)

@@ -16,7 +16,20 @@ int ceil_log2(int n) {
 
 constexpr int kMaxBits = 24;
 
+// Coordinates a sparse ±1 projection reads.
+int64_t sparse_nnz(int64_t dim, const LshParams& p) {
+  return std::max<int64_t>(1, static_cast<int64_t>(p.density * static_cast<double>(dim) + 0.5));
+}
+
 }  // namespace
+
+double LshHasher::planned_bytes(int64_t dim, const LshParams& p) {
+  const double nproj = static_cast<double>(p.k) * p.tables;
+  if (p.family == LshFamily::dwta) return 4.0 * nproj * p.bin;
+  if (p.sparse_projection)
+    return 8.0 * (nproj + 1.0) + 8.0 * nproj * static_cast<double>(sparse_nnz(dim, p));
+  return 4.0 * nproj * static_cast<double>(dim);
+}
 
 int64_t LshHasher::bits_for(const LshParams& p) {
   return p.family == LshFamily::simhash ? int64_t{p.k} : int64_t{p.k} * ceil_log2(p.bin);
@@ -33,7 +46,7 @@ LshHasher::LshHasher(int64_t dim, const LshParams& p) : dim_(dim), p_(p) {
     if (p.sparse_projection) {
       if (!(p.density > 0.0 && p.density <= 1.0))
         throw_input("simhash projection density must be in (0, 1]; got {}", p.density);
-      const int64_t nnz = std::max<int64_t>(1, static_cast<int64_t>(p.density * dim + 0.5));
+      const int64_t nnz = sparse_nnz(dim, p);
       sp_ptr_.push_back(0);
       std::vector<uint32_t> perm(static_cast<size_t>(dim));
       for (int64_t r = 0; r < nproj; ++r) {
@@ -127,39 +140,27 @@ ops::LshTablesView LshTables::view() const {
           .labels = num_labels_};
 }
 
-void LshTables::build(ConstMatrix w) {
-  XMC_CHECK(w.rows == num_labels_, "LSH build over {} rows, tables sized for {} labels", w.rows,
-            num_labels_);
-  std::fill(size_.data(), size_.data() + size_.size(), 0u);
-  std::fill(seen_.data(), seen_.data() + seen_.size(), 0u);
-  hasher_.hash_rows(w, where_.data());
-  ops::lsh_table_writes(view(), nullptr, num_labels_, nullptr);  // every label, in order
-}
+void LshTables::build(ConstMatrix w) { ops::lsh_build(hasher_.view(), view(), w); }
 
 void LshTables::reinsert(std::span<const uint32_t> labels, ConstMatrix w) {
   XMC_CHECK(w.rows == num_labels_, "LSH reinsert over {} rows, tables sized for {} labels",
             w.rows, num_labels_);
-  reinsert_vectors(labels, [&](int64_t i) { return w.row(labels[i]); });
+  std::vector<float> rows(labels.size() * static_cast<size_t>(w.cols));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    XMC_CHECK(labels[i] < num_labels_, "reinsert of label {} >= {}", labels[i], num_labels_);
+    std::copy_n(w.row(labels[i]), w.cols, rows.data() + i * static_cast<size_t>(w.cols));
+  }
+  reinsert_rows(labels, ConstMatrix(rows.data(), static_cast<int64_t>(labels.size()), w.cols));
 }
 
 void LshTables::reinsert_rows(std::span<const uint32_t> labels, ConstMatrix rows) {
   XMC_CHECK(rows.rows == static_cast<int64_t>(labels.size()) && rows.cols == hasher_.dim(),
             "LSH reinsert of {} labels from rows [{}×{}], dim {}", labels.size(), rows.rows,
             rows.cols, hasher_.dim());
-  reinsert_vectors(labels, [&](int64_t i) { return rows.row(i); });
-}
-
-template <class Vec>
-void LshTables::reinsert_vectors(std::span<const uint32_t> labels, Vec vec) {
   for (uint32_t l : labels)
     XMC_CHECK(l < num_labels_, "reinsert of label {} >= {}", l, num_labels_);
-  const int nt = tables();
-  const auto n = static_cast<int64_t>(labels.size());
-  if (n == 0) return;  // (a null label list would mean a build to lsh_table_writes)
-  std::vector<uint32_t> fresh(static_cast<size_t>(n * nt));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) hasher_.hash(vec(i), fresh.data() + i * nt);
-  ops::lsh_table_writes(view(), labels.data(), n, fresh.data());
+  std::vector<uint32_t> fresh(labels.size() * static_cast<size_t>(tables()));
+  ops::lsh_reinsert(hasher_.view(), view(), labels.data(), rows, fresh.data());
 }
 
 std::vector<TensorRef> LshTables::state(const std::string& prefix) {

@@ -54,8 +54,17 @@ class LshHasher {
   void hash_rows(ConstMatrix x, uint32_t* out) const;
   int bits() const { return bits_; }
   // The hash functions as views of the host arrays (ops/lsh.h; a device layer uploads
-  // copies of proj(), ... and points a view at them).
+  // copies of arrays() and points a view at them).
   ops::LshHashView view() const;
+  // The arrays themselves (those of the family; the others empty).
+  struct Arrays {
+    std::span<const float> proj, sp_sign;
+    std::span<const int64_t> sp_ptr;
+    std::span<const uint32_t> sp_idx, bin_idx;
+  };
+  Arrays arrays() const { return {proj_, sp_sign_, sp_ptr_, sp_idx_, bin_idx_}; }
+  // Bytes of those arrays for these parameters, before any is allocated.
+  static double planned_bytes(int64_t dim, const LshParams& p);
   // Bits of the bucket id for these parameters (what bits() will be), before any check.
   static int64_t bits_for(const LshParams& p);
   int64_t dim() const { return dim_; }
@@ -113,8 +122,6 @@ class LshTables {
 
  private:
   // labels[i] (checked < num_labels) re-enters the buckets of vector vec(i) [dim].
-  template <class Vec>
-  void reinsert_vectors(std::span<const uint32_t> labels, Vec vec);
 
   LshParams p_;
   LshHasher hasher_;

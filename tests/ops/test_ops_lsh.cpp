@@ -30,22 +30,17 @@ struct DeviceHasher {
   ops::LshHashView view;
   DeviceHasher(Context& ctx, const LshHasher& hasher) {
     view = hasher.view();
-    const int64_t nproj = int64_t{view.k} * view.tables;
-    auto copy = [&](auto& buf, const auto* p, int64_t n) {
-      if (p == nullptr || n <= 0) return decltype(buf.data()){nullptr};
-      buf = put(ctx, std::vector(p, p + n));
-      return buf.data();
-    };
-    if (view.dwta) {
-      view.bin_idx = copy(bins, view.bin_idx, nproj * view.bin);
-    } else if (view.sparse) {
-      const int64_t nnz = view.sp_ptr[nproj];
-      view.sp_idx = copy(idx, view.sp_idx, nnz);
-      view.sp_sign = copy(sign, view.sp_sign, nnz);
-      view.sp_ptr = copy(ptr, view.sp_ptr, nproj + 1);
-    } else {
-      view.proj = copy(proj, view.proj, nproj * view.dim);
-    }
+    const LshHasher::Arrays a = hasher.arrays();
+    proj = put(ctx, std::vector(a.proj.begin(), a.proj.end()));
+    sign = put(ctx, std::vector(a.sp_sign.begin(), a.sp_sign.end()));
+    ptr = put(ctx, std::vector(a.sp_ptr.begin(), a.sp_ptr.end()));
+    idx = put(ctx, std::vector(a.sp_idx.begin(), a.sp_idx.end()));
+    bins = put(ctx, std::vector(a.bin_idx.begin(), a.bin_idx.end()));
+    view.proj = proj.data();
+    view.sp_sign = sign.data();
+    view.sp_ptr = ptr.data();
+    view.sp_idx = idx.data();
+    view.bin_idx = bins.data();
   }
 };
 
