@@ -82,6 +82,7 @@ struct LayerShape {
   OptimizerConfig optim;                // the output layer's optimizer
   int shard = 0, shards = 1;
   double labels_per_point = 0.0;  // mean positives per point (planned work only)
+  int threads = 1;                // the run's CPU threads (per-thread workspaces on the CPU)
 
   static LayerShape of(const LayerInit& init) {
     return {.gpu = init.ctx != nullptr && init.ctx->on_gpu(),
@@ -94,7 +95,8 @@ struct LayerShape {
             .optim = init.optim,
             .shard = init.shard,
             .shards = init.shards,
-            .labels_per_point = 0.0};
+            .labels_per_point = 0.0,
+            .threads = init.ctx != nullptr ? init.ctx->threads() : 1};
   }
   int64_t labels() const { return (label_hi < 0 ? num_labels : label_hi) - label_lo; }
   // LayerInit::shard_share.

@@ -69,6 +69,40 @@ int64_t draw_slots(const LayerShape& s, const LshSampledConfig& cfg) {
                                   s.shard_share(cfg.min_candidates), s.labels());
 }
 
+// The device draw's scratch (ops::LshDrawWork) per slice, for a batch whose largest row has
+// max_np positives and max_q query vectors: the map of its labels (keys, vals, used: map
+// entries), the labels its buckets list and their ranks (reach), its uniform padding
+// (rest). Slices: a row each on the GPU, a thread each on the CPU.
+struct DrawScratch {
+  int64_t map = 0, reach = 0, rest = 0;
+  static int64_t slices(bool gpu, int64_t rows, int threads) {
+    return gpu ? rows : std::max(1, threads);
+  }
+  double bytes(int64_t slices) const {
+    const auto s = static_cast<double>(slices);
+    return s * (4.0 * (3.0 * static_cast<double>(map) + 2.0 * static_cast<double>(reach) +
+                       static_cast<double>(rest)) +
+                8.0 * static_cast<double>(reach));
+  }
+};
+DrawScratch draw_scratch(int64_t max_np, int64_t max_q, int64_t tables, int64_t capacity,
+                         int64_t min_candidates, int64_t n) {
+  DrawScratch s;
+  s.reach = max_q * tables * capacity;
+  const int64_t target = std::min(min_candidates, n);
+  s.map = 256;
+  while (s.map < 2 * (max_np + s.reach + target) + 2) s.map *= 2;
+  s.rest = 2 * target > n ? n : 0;
+  return s;
+}
+// The scratch reserved at construction (and planned): a row of one positive and one query
+// vector (query none: no tables read); a batch with more grows it.
+DrawScratch reserved_scratch(const LayerShape& s, const LshSampledConfig& cfg) {
+  const bool reads = cfg.query != LshQuery::none;
+  return draw_scratch(1, reads ? 1 : 0, reads ? cfg.tables : 0, cfg.bucket_capacity,
+                      s.shard_share(cfg.min_candidates), s.labels());
+}
+
 // The tables' parameters of a config (seed: the layer's).
 LshParams lsh_params(const LshSampledConfig& cfg, uint64_t seed) {
   return {.family = cfg.hash,
@@ -144,6 +178,9 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       ensure_size(*b, ctx, MemTag::workspace, slots);
     ensure_size(work_.count, ctx, MemTag::workspace, batch);
     ensure_size(work_.ptr, ctx, MemTag::workspace, batch + 1);
+    const DrawScratch sz = reserved_scratch(shape(), cfg);
+    reserve_scratch(DrawScratch::slices(ctx.on_gpu(), batch, ctx.threads()), sz.map, sz.reach,
+                    sz.rest);
   }
   sched_ = HostBuffer<int64_t>(ledger, MemTag::index, 2);
   sched_[0] = cfg.rebuild_interval;
@@ -287,6 +324,17 @@ CsrMatrix LshSampledLayer::draw(const Batch& batch, const CsrMatrix& positives, 
                           &batch.labels);
 }
 
+void LshSampledLayer::reserve_scratch(int64_t slices, int64_t map, int64_t reach, int64_t rest) {
+  Context& ctx = *ctx_;
+  DrawWork& w = work_;
+  constexpr MemTag ws = MemTag::workspace;
+  for (Buffer<uint32_t>* b : {&w.keys, &w.vals, &w.used}) ensure_size(*b, ctx, ws, slices * map);
+  for (Buffer<uint32_t>* b : {&w.retrieved, &w.rank_label})
+    ensure_size(*b, ctx, ws, std::max<int64_t>(slices * reach, 1));
+  ensure_size(w.rank, ctx, ws, std::max<int64_t>(slices * reach, 1));
+  ensure_size(w.rest, ctx, ws, std::max<int64_t>(slices * rest, 1));
+}
+
 ops::CandidateCsr LshSampledLayer::draw_step(const Batch& batch, const CsrMatrix& positives,
                                              ConstMatrix h, int64_t step) {
   Context& ctx = *ctx_;
@@ -328,17 +376,11 @@ ops::CandidateCsr LshSampledLayer::draw_step(const Batch& batch, const CsrMatrix
     max_q = std::max(max_q, qptr[static_cast<size_t>(i + 1)] - qptr[static_cast<size_t>(i)]);
   }
   const ops::LshTablesView v = tables_view();
-  const int64_t reach = max_q * nt * (tables_ ? v.capacity : 0);
-  const int64_t target = std::min(cp.min_candidates, n);
-  int64_t map = 256;
-  while (map < 2 * (max_np + reach + target) + 2) map *= 2;
-  const int64_t rest = 2 * target > n ? n : 0;
-  const int64_t slices = ctx.on_gpu() ? rows : std::max(1, omp_get_max_threads());
-  for (Buffer<uint32_t>* b : {&w.keys, &w.vals, &w.used}) ensure_size(*b, ctx, ws, slices * map);
-  for (Buffer<uint32_t>* b : {&w.retrieved, &w.rank_label})
-    ensure_size(*b, ctx, ws, std::max<int64_t>(slices * reach, 1));
-  ensure_size(w.rank, ctx, ws, std::max<int64_t>(slices * reach, 1));
-  ensure_size(w.rest, ctx, ws, std::max<int64_t>(slices * rest, 1));
+  const DrawScratch sz =
+      draw_scratch(max_np, max_q, nt, tables_ ? v.capacity : 0, cp.min_candidates, n);
+  const int64_t map = sz.map, reach = sz.reach, rest = sz.rest;
+  const int64_t slices = DrawScratch::slices(ctx.on_gpu(), rows, omp_get_max_threads());
+  reserve_scratch(slices, map, reach, rest);
   const ops::LshDrawWork work{.slices = slices,
                               .keys = w.keys.data(),
                               .vals = w.vals.data(),
@@ -556,9 +598,15 @@ LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledC
                                                  batch * per_point_candidates(s, cfg), drawn);
   bytes.params += 4.0 * static_cast<double>(n) + 16.0;  // dirty flags, schedule
   // The device draw's padded rows and packing (label, flag twice each), counts, row offsets.
-  if (drawn)
+  if (drawn) {
     bytes.workspace += 10.0 * static_cast<double>(batch * draw_slots(s, cfg)) +
                        8.0 * static_cast<double>(2 * batch + 1);
+    // The draw's scratch (at least one entry per array).
+    const DrawScratch sz = reserved_scratch(s, cfg);
+    const int64_t slices = DrawScratch::slices(s.gpu, batch, s.threads);
+    bytes.workspace +=
+        sz.bytes(slices) + (sz.reach == 0 ? 4.0 * 2 + 8.0 : 0.0) + (sz.rest == 0 ? 4.0 : 0.0);
+  }
   if (!uses_tables(cfg)) return bytes;
   const LshParams p = lsh_params(cfg, 0);
   const double tables = LshTables::planned_bytes(n, p);

@@ -152,6 +152,9 @@ class LshSampledLayer final : public OutputLayer {
   // The step's candidate sets (local ids); positives: the batch's among this layer's
   // labels, local ids (local_labels).
   CsrMatrix draw(const Batch& batch, const CsrMatrix& positives, ConstMatrix h, int64_t step);
+  // The draw's scratch arrays (DrawWork: keys, vals, used; retrieved, rank, rank_label;
+  // rest) for `slices` slices of map / reach / rest entries, grown only.
+  void reserve_scratch(int64_t slices, int64_t map, int64_t reach, int64_t rest);
   // The same sets drawn on the Context's device and packed there (device_draw_): a CSR over
   // the batch in work_ (its positive flags in work_.out_positive).
   ops::CandidateCsr draw_step(const Batch& batch, const CsrMatrix& positives, ConstMatrix h,

@@ -1,6 +1,7 @@
 #include "plan/plan.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -149,15 +150,18 @@ double step_seconds(const StepWork& w, const Ceilings& c) {
 
 LayerShape plan_shape(const PlanProblem& p) {
   OptimizerConfig optim = p.config.optim.output;
-  return {.gpu = p.device == Device::cuda,
-          .input_dim = encoder_output_dim(p),
-          .num_labels = p.labels,
-          .label_lo = 0,
-          .label_hi = p.labels,
-          .batch = p.config.train.batch_size,
-          .num_train = p.points,
-          .optim = optim,
-          .labels_per_point = p.labels_per_point};
+  return {
+      .gpu = p.device == Device::cuda,
+      .input_dim = encoder_output_dim(p),
+      .num_labels = p.labels,
+      .label_lo = 0,
+      .label_hi = p.labels,
+      .batch = p.config.train.batch_size,
+      .num_train = p.points,
+      .optim = optim,
+      .labels_per_point = p.labels_per_point,
+      // the run's threads (config `threads`; 0: all cores)
+      .threads = p.config.threads > 0 ? static_cast<int>(p.config.threads) : omp_get_num_procs()};
 }
 
 LayerShape host_probe_shape(const LayerShape& s) {
