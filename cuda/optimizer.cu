@@ -112,42 +112,53 @@ __device__ __forceinline__ __nv_bfloat16 round_stochastic(float x, uint32_t bits
   return __ushort_as_bfloat16(bf16_bits_stochastic(__float_as_uint(x), bits));
 }
 
-// bf16 weights, state S (float or __nv_bfloat16): the fp32 update on the widened values,
-// then the rounding (the weights stochastically when p.seed != 0, with the counter-based
-// bits of gpu::rounding_bits, as the CPU).
+// Kahan compensation (c null: none; gpu::kahan_residual_bits, the host's rule): the weight
+// as stored plus its compensation, and what the rounding of x into `stored` dropped.
+__device__ __forceinline__ float with_residual(float w, const __nv_bfloat16* c, int64_t i) {
+  return c ? w + __bfloat162float(c[i]) : w;
+}
+__device__ __forceinline__ void keep_residual(__nv_bfloat16* c, int64_t i, float x, float stored) {
+  if (c) c[i] = __ushort_as_bfloat16(kahan_residual_bits(x, stored));
+}
+
+// bf16 weights, state S (float or __nv_bfloat16): the fp32 update on the widened values
+// (plus their compensation c), then the rounding (the weights stochastically when p.seed !=
+// 0, with the counter-based bits of gpu::rounding_bits, as the CPU).
 template <class S>
 __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w,
                                    const float* __restrict__ g, S* __restrict__ s1,
-                                   S* __restrict__ s2, int64_t n) {
+                                   S* __restrict__ s2, __nv_bfloat16* __restrict__ c, int64_t n) {
   const uint64_t stream = rounding_stream(p.seed, p.step);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float m = s1 ? widen(s1[i]) : 0.0f, v = s2 ? widen(s2[i]) : 0.0f;
-    const float x = update_one(p, __bfloat162float(w[i]), g[i], m, v);
+    const float x = update_one(p, with_residual(__bfloat162float(w[i]), c, i), g[i], m, v);
     if (s1) narrow(s1[i], m);
     if (s2) narrow(s2[i], v);
     w[i] = p.seed != 0 ? round_stochastic(x, rounding_bits(stream, static_cast<uint64_t>(i)))
                        : __float2bfloat16_rn(x);
+    keep_residual(c, i, x, __bfloat162float(w[i]));
   }
 }
 
 // Row-wise Adam (beta1 = 0): a block per row. Pass 1 sums the row's squared gradients
 // (with adam's L2 term) over the block, pass 2 steps every weight with the row's new v.
-// Rounding as update_bf16_kernel, counter r·cols + j.
+// Rounding and compensation (bf16 weights only) as update_bf16_kernel, counter r·cols + j.
 __device__ __forceinline__ float load_weight(float w) { return w; }
 __device__ __forceinline__ float load_weight(__nv_bfloat16 w) { return __bfloat162float(w); }
 
 template <class W>
 __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
                                       const float* __restrict__ g, float* __restrict__ row_v,
-                                      int64_t cols) {
+                                      __nv_bfloat16* __restrict__ c, int64_t cols) {
   __shared__ float part[kThreads / 32];
   const int64_t r = blockIdx.x;
   W* wr = w + r * cols;
   const float* gr = g + r * cols;
+  __nv_bfloat16* cr = c ? c + r * cols : nullptr;
   float sq = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float gi = gr[j] + p.l2 * load_weight(wr[j]);
+    const float gi = gr[j] + p.l2 * with_residual(load_weight(wr[j]), cr, j);
     sq += gi * gi;
   }
   for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
@@ -159,7 +170,7 @@ __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
   const float scale = p.step_size * p.one_minus_b1 / (sqrtf(v) * p.inv_sqrt_bc2 + p.eps);
   const uint64_t stream = rounding_stream(p.seed, p.step);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float wi = load_weight(wr[j]);
+    const float wi = with_residual(load_weight(wr[j]), cr, j);
     const float x = wi * p.decay - scale * (gr[j] + p.l2 * wi);
     if constexpr (std::is_same_v<W, float>) {
       wr[j] = x;
@@ -167,6 +178,7 @@ __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
       wr[j] = p.seed != 0
                   ? round_stochastic(x, rounding_bits(stream, static_cast<uint64_t>(r * cols + j)))
                   : __float2bfloat16_rn(x);
+      keep_residual(cr, j, x, __bfloat162float(wr[j]));
     }
   }
   __syncthreads();  // every thread has read row_v[r]
@@ -195,18 +207,20 @@ __device__ __forceinline__ float block_reduce(float x, float* part, bool max) {
 template <bool Rowwise>
 __global__ void update_fp8_kernel(UpdateParams p, uint8_t* __restrict__ w,
                                   float* __restrict__ row_scale, const float* __restrict__ g,
-                                  float* __restrict__ s1, float* __restrict__ s2, int64_t cols) {
+                                  float* __restrict__ s1, float* __restrict__ s2,
+                                  __nv_bfloat16* __restrict__ c, int64_t cols) {
   extern __shared__ float row[];  // [cols]
   __shared__ float part[kThreads / 32];
   const int64_t r = blockIdx.x;
   uint8_t* wr = w + r * cols;
   const float* gr = g + r * cols;
+  __nv_bfloat16* cr = c ? c + r * cols : nullptr;
   const float scale = row_scale[r];
   float v = 0.0f, step_scale = 0.0f;
   if constexpr (Rowwise) {
     float sq = 0.0f;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float gi = gr[j] + p.l2 * (fp8_value(wr[j]) * scale);
+      const float gi = gr[j] + p.l2 * with_residual(fp8_value(wr[j]) * scale, cr, j);
       sq += gi * gi;
     }
     const float total = block_reduce(sq, part, false);
@@ -215,7 +229,7 @@ __global__ void update_fp8_kernel(UpdateParams p, uint8_t* __restrict__ w,
   }
   float top = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float wi = fp8_value(wr[j]) * scale;
+    const float wi = with_residual(fp8_value(wr[j]) * scale, cr, j);
     float x;
     if constexpr (Rowwise)
       x = wi * p.decay - step_scale * (gr[j] + p.l2 * wi);
@@ -227,9 +241,11 @@ __global__ void update_fp8_kernel(UpdateParams p, uint8_t* __restrict__ w,
   top = block_reduce(top, part, true);  // its barriers also publish row[]
   const float next = fp8_row_scale(top), inv = fp8_inverse_scale(next);
   const uint64_t stream = rounding_stream(p.seed, p.step);
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     wr[j] = fp8_code(row[j] * inv, rounding_bits(stream, static_cast<uint64_t>(r * cols + j)),
                      p.seed != 0);
+    keep_residual(cr, j, row[j], fp8_value(wr[j]) * next);
+  }
   __syncthreads();  // every thread has read row_scale[r] (and s2[r])
   if (threadIdx.x == 0) {
     row_scale[r] = next;
@@ -270,26 +286,27 @@ void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double
 
 void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
-                      uint64_t stochastic_seed) {
+                      uint64_t stochastic_seed, Bf16* compensation) {
   if (n <= 0) return;
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
   XMC_CUDA_LAUNCH(update_bf16_kernel<float>, blocks_for(n), kThreads, 0, ctx.stream(), p,
-                  reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2, n);
+                  reinterpret_cast<__nv_bfloat16*>(params), grad, state1, state2,
+                  reinterpret_cast<__nv_bfloat16*>(compensation), n);
 }
 
 void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       Bf16* params, const float* grad, Bf16* state1, Bf16* state2, int64_t n,
-                      uint64_t stochastic_seed) {
+                      uint64_t stochastic_seed, Bf16* compensation) {
   if (n <= 0) return;
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
-  XMC_CUDA_LAUNCH(update_bf16_kernel<__nv_bfloat16>, blocks_for(n), kThreads, 0, ctx.stream(), p,
-                  reinterpret_cast<__nv_bfloat16*>(params), grad,
-                  reinterpret_cast<__nv_bfloat16*>(state1),
-                  reinterpret_cast<__nv_bfloat16*>(state2), n);
+  XMC_CUDA_LAUNCH(
+      update_bf16_kernel<__nv_bfloat16>, blocks_for(n), kThreads, 0, ctx.stream(), p,
+      reinterpret_cast<__nv_bfloat16*>(params), grad, reinterpret_cast<__nv_bfloat16*>(state1),
+      reinterpret_cast<__nv_bfloat16*>(state2), reinterpret_cast<__nv_bfloat16*>(compensation), n);
 }
 
 void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
@@ -298,36 +315,39 @@ void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg
   if (rows <= 0) return;
   const UpdateParams p = make_params(cfg, lr, step);
   XMC_CUDA_LAUNCH(update_rowwise_kernel<float>, static_cast<unsigned>(rows), kThreads, 0,
-                  ctx.stream(), p, params, grad, row_v, cols);
+                  ctx.stream(), p, params, grad, row_v, nullptr, cols);
 }
 
 void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, Bf16* params, const float* grad, float* row_v,
-                              int64_t rows, int64_t cols, uint64_t stochastic_seed) {
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed,
+                              Bf16* compensation) {
   if (rows <= 0) return;
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
   XMC_CUDA_LAUNCH(update_rowwise_kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0,
-                  ctx.stream(), p, reinterpret_cast<__nv_bfloat16*>(params), grad, row_v, cols);
+                  ctx.stream(), p, reinterpret_cast<__nv_bfloat16*>(params), grad, row_v,
+                  reinterpret_cast<__nv_bfloat16*>(compensation), cols);
 }
 
 void optimizer_update_fp8(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                           int64_t step, Fp8* params, float* row_scale, const float* grad,
                           float* state1, float* state2, int64_t rows, int64_t cols,
-                          uint64_t stochastic_seed) {
+                          uint64_t stochastic_seed, Bf16* compensation) {
   if (rows <= 0) return;
   UpdateParams p = make_params(cfg, lr, step);
   p.seed = stochastic_seed;
   p.step = static_cast<uint64_t>(step);
   const size_t shared = static_cast<size_t>(cols) * sizeof(float);
   auto* w = reinterpret_cast<uint8_t*>(params);
+  auto* c = reinterpret_cast<__nv_bfloat16*>(compensation);
   if (cfg.rowwise)
     XMC_CUDA_LAUNCH(update_fp8_kernel<true>, static_cast<unsigned>(rows), kThreads, shared,
-                    ctx.stream(), p, w, row_scale, grad, state1, state2, cols);
+                    ctx.stream(), p, w, row_scale, grad, state1, state2, c, cols);
   else
     XMC_CUDA_LAUNCH(update_fp8_kernel<false>, static_cast<unsigned>(rows), kThreads, shared,
-                    ctx.stream(), p, w, row_scale, grad, state1, state2, cols);
+                    ctx.stream(), p, w, row_scale, grad, state1, state2, c, cols);
 }
 
 void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,

@@ -364,7 +364,8 @@ eval: {k: 5}
 EOF
 # Modes: fp32 Adam, bf16 weights with fp32 Adam, the lean mode (bf16 weights, beta1 0, bf16
 # state), rowwise (bf16 weights, one moment per label row), fp8 (fp8 weights, beta1 0, fp32
-# state) and fp8rw (fp8 weights, one moment per label row).
+# state), fp8rw (fp8 weights, one moment per label row) and fp8rwk (fp8rw with Kahan
+# compensation).
 epoch_670k() {
   local mode
   local -A sets=(
@@ -373,15 +374,16 @@ epoch_670k() {
     [lean]="--set model.output.precision=bf16 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.state_precision=bf16"
     [rowwise]="--set model.output.precision=bf16 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.rowwise=true"
     [fp8]="--set model.output.precision=fp8 --set model.output.stochastic_rounding=true --set optim.output.beta1=0"
-    [fp8rw]="--set model.output.precision=fp8 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.rowwise=true")
-  for mode in fp32 bf16 lean rowwise fp8 fp8rw; do
+    [fp8rw]="--set model.output.precision=fp8 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.rowwise=true"
+    [fp8rwk]="--set model.output.precision=fp8 --set model.output.stochastic_rounding=true --set optim.output.beta1=0 --set optim.output.rowwise=true --set optim.output.kahan=true")
+  for mode in fp32 bf16 lean rowwise fp8 fp8rw fp8rwk; do
     # shellcheck disable=SC2086
     "$xmc" train "$work/l670k.yaml" --device cuda ${sets[$mode]} \
       --out "$work/runs/l670k_$mode" || return 1
   done
   python3 - "$work" "$work/figures.txt" <<'PY'
 import json, sys
-for mode in ("fp32", "bf16", "lean", "rowwise", "fp8", "fp8rw"):
+for mode in ("fp32", "bf16", "lean", "rowwise", "fp8", "fp8rw", "fp8rwk"):
     r = json.load(open("%s/runs/l670k_%s/results.json" % (sys.argv[1], mode)))
     dev = r["memory"].get("device", {}).get("total", {}).get("peak", 0)
     line = "epoch L=670091 d=768 B=256 %s: %.2f s (%.0f samples/s), P@1 %.4f, layer %.0f MiB (analytic %.0f MiB), device peak %.0f MiB" % (

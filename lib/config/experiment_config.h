@@ -130,6 +130,11 @@ struct OptimSpec : OptimizerConfig {
             "adam/adamw with beta1 0: one second moment per label row (the mean of the row's "
             "squared gradients) instead of one per weight, so the label weights keep no "
             "per-weight state (dense and bottleneck; biases, projections keep theirs)");
+    v.field("kahan", kahan,
+            "Kahan compensation of bf16 or fp8 label weights (dense and bottleneck): one bf16 "
+            "value per weight (2 bytes) keeps what each update's rounding dropped and adds it "
+            "back at the next, so steps below the weights' precision accumulate. "
+            "docs/benchmarks.md, \"Lean precision on WordNet\"");
   }
   bool operator==(const OptimSpec&) const = default;
 };

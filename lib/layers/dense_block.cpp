@@ -355,7 +355,9 @@ StepWork DenseBlock::planned_step(int64_t d, int64_t n, int64_t batch, LossType 
   // rowwise).
   const double passes = (loss == LossType::softmax ? 2.0 : 1.0) + (sparse_gradient ? 0.0 : 2.0);
   const double wb = weight_bytes(precision);
-  const double state = optim.rowwise ? 0.0 : optimizer_state_arrays(optim) * state_slot_bytes(optim);
+  const double state =
+      (optim.rowwise ? 0.0 : optimizer_state_arrays(optim) * state_slot_bytes(optim)) +
+      (optim.kahan ? 2.0 : 0.0);  // the bf16 compensation, read and written
   return StepWork::of(2.0 * b * nd * passes,
                       4.0 * b * static_cast<double>(n) * passes + nd * (2.0 * wb + 4.0 + 2.0 * state));
 }

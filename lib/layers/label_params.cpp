@@ -28,7 +28,13 @@ LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t row
         "optim.output.rowwise: the row-wise second moment is Adam's without a first moment "
         "(type adam or adamw with beta1: 0; type {} beta1 {} given)",
         to_string(optim.type), optim.beta1);
+  if (optim.kahan && precision == Precision::fp32)
+    throw_input(
+        "optim.output.kahan: Kahan compensation keeps what the rounding of bf16 or fp8 label "
+        "weights drops (model.output.precision: bf16 or fp8, backends dense and bottleneck; "
+        "fp32 given)");
   w = WeightArray(ctx, precision, wn, MemTag::weights, cols);
+  if (optim.kahan) w_comp = WeightArray(ctx, Precision::bf16, wn, MemTag::optimizer);
   b = Buffer<float>(ctx, MemTag::weights, n);
   if (optim.rowwise) {  // one fp32 second moment per row
     w_s2 = WeightArray(ctx, Precision::fp32, n, MemTag::optimizer);
@@ -46,7 +52,7 @@ void LabelParams::update(const Context& ctx, const OptimizerConfig& optim, doubl
                          uint64_t rounding_key) {
   const int64_t off = r0 * cols;
   w.update(ctx, optim, lr, step, static_cast<size_t>(off), dw, w_s1, w_s2, n * cols, cols,
-           rounding_key);
+           rounding_key, w_comp);
   optimizer_update(ctx, without_decay(optim), lr, step, b.data() + r0, db,
                    data_or_null(b_s1, r0), data_or_null(b_s2, r0), n);
 }
@@ -76,11 +82,12 @@ std::vector<TensorRef> LabelParams::refs(const std::string& prefix) {
                    w_s2.host_data()});
     out.push_back({prefix + "bias_opt2", {rows}, b_s2.host_data()});
   }
+  if (!w_comp.empty()) out.push_back({prefix + "weight_kahan", {rows, cols}, w_comp.host_data()});
   return out;
 }
 
 void LabelParams::sync(StateSync s) {
-  for (WeightArray* x : {&w, &w_s1, &w_s2}) x->sync(s);
+  for (WeightArray* x : {&w, &w_s1, &w_s2, &w_comp}) x->sync(s);
   for (Buffer<float>* x : {&b, &b_s1, &b_s2}) x->sync(s);
 }
 
@@ -92,8 +99,9 @@ LayerBytes LabelParams::planned_bytes(const OptimizerConfig& optim, int64_t rows
       optim.rowwise ? 4.0 * n : optimizer_state_arrays(optim) * state_slot_bytes(optim) * wn;
   // fp8: one fp32 scale per row beside the codes
   const double scales = precision == Precision::fp8 ? 4.0 * n : 0.0;
+  const double kahan = optim.kahan ? 2.0 * wn : 0.0;  // bf16 compensation
   return {.params = weight_bytes(precision) * wn + scales + 4.0 * n,
-          .optimizer = weight_state + bias_state};
+          .optimizer = weight_state + kahan + bias_state};
 }
 
 }  // namespace xmc

@@ -22,15 +22,16 @@ struct LabelParams {
   Buffer<float> b;            // [rows]
   WeightArray w_s1, w_s2;     // optimizer state of w (empty when the optimizer keeps none;
                               // rowwise: w_s2 holds one fp32 value per row, [rows])
+  WeightArray w_comp;         // optim.kahan: w's Kahan compensation, bf16 [rows×cols]
   Buffer<float> b_s1, b_s2;   // optimizer state of b
   int64_t rows = 0, cols = 0;
 
   LabelParams() = default;
   // Zero weights (the caller initialises them: w.stage_for_write(), w.commit()), zero bias
   // and state, recorded under MemTag::weights / optimizer. optim.state_precision bf16 needs
-  // bf16 weights, optim.rowwise adam/adamw with beta1 = 0 (InputError otherwise); the
-  // layers that update rows lazily or rewire (fixed_fanin, group_shared, the sampled
-  // backends) refuse rowwise themselves.
+  // bf16 weights, optim.rowwise adam/adamw with beta1 = 0, optim.kahan bf16 or fp8 weights
+  // (InputError otherwise); the layers that update rows lazily or rewire (fixed_fanin,
+  // group_shared, the sampled backends) refuse rowwise and kahan themselves.
   LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows, int64_t cols,
               Precision precision = Precision::fp32);
 
@@ -45,8 +46,8 @@ struct LabelParams {
                    const uint32_t* ids, int64_t count, const float* dw, const float* db);
 
   // "<prefix>weight" [rows×cols], "<prefix>bias" [rows], then "<prefix>weight_opt1",
-  // "<prefix>bias_opt1", "<prefix>weight_opt2", "<prefix>bias_opt2" for the state that
-  // exists; host arrays: on a CUDA Context after sync(to_host).
+  // "<prefix>bias_opt1", "<prefix>weight_opt2", "<prefix>bias_opt2", "<prefix>weight_kahan"
+  // for the state that exists; host arrays: on a CUDA Context after sync(to_host).
   std::vector<TensorRef> refs(const std::string& prefix = "output/");
   void sync(StateSync s);
   // Bytes of the weights and the bias (params) and of their optimizer state, for these

@@ -44,9 +44,13 @@ int64_t WeightArray::bytes() const {
 
 void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                          size_t off, const float* grad, WeightArray& s1, WeightArray& s2, int64_t n,
-                         int64_t row_width, uint64_t stochastic_key) {
+                         int64_t row_width, uint64_t stochastic_key, WeightArray& comp) {
   XMC_CHECK(off + static_cast<size_t>(n) <= size(), "weight update of [{}, {}) of {} weights",
             off, off + static_cast<size_t>(n), size());
+  XMC_CHECK(comp.empty() || (comp.bf16() && comp.size() == size() && precision_ != Precision::fp32),
+            "Kahan compensation of {} {} weights: {} {} values", size(), to_string(precision_),
+            comp.size(), to_string(comp.precision()));
+  gpu::Bf16* c = comp.empty() ? nullptr : comp.b16() + off;
   const bool bf16_state = (!s1.empty() && s1.bf16()) || (!s2.empty() && s2.bf16());
   if (fp8()) {  // whole rows, fp32 state (rowwise: one v per row in s2)
     const auto w = static_cast<size_t>(row_width_);
@@ -58,7 +62,7 @@ void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double 
     float* s1p = s1.empty() ? nullptr : s1.f32() + off;
     float* s2p = s2.empty() ? nullptr : s2.f32() + (cfg.rowwise ? r0 : off);
     return optimizer_update_fp8(ctx, cfg, lr, step, w8_.data() + off, scale_.data() + r0, grad, s1p,
-                                s2p, n / row_width, row_width, stochastic_key);
+                                s2p, n / row_width, row_width, stochastic_key, c);
   }
   if (cfg.rowwise) {  // one fp32 second moment per row, in s2
     const auto w = static_cast<size_t>(row_width);
@@ -70,7 +74,7 @@ void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double 
     const int64_t rows = n / row_width;
     if (bf16())
       return optimizer_update_rowwise(ctx, cfg, lr, step, w16_.data() + off, grad, row_v, rows,
-                                      row_width, stochastic_key);
+                                      row_width, stochastic_key, c);
     return optimizer_update_rowwise(ctx, cfg, lr, step, w_.data() + off, grad, row_v, rows,
                                     row_width);
   }
@@ -82,10 +86,10 @@ void WeightArray::update(const Context& ctx, const OptimizerConfig& cfg, double 
   if (bf16_state)
     return optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad,
                             s1.empty() ? nullptr : s1.b16() + off,
-                            s2.empty() ? nullptr : s2.b16() + off, n, stochastic_key);
+                            s2.empty() ? nullptr : s2.b16() + off, n, stochastic_key, c);
   optimizer_update(ctx, cfg, lr, step, w16_.data() + off, grad,
                    s1.empty() ? nullptr : s1.f32() + off, s2.empty() ? nullptr : s2.f32() + off, n,
-                   stochastic_key);
+                   stochastic_key, c);
 }
 
 float* WeightArray::stage() {

@@ -54,10 +54,10 @@ class WeightArray {
   // (the rounding bits depend on the key, the step and the index). With cfg.rowwise the
   // slice is whole rows of row_width values and s2 holds one fp32 value per row (s2[off /
   // row_width] on; optimizer_update_rowwise). fp8: whole rows (optimizer_update_fp8), fp32
-  // state.
+  // state. comp: the Kahan compensation (cfg.kahan; bf16, as long as this array) or empty.
   void update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step, size_t off,
               const float* grad, WeightArray& s1, WeightArray& s2, int64_t n, int64_t row_width,
-              uint64_t stochastic_key = 0);
+              uint64_t stochastic_key, WeightArray& comp);
   // The stochastic-rounding key of a slice that starts at `offset` (the bits differ per
   // seed and per slice); 0 when `on` is false (round to nearest).
   static uint64_t rounding_key(bool on, uint64_t seed, int64_t offset) {

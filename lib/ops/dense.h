@@ -20,21 +20,44 @@ namespace xmc::gpu {
 struct Bf16 {
   uint16_t bits;
 };
-// Host conversions: round to nearest even, as the device's __float2bfloat16_rn (NaN stays a
-// quiet NaN), and the exact widening back.
-inline Bf16 bf16_round(float f) {
+// The bits of an fp32 value and back (host and device).
+XMC_HOST_DEVICE inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return {static_cast<uint16_t>(u >> 16)};
+  return u;
+#endif
 }
-inline float bf16_widen(Bf16 v) {
-  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+XMC_HOST_DEVICE inline float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
+// The bf16 bits of the fp32 value with bits u, rounded to nearest even as the device's
+// __float2bfloat16_rn (NaN stays a quiet NaN).
+XMC_HOST_DEVICE inline uint16_t bf16_bits_nearest(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+// Host conversions: round to nearest even, and the exact widening back.
+inline Bf16 bf16_round(float f) { return {bf16_bits_nearest(float_bits(f))}; }
+inline float bf16_widen(Bf16 v) { return bits_float(static_cast<uint32_t>(v.bits) << 16); }
+// Kahan compensation of low-precision weights (OptimizerConfig::kahan): x the updated fp32
+// value, stored the value its rounding kept (bf16, or fp8 times the row's scale). x −
+// stored is exact in fp32 (the two share their leading bits); it is kept in bf16, rounded
+// to nearest, and added back to the weight at its next update. Non-finite: 0.
+XMC_HOST_DEVICE inline uint16_t kahan_residual_bits(float x, float stored) {
+  const uint32_t u = float_bits(x - stored);
+  return (u & 0x7f800000u) == 0x7f800000u ? uint16_t{0} : bf16_bits_nearest(u);
+}
+inline Bf16 kahan_residual(float x, float stored) { return {kahan_residual_bits(x, stored)}; }
 // Stochastic rounding, one rule on both devices. The random bits are counter-based: the
 // stream of one update is rounding_stream(key, step) (key: WeightArray::rounding_key, step:
 // the optimizer step), element i of that update draws rounding_bits(stream, i), so a run
@@ -59,9 +82,7 @@ XMC_HOST_DEVICE inline uint16_t bf16_bits_stochastic(uint32_t u, uint32_t r) {
 // Host: x rounded to bf16 stochastically with random bits r (non-finite: to nearest).
 inline Bf16 bf16_round_stochastic(float x, uint32_t r) {
   if (!std::isfinite(x)) return bf16_round(x);
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return {bf16_bits_stochastic(u, r)};
+  return {bf16_bits_stochastic(float_bits(x), r)};
 }
 using Bf16Matrix = MatrixView<Bf16>;
 using ConstBf16Matrix = MatrixView<const Bf16>;
@@ -72,25 +93,6 @@ using ConstBf16Matrix = MatrixView<const Bf16>;
 // the scale chosen from the row's largest |w| (fp8_row_scale) so that it maps into
 // (224, 448]. Scaling by a power of two is exact, so the widening is exact (into fp32, and
 // into bf16 on the GPU), and the rules below are integer operations, one on both devices.
-// The bits of an fp32 value and back (host and device).
-XMC_HOST_DEVICE inline uint32_t float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-XMC_HOST_DEVICE inline float bits_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 struct Fp8 {
   uint8_t bits;
 };

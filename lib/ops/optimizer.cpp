@@ -34,19 +34,21 @@ inline float widen(gpu::Bf16 x) { return gpu::bf16_widen(x); }
 inline void narrow(float& dst, float x) { dst = x; }
 inline void narrow(gpu::Bf16& dst, float x) { dst = gpu::bf16_round(x); }
 
-// bf16 weights p[0, n) (state S: float or gpu::Bf16) in tiles: widened to fp32, updated by
-// OptimizerStep::apply (the fp32 formulas), rounded back — the weights to nearest even, or
-// stochastically (stochastic) with the bits of counter i0 + i of the stream
-// (gpu::rounding_bits).
+// bf16 weights p[0, n) (state S: float or gpu::Bf16) in tiles: widened to fp32 (plus the
+// Kahan compensation c, when not null), updated by OptimizerStep::apply (the fp32
+// formulas), rounded back — the weights to nearest even, or stochastically (stochastic)
+// with the bits of counter i0 + i of the stream (gpu::rounding_bits); c keeps what the
+// weight's rounding dropped.
 template <class S>
-void apply_bf16(const OptimizerStep& st, gpu::Bf16* p, const float* g, S* s1, S* s2, int64_t n,
-                int64_t i0, bool stochastic, uint64_t stream) {
+void apply_bf16(const OptimizerStep& st, gpu::Bf16* p, const float* g, S* s1, S* s2, gpu::Bf16* c,
+                int64_t n, int64_t i0, bool stochastic, uint64_t stream) {
   constexpr int64_t kTile = 256;
   float w[kTile], m[kTile], v[kTile];
   for (int64_t t0 = 0; t0 < n; t0 += kTile) {
     const int64_t len = std::min(kTile, n - t0);
     for (int64_t i = 0; i < len; ++i) {
       w[i] = gpu::bf16_widen(p[t0 + i]);
+      if (c) w[i] += gpu::bf16_widen(c[t0 + i]);
       if (s1) m[i] = widen(s1[t0 + i]);
       if (s2) v[i] = widen(s2[t0 + i]);
     }
@@ -55,6 +57,7 @@ void apply_bf16(const OptimizerStep& st, gpu::Bf16* p, const float* g, S* s1, S*
       const auto at = static_cast<uint64_t>(i0 + t0 + i);
       p[t0 + i] = stochastic ? gpu::bf16_round_stochastic(w[i], gpu::rounding_bits(stream, at))
                              : gpu::bf16_round(w[i]);
+      if (c) c[t0 + i] = gpu::kahan_residual(w[i], gpu::bf16_widen(p[t0 + i]));
       if (s1) narrow(s1[t0 + i], m[i]);
       if (s2) narrow(s2[t0 + i], v[i]);
     }
@@ -64,7 +67,8 @@ void apply_bf16(const OptimizerStep& st, gpu::Bf16* p, const float* g, S* s1, S*
 // The CPU update of n bf16 weights, split over threads as the fp32 one.
 template <class S>
 void update_bf16(const OptimizerConfig& cfg, double lr, int64_t step, gpu::Bf16* params,
-                 const float* grad, S* state1, S* state2, int64_t n, uint64_t stochastic_seed) {
+                 const float* grad, S* state1, S* state2, int64_t n, uint64_t stochastic_seed,
+                 gpu::Bf16* compensation) {
   if (n <= 0) return;
   const OptimizerStep st(cfg, lr, step);
   const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
@@ -73,8 +77,8 @@ void update_bf16(const OptimizerConfig& cfg, double lr, int64_t step, gpu::Bf16*
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t o = blk * kOptimizerBlock;
     apply_bf16(st, params + o, grad + o, state1 ? state1 + o : nullptr,
-               state2 ? state2 + o : nullptr, std::min(kOptimizerBlock, n - o), o,
-               stochastic_seed != 0, stream);
+               state2 ? state2 + o : nullptr, compensation ? compensation + o : nullptr,
+               std::min(kOptimizerBlock, n - o), o, stochastic_seed != 0, stream);
   }
 }
 }  // namespace
@@ -195,34 +199,36 @@ namespace {
 template <class S>
 void update_bf16_on(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                     gpu::Bf16* params, const float* grad, S* state1, S* state2, int64_t n,
-                    uint64_t stochastic_seed) {
+                    uint64_t stochastic_seed, gpu::Bf16* compensation) {
   check_update(cfg, step, state1, state2, n);
   if (ctx.on_gpu())
     return gpu::optimizer_update(ctx.cuda(), cfg, lr, step, params, grad, state1, state2, n,
-                                 stochastic_seed);
-  update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+                                 stochastic_seed, compensation);
+  update_bf16(cfg, lr, step, params, grad, state1, state2, n, stochastic_seed, compensation);
 }
 }  // namespace
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
-                      uint64_t stochastic_seed) {
-  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+                      uint64_t stochastic_seed, gpu::Bf16* compensation) {
+  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed,
+                 compensation);
 }
 
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
-                      int64_t n, uint64_t stochastic_seed) {
-  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed);
+                      int64_t n, uint64_t stochastic_seed, gpu::Bf16* compensation) {
+  update_bf16_on(ctx, cfg, lr, step, params, grad, state1, state2, n, stochastic_seed,
+                 compensation);
 }
 
 namespace {
 // The row-wise update of rows [0, rows) on the CPU, fp32 or bf16 params (widened row by
-// row, rounded back as update_bf16 rounds).
+// row with their compensation, rounded back as update_bf16 rounds).
 template <class W>
 void update_rowwise(const OptimizerConfig& cfg, double lr, int64_t step, W* params,
                     const float* grad, float* row_v, int64_t rows, int64_t cols,
-                    uint64_t stochastic_seed) {
+                    uint64_t stochastic_seed, gpu::Bf16* compensation) {
   const OptimizerStep st(cfg, lr, step);
   const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
 #pragma omp parallel if (rows * cols >= kParallelMin)
@@ -234,7 +240,11 @@ void update_rowwise(const OptimizerConfig& cfg, double lr, int64_t step, W* para
       if constexpr (std::is_same_v<W, float>) {
         st.apply_row(pr, grad + r * cols, row_v[r], cols);
       } else {
-        for (int64_t j = 0; j < cols; ++j) wide[static_cast<size_t>(j)] = gpu::bf16_widen(pr[j]);
+        gpu::Bf16* cr = compensation ? compensation + r * cols : nullptr;
+        for (int64_t j = 0; j < cols; ++j) {
+          wide[static_cast<size_t>(j)] = gpu::bf16_widen(pr[j]);
+          if (cr) wide[static_cast<size_t>(j)] += gpu::bf16_widen(cr[j]);
+        }
         st.apply_row(wide.data(), grad + r * cols, row_v[r], cols);
         for (int64_t j = 0; j < cols; ++j) {
           const float x = wide[static_cast<size_t>(j)];
@@ -242,6 +252,7 @@ void update_rowwise(const OptimizerConfig& cfg, double lr, int64_t step, W* para
                       ? gpu::bf16_round_stochastic(
                             x, gpu::rounding_bits(stream, static_cast<uint64_t>(r * cols + j)))
                       : gpu::bf16_round(x);
+          if (cr) cr[j] = gpu::kahan_residual(x, gpu::bf16_widen(pr[j]));
         }
       }
     }
@@ -265,34 +276,38 @@ namespace {
 template <class W>
 void update_rowwise_on(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                        W* params, const float* grad, float* row_v, int64_t rows, int64_t cols,
-                       uint64_t stochastic_seed) {
+                       uint64_t stochastic_seed, gpu::Bf16* compensation) {
   check_rowwise(cfg, step, row_v, rows, cols);
   if (rows == 0) return;
   if (!ctx.on_gpu())
-    return update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
+    return update_rowwise(cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed,
+                          compensation);
   if constexpr (std::is_same_v<W, float>)
     gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols);
   else
     gpu::optimizer_update_rowwise(ctx.cuda(), cfg, lr, step, params, grad, row_v, rows, cols,
-                                  stochastic_seed);
+                                  stochastic_seed, compensation);
 }
 }  // namespace
 
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, float* params, const float* grad, float* row_v,
                               int64_t rows, int64_t cols) {
-  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, 0);
+  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, 0, nullptr);
 }
 
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
-                              int64_t rows, int64_t cols, uint64_t stochastic_seed) {
-  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed);
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed,
+                              gpu::Bf16* compensation) {
+  update_rowwise_on(ctx, cfg, lr, step, params, grad, row_v, rows, cols, stochastic_seed,
+                    compensation);
 }
 
 void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                           gpu::Fp8* params, float* row_scale, const float* grad, float* state1,
-                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed) {
+                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed,
+                          gpu::Bf16* compensation) {
   XMC_CHECK(rows >= 0 && cols >= 1, "fp8 update of {} rows of {}", rows, cols);
   if (cfg.rowwise)
     check_rowwise(cfg, step, state2, rows, cols);
@@ -305,7 +320,7 @@ void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double
               "memory), {} given",
               kFp8MaxRowGpu, cols);
     return gpu::optimizer_update_fp8(ctx.cuda(), cfg, lr, step, params, row_scale, grad, state1,
-                                     state2, rows, cols, stochastic_seed);
+                                     state2, rows, cols, stochastic_seed, compensation);
   }
   const OptimizerStep st(cfg, lr, step);
   const uint64_t stream = gpu::rounding_stream(stochastic_seed, static_cast<uint64_t>(step));
@@ -319,7 +334,11 @@ void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double
       gpu::Fp8* pr = params + r * cols;
       const float* gr = grad + r * cols;
       const float scale = row_scale[r];
-      for (int64_t j = 0; j < cols; ++j) x[j] = gpu::fp8_value(pr[j].bits) * scale;
+      gpu::Bf16* cr = compensation ? compensation + r * cols : nullptr;
+      for (int64_t j = 0; j < cols; ++j) {
+        x[j] = gpu::fp8_value(pr[j].bits) * scale;
+        if (cr) x[j] += gpu::bf16_widen(cr[j]);
+      }
       if (cfg.rowwise)
         st.apply_row(x, gr, state2[r], cols);
       else
@@ -328,10 +347,12 @@ void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double
       float top = 0.0f;
       for (int64_t j = 0; j < cols; ++j) top = std::fmax(top, std::fabs(x[j]));
       const float next = gpu::fp8_row_scale(top), inv = gpu::fp8_inverse_scale(next);
-      for (int64_t j = 0; j < cols; ++j)
+      for (int64_t j = 0; j < cols; ++j) {
         pr[j].bits = gpu::fp8_code(x[j] * inv,
                                    gpu::rounding_bits(stream, static_cast<uint64_t>(r * cols + j)),
                                    stochastic);
+        if (cr) cr[j] = gpu::kahan_residual(x[j], gpu::fp8_value(pr[j].bits) * next);
+      }
       row_scale[r] = next;
     }
   }

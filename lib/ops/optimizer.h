@@ -36,6 +36,10 @@ struct OptimizerConfig {
   // adam/adamw with beta1 = 0: one second moment per label row (the mean of the row's
   // squared gradients) instead of one per weight; the label weights of a DenseBlock only.
   bool rowwise = false;
+  // bf16 or fp8 label weights of a DenseBlock: Kahan compensation, one bf16 value per
+  // weight holding what the last rounding of the weight dropped (the update's compensation
+  // argument below).
+  bool kahan = false;
   bool operator==(const OptimizerConfig&) const = default;
 };
 
@@ -84,24 +88,31 @@ void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr,
 // depend on (seed, step, i) only (gpu::rounding_bits), so a run is reproducible and both
 // devices round alike. The state arrays in fp32, or in bf16 (StatePrecision::bf16: widened,
 // updated in fp32, rounded back to nearest even).
+// Kahan compensation (cfg.kahan; null: none): compensation [n] holds, in bf16, what the
+// last rounding of each weight dropped. The update then works on x = p + c (both widened,
+// summed in fp32), rounds the new x into p as above and keeps c = bf16(x − p): the pair
+// carries about 16 significant bits, so steps far below half a bf16 ulp of the weight
+// accumulate instead of vanishing. The GEMMs read p alone.
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, float* state1, float* state2, int64_t n,
-                      uint64_t stochastic_seed = 0);
+                      uint64_t stochastic_seed = 0, gpu::Bf16* compensation = nullptr);
 void optimizer_update(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                       gpu::Bf16* params, const float* grad, gpu::Bf16* state1, gpu::Bf16* state2,
-                      int64_t n, uint64_t stochastic_seed = 0);
+                      int64_t n, uint64_t stochastic_seed = 0, gpu::Bf16* compensation = nullptr);
 // Row-wise Adam (cfg.rowwise: adam/adamw with beta1 = 0, else xmc::Error): rows [0, rows)
 // of params [rows×cols] with gradient grad [rows×cols] and one fp32 second moment per row,
 // row_v [rows]: with ĝ = g + wd·p (adam; adamw decays p instead), v_r = β2·v_r + (1-β2)·
 // mean_j ĝ_rj², then p_rj -= lr·ĝ_rj / (sqrt(v_r / bc2) + eps) — Adam's step with the
 // row's one v. On the Context's device; bf16 params rounded as optimizer_update's (the
-// rounding counter of element (r, j) is r·cols + j).
+// rounding counter of element (r, j) is r·cols + j), compensated as its (compensation
+// [rows×cols] or null; the weight decay and the L2 term see p + c).
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, float* params, const float* grad, float* row_v,
                               int64_t rows, int64_t cols);
 void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, double lr,
                               int64_t step, gpu::Bf16* params, const float* grad, float* row_v,
-                              int64_t rows, int64_t cols, uint64_t stochastic_seed = 0);
+                              int64_t rows, int64_t cols, uint64_t stochastic_seed = 0,
+                              gpu::Bf16* compensation = nullptr);
 
 // fp8 (e4m3) weights with one power-of-two scale per row (gpu::Fp8, ops/dense.h): rows
 // [0, rows) of params [rows×cols] and row_scale [rows], gradient grad [rows×cols]. Each row
@@ -112,11 +123,14 @@ void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, do
 // stochastically when stochastic_seed != 0 (element (r, j) draws gpu::rounding_bits(stream,
 // r·cols + j), the bf16 updates' rule), so both devices round alike. On the Context's
 // device: CPU rows in parallel; CUDA a block per row, the row in shared memory (cols ≤
-// kFp8MaxRowGpu).
+// kFp8MaxRowGpu). Kahan compensation as the bf16 update's (compensation [rows×cols] or
+// null): the row widened is value·scale + c, and c keeps bf16(x − value'·scale') after the
+// rounding.
 inline constexpr int64_t kFp8MaxRowGpu = 12288;
 void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                           gpu::Fp8* params, float* row_scale, const float* grad, float* state1,
-                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed = 0);
+                          float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed = 0,
+                          gpu::Bf16* compensation = nullptr);
 
 // The lazy update of a sparse layer's touched rows on the Context's device: for u in
 // [0, count), row rows[u] of params [*×width] (and of state1 / state2, same layout) gets
@@ -162,23 +176,25 @@ XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& 
                                  float* state2, int64_t n) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                  int64_t step, Bf16* params, const float* grad, float* state1,
-                                 float* state2, int64_t n,
-                                 uint64_t stochastic_seed = 0) XMC_GPU_STUB;
+                                 float* state2, int64_t n, uint64_t stochastic_seed = 0,
+                                 Bf16* compensation = nullptr) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                  int64_t step, Bf16* params, const float* grad, Bf16* state1,
-                                 Bf16* state2, int64_t n,
-                                 uint64_t stochastic_seed = 0) XMC_GPU_STUB;
+                                 Bf16* state2, int64_t n, uint64_t stochastic_seed = 0,
+                                 Bf16* compensation = nullptr) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg,
                                          double lr, int64_t step, float* params, const float* grad,
                                          float* row_v, int64_t rows, int64_t cols) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rowwise(const CudaContext& ctx, const OptimizerConfig& cfg,
                                          double lr, int64_t step, Bf16* params, const float* grad,
                                          float* row_v, int64_t rows, int64_t cols,
-                                         uint64_t stochastic_seed) XMC_GPU_STUB;
+                                         uint64_t stochastic_seed,
+                                         Bf16* compensation = nullptr) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_fp8(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                      int64_t step, Fp8* params, float* row_scale, const float* grad,
                                      float* state1, float* state2, int64_t rows, int64_t cols,
-                                     uint64_t stochastic_seed) XMC_GPU_STUB;
+                                     uint64_t stochastic_seed,
+                                     Bf16* compensation = nullptr) XMC_GPU_STUB;
 XMC_GPU_FN void optimizer_update_rows(const CudaContext& ctx, const OptimizerConfig& cfg, double lr,
                                       int64_t step, float* params, const float* grad, float* state1,
                                       float* state2, const uint32_t* rows, int64_t count,

@@ -82,6 +82,10 @@ Model::Model(Context& ctx, const ExperimentConfig& cfg, ModelMeta meta, int64_t 
     throw_input(
         "optim.encoder.rowwise: the row-wise second moment is for the output layer's dense "
         "label weights (optim.output.rowwise)");
+  if (cfg.optim.encoder.kahan)
+    throw_input(
+        "optim.encoder.kahan: the encoder keeps fp32 weights; Kahan compensation is for the "
+        "output layer's bf16 or fp8 label weights (optim.output.kahan)");
   if (cfg.optim.encoder.state_precision != StatePrecision::fp32)
     throw_input(
         "optim.encoder.state_precision: {}: the encoder keeps fp32 optimizer state (bf16 state "

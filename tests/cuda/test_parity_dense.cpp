@@ -15,6 +15,7 @@
 #include "layers/dense_block.h"
 #include "model/encoder.h"
 #include "parity_support.h"
+#include "support/fp8_rows.h"
 #include "train/model.h"
 
 using namespace xmc;
@@ -226,26 +227,12 @@ DEVICE_TEST("dense block fp8: two steps within fp8 accuracy of the fp32 CPU bloc
             float top = 0.0f;
             for (int64_t j = 0; j < d; ++j) top = std::fmax(top, std::fabs(w[r * d + j]));
             const double sc = gpu::fp8_row_scale(top);
-            for (int64_t j = 0; j < d; ++j) {
-              const double a = std::abs(w[r * d + j]) / sc;
-              q[r * d + j] =
-                  sc * (a < 0.015625
-                            ? 1.0 / 512
-                            : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(a))) - 3));
-            }
+            for (int64_t j = 0; j < d; ++j) q[r * d + j] = sc * fp8_quantum(w[r * d + j] / sc);
           }
           return q;
         };
         {
-          const auto w0 = floats(snapshot(ref), "weight");
-          std::vector<float> want(w0.size());
-          for (int64_t r = 0; r < n; ++r) {
-            float top = 0.0f;
-            for (int64_t j = 0; j < d; ++j) top = std::fmax(top, std::fabs(w0[r * d + j]));
-            const float sc = gpu::fp8_row_scale(top), inv = gpu::fp8_inverse_scale(sc);
-            for (int64_t j = 0; j < d; ++j)
-              want[r * d + j] = gpu::fp8_value(gpu::fp8_code(w0[r * d + j] * inv, 0, false)) * sc;
-          }
+          const auto want = fp8_rounded_rows(floats(snapshot(ref), "weight"), n, d);
           expect_close("initial weights", floats(snapshot(got), "weight"), want, 0.0, 0.0);
         }
         for (int64_t step = 1; step <= 2; ++step) {

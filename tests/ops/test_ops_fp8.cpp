@@ -15,6 +15,7 @@
 #include "ops/dense.h"
 #include "ops/optimizer.h"
 #include "support/device_test.h"
+#include "support/fp8_rows.h"
 #include "support/op_cases.h"
 
 using namespace xmc;
@@ -47,13 +48,6 @@ uint8_t nearest_by_search(float x) {
   return static_cast<uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
 }
 
-// The step between fp8 neighbours around |x| (already divided by its row's scale).
-double fp8_quantum(double x) {
-  const double a = std::abs(x);
-  if (a < 0.015625) return 1.0 / 512;
-  return std::ldexp(1.0, static_cast<int>(std::floor(std::log2(a))) - 3);
-}
-
 std::vector<gpu::Fp8> random_codes(Rng& rng, size_t n) {
   std::vector<gpu::Fp8> v(n);
   for (auto& c : v) {
@@ -63,47 +57,6 @@ std::vector<gpu::Fp8> random_codes(Rng& rng, size_t n) {
     c.bits = b;
   }
   return v;
-}
-
-// Each row of x [rows×cols] rounded to fp8 to nearest (the WeightArray commit rule):
-// codes and scales.
-void to_fp8_rows(const std::vector<float>& x, int64_t rows, int64_t cols,
-                 std::vector<gpu::Fp8>& codes, std::vector<float>& scales) {
-  codes.resize(x.size());
-  scales.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    float top = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) top = std::fmax(top, std::fabs(x[r * cols + j]));
-    scales[r] = gpu::fp8_row_scale(top);
-    const float inv = gpu::fp8_inverse_scale(scales[r]);
-    for (int64_t j = 0; j < cols; ++j)
-      codes[r * cols + j].bits = gpu::fp8_code(x[r * cols + j] * inv, 0, false);
-  }
-}
-
-std::vector<float> widened(const std::vector<gpu::Fp8>& codes, const std::vector<float>& scales,
-                           int64_t cols) {
-  std::vector<float> w(codes.size());
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] = gpu::fp8_value(codes[i].bits) * scales[i / static_cast<size_t>(cols)];
-  return w;
-}
-
-// The fp32 step of the rows of w [rows×width] (OptimizerStep, the CPU's formula) with state
-// s1, s2 (per weight; rowwise: s2 one value per row; those the optimizer keeps).
-void fp32_step(const OptimizerStep& st, const OptimizerConfig& cfg, std::vector<float>& w,
-               std::vector<float>& s1, std::vector<float>& s2, const std::vector<float>& g,
-               int64_t rows, int64_t width) {
-  const bool keeps1 = optimizer_keeps(cfg, 1), keeps2 = optimizer_keeps(cfg, 2);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* wr = w.data() + r * width;
-    const float* gr = g.data() + r * width;
-    if (cfg.rowwise)
-      st.apply_row(wr, gr, s2[static_cast<size_t>(r)], width);
-    else
-      st.apply(wr, gr, keeps1 ? s1.data() + r * width : nullptr,
-               keeps2 ? s2.data() + r * width : nullptr, width);
-  }
 }
 
 }  // namespace
@@ -276,7 +229,7 @@ DEVICE_TEST("the fp8 optimizer update: the fp32 step of the current values, roun
           auto cur_scales = get(dsc, static_cast<size_t>(rows));
           auto want = widened(cur_codes, cur_scales, width);
           const OptimizerStep st(cfg, cfg.lr, step);
-          fp32_step(st, cfg, want, h1, h2, g, rows, width);
+          testcases::fp32_rows_step(st, cfg, want, h1, h2, g, rows, width);
           std::vector<gpu::Fp8> want_codes;
           std::vector<float> want_scales;
           to_fp8_rows(want, rows, width, want_codes, want_scales);
@@ -302,7 +255,7 @@ DEVICE_TEST("the fp8 optimizer update: the fp32 step of the current values, roun
           const uint64_t key = 0x5151u + static_cast<uint64_t>(step);
           auto before = widened(get(sc, n), get(ssc, static_cast<size_t>(rows)), width);
           std::vector<float> sw = before, sh1 = get(s1, sn), sh2 = get(s2, sn);
-          fp32_step(st, cfg, sw, sh1, sh2, g, rows, width);
+          testcases::fp32_rows_step(st, cfg, sw, sh1, sh2, g, rows, width);
           optimizer_update_fp8(ctx, cfg, cfg.lr, step, sc.data(), ssc.data(), dg.data(),
                                state(s1, keeps1), state(s2, keeps2), rows, width, key);
           optimizer_update_fp8(cpu, cfg, cfg.lr, step, cc.data(), csc.data(), g.data(),

@@ -58,4 +58,22 @@ inline std::vector<OptimizerConfig> optimizers() {
   return {sgd, mom, adam, adamw, rms};
 }
 
+// One fp32 step of the rows of w [rows×width] (OptimizerStep, the CPU's formula) with
+// state s1, s2 (per weight; rowwise: s2 one value per row; those the optimizer keeps): the
+// reference of the low-precision updates.
+inline void fp32_rows_step(const OptimizerStep& st, const OptimizerConfig& cfg,
+                           std::vector<float>& w, std::vector<float>& s1, std::vector<float>& s2,
+                           const std::vector<float>& g, int64_t rows, int64_t width) {
+  const bool keeps1 = optimizer_keeps(cfg, 1), keeps2 = optimizer_keeps(cfg, 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* wr = w.data() + r * width;
+    const float* gr = g.data() + r * width;
+    if (cfg.rowwise)
+      st.apply_row(wr, gr, s2[static_cast<size_t>(r)], width);
+    else
+      st.apply(wr, gr, keeps1 ? s1.data() + r * width : nullptr,
+               keeps2 ? s2.data() + r * width : nullptr, width);
+  }
+}
+
 }  // namespace xmc::testcases
