@@ -141,6 +141,22 @@ __global__ void update_bf16_kernel(UpdateParams p, __nv_bfloat16* __restrict__ w
   }
 }
 
+// The sum (max: the largest) of x over the block's threads, for every thread; part:
+// [blockDim / 32] shared floats. Values ≥ 0 for the max (0 starts it).
+__device__ __forceinline__ float block_reduce(float x, float* part, bool max) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, x, off);
+    x = max ? fmaxf(x, o) : x + o;
+  }
+  __syncthreads();  // part may still be read by an earlier reduction
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float total = 0.0f;  // |w| ≥ 0, so 0 starts the max too
+  for (int k = 0; k < static_cast<int>(blockDim.x >> 5); ++k)
+    total = max ? fmaxf(total, part[k]) : total + part[k];
+  return total;
+}
+
 // Row-wise Adam (beta1 = 0): a block per row. Pass 1 sums the row's squared gradients
 // (with adam's L2 term) over the block, pass 2 steps every weight with the row's new v.
 // Rounding and compensation (bf16 weights only) as update_bf16_kernel, counter r·cols + j.
@@ -161,11 +177,7 @@ __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
     const float gi = gr[j] + p.l2 * with_residual(load_weight(wr[j]), cr, j);
     sq += gi * gi;
   }
-  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = sq;
-  __syncthreads();
-  float total = 0.0f;
-  for (int k = 0; k < static_cast<int>(blockDim.x >> 5); ++k) total += part[k];
+  const float total = block_reduce(sq, part, false);
   const float v = p.b2 * row_v[r] + p.one_minus_b2 * (total / static_cast<float>(cols));
   const float scale = p.step_size * p.one_minus_b1 / (sqrtf(v) * p.inv_sqrt_bc2 + p.eps);
   const uint64_t stream = rounding_stream(p.seed, p.step);
@@ -190,20 +202,6 @@ __global__ void update_rowwise_kernel(UpdateParams p, W* __restrict__ w,
 // Rowwise the row-wise step (pass 1: the row's mean squared gradient, as
 // update_rowwise_kernel) — then the block's largest |w| gives the new scale and every
 // weight is rounded back with the counter r·cols + j (the CPU's rule).
-__device__ __forceinline__ float block_reduce(float x, float* part, bool max) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, x, off);
-    x = max ? fmaxf(x, o) : x + o;
-  }
-  __syncthreads();  // part may still be read by an earlier reduction
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-  __syncthreads();
-  float total = 0.0f;  // |w| ≥ 0, so 0 starts the max too
-  for (int k = 0; k < static_cast<int>(blockDim.x >> 5); ++k)
-    total = max ? fmaxf(total, part[k]) : total + part[k];
-  return total;
-}
-
 template <bool Rowwise>
 __global__ void update_fp8_kernel(UpdateParams p, uint8_t* __restrict__ w,
                                   float* __restrict__ row_scale, const float* __restrict__ g,
