@@ -154,12 +154,7 @@ FaninBlock::FaninBlock(const LayerInit& init, const FaninConfig& cfg, const Fani
   check_fan_in(cfg, layout, m_);
   chunk_ = std::min(std::max(group_, cfg.chunk_size / group_ * group_), sets_ * group_);
   idx_ = Buffer<uint32_t>(ctx, MemTag::indices, static_cast<size_t>(sets_ * f_));
-  if (optim_.rowwise || optim_.kahan)
-    throw_input(
-        "optim.output.{}: {} is for the dense label weights (backends dense and bottleneck); "
-        "this layer updates rows lazily or rewires them",
-        optim_.rowwise ? "rowwise" : "kahan",
-        optim_.rowwise ? "the row-wise second moment" : "Kahan compensation");
+  refuse_dense_only_state(optim_);
   p_ = LabelParams(ctx, optim_, n_, f_, layout.precision.weights);
   proj_ = Projection(ctx, d_, cfg.projection, Projection::Kind::relu, optim_, max_batch_,
                      Rng::stream(seed_, layout.projection_stream));

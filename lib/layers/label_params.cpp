@@ -12,6 +12,15 @@ OptimizerConfig without_decay(OptimizerConfig c) {
 }
 }  // namespace
 
+void refuse_dense_only_state(const OptimizerConfig& optim) {
+  if (optim.rowwise || optim.kahan)
+    throw_input(
+        "optim.output.{}: {} is for the dense label weights (backends dense and bottleneck); "
+        "this layer updates rows lazily or rewires them",
+        optim.rowwise ? "rowwise" : "kahan",
+        optim.rowwise ? "the row-wise second moment" : "Kahan compensation");
+}
+
 LabelParams::LabelParams(Context& ctx, const OptimizerConfig& optim, int64_t rows_, int64_t cols_,
                          Precision precision)
     : rows(rows_), cols(cols_) {

@@ -17,6 +17,11 @@
 
 namespace xmc {
 
+// For the layers that update rows lazily or rewire them (fixed_fanin, group_shared, the
+// sampled blocks): InputError naming optim.output.rowwise or optim.output.kahan, which are
+// the dense label weights' only.
+void refuse_dense_only_state(const OptimizerConfig& optim);
+
 struct LabelParams {
   WeightArray w;              // [rows×cols]
   Buffer<float> b;            // [rows]

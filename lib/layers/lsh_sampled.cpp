@@ -78,11 +78,12 @@ struct DrawScratch {
   static int64_t slices(bool gpu, int64_t rows, int threads) {
     return gpu ? rows : std::max(1, threads);
   }
+  // Each array holds at least one entry (LshSampledLayer::reserve_scratch).
   double bytes(int64_t slices) const {
-    const auto s = static_cast<double>(slices);
-    return s * (4.0 * (3.0 * static_cast<double>(map) + 2.0 * static_cast<double>(reach) +
-                       static_cast<double>(rest)) +
-                8.0 * static_cast<double>(reach));
+    const auto entries = [&](int64_t per) {
+      return static_cast<double>(std::max<int64_t>(slices * per, 1));
+    };
+    return 4.0 * (3.0 * entries(map) + 2.0 * entries(reach) + entries(rest)) + 8.0 * entries(reach);
   }
 };
 DrawScratch draw_scratch(int64_t max_np, int64_t max_q, int64_t tables, int64_t capacity,
@@ -601,11 +602,8 @@ LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledC
   if (drawn) {
     bytes.workspace += 10.0 * static_cast<double>(batch * draw_slots(s, cfg)) +
                        8.0 * static_cast<double>(2 * batch + 1);
-    // The draw's scratch (at least one entry per array).
-    const DrawScratch sz = reserved_scratch(s, cfg);
-    const int64_t slices = DrawScratch::slices(s.gpu, batch, s.threads);
-    bytes.workspace +=
-        sz.bytes(slices) + (sz.reach == 0 ? 4.0 * 2 + 8.0 : 0.0) + (sz.rest == 0 ? 4.0 : 0.0);
+    // The draw's scratch.
+    bytes.workspace += reserved_scratch(s, cfg).bytes(DrawScratch::slices(s.gpu, batch, s.threads));
   }
   if (!uses_tables(cfg)) return bytes;
   const LshParams p = lsh_params(cfg, 0);

@@ -23,12 +23,7 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
   // (CPU: 1024, the blocks cost nothing; GPU: the reserved entries, one launch per step).
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
   block_ = std::min(n, ctx.on_gpu() ? hint : int64_t{1024});
-  if (optim.rowwise || optim.kahan)
-    throw_input(
-        "optim.output.{}: {} is for the dense label weights (backends dense and bottleneck); "
-        "this layer updates rows lazily or rewires them",
-        optim.rowwise ? "rowwise" : "kahan",
-        optim.rowwise ? "the row-wise second moment" : "Kahan compensation");
+  refuse_dense_only_state(optim);
   p_ = LabelParams(ctx, optim, n, d);
   init_uniform_rows(p_.w.stage_for_write(), n, d, seed, lo);  // same initialisation as `dense`
   p_.w.commit();

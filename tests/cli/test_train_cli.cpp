@@ -332,6 +332,8 @@ TEST_CASE("Kahan compensation of the lean dense modes: its bytes, P@1, checkpoin
     INFO(r.err);
     CHECK(r.exit_code != 0);
     CHECK(r.err.find(says) != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp / "no" / "checkpoint.h5"));  // nothing trained or written
+    CHECK_FALSE(fs::exists(tmp / "no" / "results.json"));
   };
   refused({"--set", "optim.output.kahan=true"}, "optim.output.kahan: Kahan compensation keeps");
   refused({"--set", "optim.output.kahan=true", "--set", "model.output.type=fixed_fanin"},
