@@ -118,8 +118,8 @@ struct AnnsSampledConfig {
             "exact (the top-k_h of h·W^T + b over every label, N·L·d multiply-adds per "
             "refresh, streamed through the evaluation's top-k on the Context's device and run "
             "on the training thread whatever `synchronous` says; on the CPU faster than a "
-            "one-thread index build while N is below ~1.4e5 points, whatever L, and slightly "
-            "more accurate. docs/benchmarks.md, \"anns_sampled's refresh by layer size\")",
+            "one-thread index build while N is below ~1.4e5 points, whatever L: "
+            "docs/benchmarks.md, \"anns_sampled's refresh by layer size\")",
             Choices{AnnsSearch::hnsw, AnnsSearch::exact});
     v.field("synchronous", synchronous,
             "Refresh inside on_epoch, index built single-threaded (deterministic, resumable); "
