@@ -214,13 +214,15 @@ size_t compact_scratch(int64_t rows, size_t* temp_bytes) {
 
 // One thread per batch row: its candidates into its cap slots (ops::draw_point_candidates,
 // the CPU's code); a row that would need more than cap slots gets count -1 and no entries.
-__global__ void __launch_bounds__(kSmpThreads)
+// A warp a block: a batch of 256 rows spreads over 8 multiprocessors, not one.
+constexpr int kSmpDrawThreads = 32;
+__global__ void __launch_bounds__(kSmpDrawThreads)
     smp_draw_kernel(ops::CandidateDraw c, const int64_t* __restrict__ ids,
                     const int64_t* __restrict__ pos_ptr, const uint32_t* __restrict__ pos,
                     int64_t rows, int64_t cap, uint32_t* __restrict__ label,
                     uint8_t* __restrict__ positive, float* __restrict__ weight,
                     int64_t* __restrict__ count) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kSmpThreads + threadIdx.x;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kSmpDrawThreads + threadIdx.x;
   if (b >= rows) return;
   const int64_t p0 = pos_ptr[b], np = pos_ptr[b + 1] - p0;
   if (ops::candidate_slots(c, np) > cap) {
@@ -273,10 +275,10 @@ void draw_candidates(const CudaContext& ctx, const ops::CandidateDraw& c, const 
                      const int64_t* pos_ptr, const uint32_t* pos, int64_t rows, int64_t cap,
                      uint32_t* label, uint8_t* positive, float* weight, int64_t* count) {
   if (rows == 0) return;
-  const int64_t blocks = launch::ceil_div(rows, kSmpThreads);
+  const int64_t blocks = launch::ceil_div(rows, kSmpDrawThreads);
   XMC_CUDA_REQUIRE(blocks <= launch::kMaxGridX, rows);
-  XMC_CUDA_LAUNCH(smp_draw_kernel, static_cast<unsigned>(blocks), kSmpThreads, 0, ctx.stream(), c,
-                  ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
+  XMC_CUDA_LAUNCH(smp_draw_kernel, static_cast<unsigned>(blocks), kSmpDrawThreads, 0, ctx.stream(),
+                  c, ids, pos_ptr, pos, rows, cap, label, positive, weight, count);
 }
 
 void group_scratch_bytes(int64_t nnz, int64_t num_labels, size_t* bytes) {

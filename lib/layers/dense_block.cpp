@@ -43,6 +43,12 @@ DenseBlock::DenseBlock(Context& ctx, int64_t d, int64_t lo, int64_t n, int64_t m
             d, n, max_batch, chunk);
   XMC_CHECK(!precision.stochastic_rounding || precision.weights != Precision::fp32,
             "stochastic rounding needs bf16 or fp8 weights (precision fp32 given)");
+  // fp8 on the GPU updates a row in a block's shared memory (ops::optimizer_update_fp8).
+  if (ctx.on_gpu() && precision.weights == Precision::fp8 && d > kFp8MaxRowGpu)
+    throw_input(
+        "model.output.precision fp8 on cuda takes rows of at most {} weights (the output "
+        "layer's input width is {}): use bf16, or a narrower encoder or bottleneck",
+        kFp8MaxRowGpu, d);
   // The host memory budget (a device block's weights live in GPU memory).
   if (!ctx.on_gpu()) check_host_budget(false);
   p_ = LabelParams(ctx, optim, n, d, precision.weights);
@@ -184,7 +190,7 @@ StepStats DenseBlock::train_step(const CsrMatrix& targets, ConstMatrix h, Matrix
       p_.update_rows(*ctx_, optim_, lr.lr, lr.step, ids, touched, dw_.data(), db);
     } else {
       p_.update(*ctx_, optim_, lr.lr, lr.step, c0, c, dw_.data(), db_.data(),
-                WeightArray::rounding_key(precision_.stochastic_rounding, seed_, c0));
+                WeightArray::rounding_key(precision_.stochastic_rounding, seed_, lo_ + c0));
     }
     mark(&DenseTimings::update);
   }
@@ -301,7 +307,10 @@ void DenseBlock::scores(ConstMatrix h, int64_t lo, Matrix out) const {
   XMC_CHECK(!gpu_bf16() || h.rows <= max_batch_, "bf16 scores of {} rows, workspace for {}", h.rows,
             max_batch_);
   round_h(h);
-  logits(h, r0, out);
+  // Narrow weights are widened a chunk at a time into dw_ (chunk_ rows).
+  const int64_t step = narrow() ? chunk_ : std::max<int64_t>(out.cols, 1);
+  for (int64_t c0 = 0; c0 < out.cols; c0 += step)
+    logits(h, r0 + c0, Matrix(out.data + c0, out.rows, std::min(step, out.cols - c0), out.ld));
   ops::add_row_vector(*ctx_, out, p_.b.data() + r0);
 }
 

@@ -165,7 +165,8 @@ std::vector<TensorRef> SampledBlock::state() { return p_.refs(); }
 void SampledBlock::sync_state(StateSync s) { p_.sync(s); }
 
 int64_t SampledBlock::analytic_bytes() const {
-  return planned_bytes(ctx_->on_gpu(), optim_, n_, d_, max_batch_, nnz_hint_).rounded();
+  return planned_bytes(ctx_->on_gpu(), optim_, n_, d_, max_batch_, nnz_hint_, device_ != nullptr)
+      .rounded();
 }
 
 StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int64_t d,

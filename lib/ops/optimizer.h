@@ -126,7 +126,8 @@ void optimizer_update_rowwise(const Context& ctx, const OptimizerConfig& cfg, do
 // kFp8MaxRowGpu). Kahan compensation as the bf16 update's (compensation [rows×cols] or
 // null): the row widened is value·scale + c, and c keeps bf16(x − value'·scale') after the
 // rounding.
-inline constexpr int64_t kFp8MaxRowGpu = 12288;
+// 48 KiB of shared memory a block, less the block's partial sums and a margin.
+inline constexpr int64_t kFp8MaxRowGpu = 12256;
 void optimizer_update_fp8(const Context& ctx, const OptimizerConfig& cfg, double lr, int64_t step,
                           gpu::Fp8* params, float* row_scale, const float* grad, float* state1,
                           float* state2, int64_t rows, int64_t cols, uint64_t stochastic_seed = 0,

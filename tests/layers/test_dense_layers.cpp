@@ -209,13 +209,18 @@ TEST_CASE("bottleneck with projection_lr: P steps at that multiple of the lr, or
   CHECK(names(fixed->state()).count("output/projection/weight") == 1);
 }
 
+// Every weight precision: bf16 and fp8 weights are widened a chunk (7 labels) at a time
+// into the block's chunk workspace, for the score matrix of all 50 labels too.
 TEST_CASE("dense top-k equals the top-k of the full score matrix") {
   const int64_t batch = 6, d = 8, num_labels = 50;
+  const Precision precision = GENERATE(Precision::fp32, Precision::bf16, Precision::fp8);
+  INFO("precision " << to_string(precision));
   Context ctx(Device::cpu, 2);
   LayerInit init = layer_init(ctx, d, num_labels, batch);
   init.seed = 5;
   DenseConfig c;
   c.chunk_size = 7;
+  c.precision = precision;
   DenseLayer layer(init, c);
   Rng rng(2);
   std::vector<float> h(static_cast<size_t>(batch * d));
