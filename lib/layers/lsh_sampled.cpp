@@ -104,6 +104,28 @@ DrawScratch reserved_scratch(const LayerShape& s, const LshSampledConfig& cfg) {
                       s.shard_share(cfg.min_candidates), s.labels());
 }
 
+// The GPU refresh's reserved arrays (RefreshWork): chunks of `rows` updated labels (ids,
+// their rows of W and their codes), the table writes' passes of at most `entries` writes
+// (ops::lsh_table_writes: keys and values twice, then CUB's temporary storage, which
+// planned_bytes does not count: it is known only on the GPU), and for `reinsert: all` the
+// build's projections of `block` rows at a time.
+struct RefreshSizes {
+  int64_t rows = 0, entries = 0, block = 0;
+  static RefreshSizes of(int64_t n, const LshSampledConfig& cfg) {
+    RefreshSizes r;
+    r.rows = std::clamp<int64_t>(n, 1, 16384);
+    r.entries = std::clamp<int64_t>(2 * r.rows * cfg.tables, 2, ops::kLshWriteEntries);
+    r.block = cfg.reinsert == LshReinsert::all ? std::clamp<int64_t>(n, 1, 4096) : 0;
+    return r;
+  }
+  double bytes(int64_t d, const LshSampledConfig& cfg) const {
+    const auto rr = static_cast<double>(rows), tables = static_cast<double>(cfg.tables);
+    return 4.0 * rr * (1.0 + static_cast<double>(d) + tables) +
+           16.0 * static_cast<double>(entries) +
+           4.0 * static_cast<double>(block) * tables * static_cast<double>(cfg.k);
+  }
+};
+
 // The tables' parameters of a config (seed: the layer's).
 LshParams lsh_params(const LshSampledConfig& cfg, uint64_t seed) {
   return {.family = cfg.hash,
@@ -223,6 +245,15 @@ LshSampledLayer::LshSampledLayer(const LayerInit& init, const LshSampledConfig& 
       room(dev_.where, 3);
       room(dev_.rng, 4);
       upload_tables();
+      const RefreshSizes r = RefreshSizes::of(n, cfg);
+      refresh_.ids = Buffer<uint32_t>(ctx, MemTag::workspace, static_cast<size_t>(r.rows));
+      refresh_.codes =
+          Buffer<uint32_t>(ctx, MemTag::workspace, static_cast<size_t>(r.rows * cfg.tables));
+      refresh_.rows = Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(r.rows * d));
+      refresh_.projections =
+          Buffer<float>(ctx, MemTag::workspace, static_cast<size_t>(r.block * cfg.tables * cfg.k));
+      refresh_.writes =
+          Buffer<uint8_t>(ctx, MemTag::workspace, ops::lsh_write_scratch_bytes(ctx, r.entries));
     }
   }
 }
@@ -300,6 +331,7 @@ void LshSampledLayer::mark_dirty(std::span<const uint32_t> ids) {
 }
 
 CsrMatrix LshSampledLayer::candidates(const Batch& batch, ConstMatrix h, int64_t step) {
+  download_tables();  // the host sampler reads the host tables (GPU: refreshed on the device)
   CsrMatrix scratch;
   return draw(batch, local_labels(batch.labels, scratch), h, step);
 }
@@ -467,22 +499,23 @@ void LshSampledLayer::refresh_tables() {
   Context& ctx = *ctx_;
   if (ctx.on_gpu() && device_draw_) {
     // The device tables: every row hashed by GEMM, or the updated rows gathered and hashed
-    // one by one (as the host re-inserts them), then each table's writes in order.
+    // one by one (as the host re-inserts them) a chunk at a time, then the tables' writes
+    // (in order: a chunk's after the one before).
     const ops::LshTablesView v = tables_view();
-    const int nt = tables_->tables();
+    const RefreshSizes r = RefreshSizes::of(shard_labels(), cfg_);
     if (cfg_.reinsert == LshReinsert::all) {
-      const int64_t block = 4096;
-      ensure_size(work_.hash_scratch, ctx, MemTag::workspace, block * int64_t{nt} * cfg_.k);
-      ops::lsh_build(ctx, hash_view(), v, block_.weights(), work_.hash_scratch.data(), block);
-    } else if (!labels.empty()) {
-      const auto m = static_cast<int64_t>(labels.size());
-      ensure_size(work_.ids, ctx, MemTag::workspace, m);
-      work_.ids.copy_from_host(labels.data(), labels.size());
-      ensure_size(work_.gathered, ctx, MemTag::workspace, m * d);
-      ops::gather_rows(ctx, block_.weights().data, work_.ids.data(), m, d, work_.gathered.data());
-      ensure_size(work_.codes, ctx, MemTag::workspace, m * nt);
-      ops::lsh_reinsert(ctx, hash_view(), v, work_.ids.data(),
-                        ConstMatrix(work_.gathered.data(), m, d), work_.codes.data());
+      ops::lsh_build(ctx, hash_view(), v, block_.weights(), refresh_.projections.data(), r.block,
+                     refresh_.writes, r.entries);
+    } else {
+      for (size_t c0 = 0; c0 < labels.size(); c0 += static_cast<size_t>(r.rows)) {
+        const int64_t m = std::min<int64_t>(r.rows, static_cast<int64_t>(labels.size() - c0));
+        refresh_.ids.copy_from_host(labels.data() + c0, static_cast<size_t>(m));
+        ops::gather_rows(ctx, block_.weights().data, refresh_.ids.data(), m, d,
+                         refresh_.rows.data());
+        ops::lsh_reinsert(ctx, hash_view(), v, refresh_.ids.data(),
+                          ConstMatrix(refresh_.rows.data(), m, d), refresh_.codes.data(),
+                          refresh_.writes, r.entries);
+      }
     }
     host_stale_ = true;
     return;
@@ -609,8 +642,10 @@ LayerBytes LshSampledLayer::planned_bytes(const LayerShape& s, const LshSampledC
   const LshParams p = lsh_params(cfg, 0);
   const double tables = LshTables::planned_bytes(n, p);
   bytes.params += tables;
-  if (s.gpu && drawn)  // the device copies of the tables and of the hash functions' arrays
+  if (s.gpu && drawn) {  // the device copies of the tables and of the hash functions' arrays
     bytes.params += tables + LshHasher::planned_bytes(s.input_dim, p);
+    bytes.workspace += RefreshSizes::of(n, cfg).bytes(s.input_dim, cfg);  // the refresh's
+  }
   return bytes;
 }
 

@@ -206,8 +206,16 @@ class LshSampledLayer final : public OutputLayer {
     Buffer<uint64_t> rank;
     Buffer<int64_t> qptr, pos_ptr, count, ptr;
     Buffer<uint8_t> positive, out_positive, scratch;
-    Buffer<float> gathered, hash_scratch;
+    Buffer<float> gathered;
   } work_;
+  // GPU with device_draw_: the refresh's arrays, reserved at construction (ledger:
+  // workspace): the updated labels a chunk at a time (ids, rows gathered from W, their
+  // codes), the table writes' sort, a rebuild's projections.
+  struct RefreshWork {
+    Buffer<uint32_t> ids, codes;
+    Buffer<float> rows, projections;
+    Buffer<uint8_t> writes;
+  } refresh_;
 };
 
 }  // namespace xmc

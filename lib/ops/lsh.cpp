@@ -80,11 +80,80 @@ void lsh_table_writes(const LshTablesView& v, const uint32_t* labels, int64_t n,
   for (int t = 0; t < v.tables; ++t) lsh_table_writes_one(v, t, labels, n, fresh);
 }
 
-void lsh_table_writes(const Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
-                      const uint32_t* fresh) {
+std::vector<LshWritePass> lsh_write_passes(const LshTablesView& v, int64_t n, bool build,
+                                           int64_t max_entries) {
+  XMC_CHECK(max_entries >= 2 && v.nb >= 1 && v.nb <= (int64_t{1} << 31),
+            "LSH write passes of at most {} entries, {} buckets per table", max_entries, v.nb);
+  const int writes = build ? 1 : 2;
+  // Entries of a pass: list entries m (2·m + 1 < 2^32 for the values) × tables tg (tg·nb
+  // keys < 2^32).
+  const int64_t m = std::min({n, max_entries / writes, int64_t{1} << 30});
+  const int64_t key_tables = std::max<int64_t>(1, ((int64_t{1} << 32) - 1) / v.nb);
+  const auto tg =
+      static_cast<int>(std::clamp<int64_t>(max_entries / (writes * std::max<int64_t>(m, 1)), 1,
+                                           std::min<int64_t>(v.tables, key_tables)));
+  std::vector<LshWritePass> passes;
+  if (n <= 0) return passes;
+  for (int t0 = 0; t0 < v.tables; t0 += tg)
+    for (int64_t i0 = 0; i0 < n; i0 += m)
+      passes.push_back({.t0 = t0,
+                        .tg = std::min(tg, v.tables - t0),
+                        .i0 = i0,
+                        .m = std::min(m, n - i0),
+                        .writes = writes});
+  return passes;
+}
+
+void lsh_table_writes_by_bucket(const LshTablesView& v, const uint32_t* labels, int64_t n,
+                                const uint32_t* fresh, int64_t max_entries) {
+  check_writes(v, labels, n, fresh);
+  XMC_CHECK(!v.reservoir, "the LSH writes by bucket are FIFO's (the reservoir's are by table)");
+  std::vector<uint32_t> keys, vals;
+  std::vector<int64_t> order;
+  for (const LshWritePass& p : lsh_write_passes(v, n, labels == nullptr, max_entries)) {
+    const int64_t e = p.entries();
+    keys.assign(static_cast<size_t>(e), 0u);
+    vals.assign(static_cast<size_t>(e), 0u);
+    for (int64_t x = 0; x < int64_t{p.tg} * p.m; ++x)
+      lsh_pass_entries(v, p, labels, fresh, x, keys.data(), vals.data());
+    order.resize(static_cast<size_t>(e));
+    for (int64_t i = 0; i < e; ++i) order[static_cast<size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)];
+    });
+    std::vector<uint32_t> sk(static_cast<size_t>(e)), sv(static_cast<size_t>(e));
+    for (int64_t i = 0; i < e; ++i) {
+      sk[static_cast<size_t>(i)] = keys[static_cast<size_t>(order[static_cast<size_t>(i)])];
+      sv[static_cast<size_t>(i)] = vals[static_cast<size_t>(order[static_cast<size_t>(i)])];
+    }
+    for (int64_t b = 0; b < e;) {
+      int64_t f = b + 1;
+      while (f < e && sk[static_cast<size_t>(f)] == sk[static_cast<size_t>(b)]) ++f;
+      lsh_bucket_writes(v, p, labels, sk[static_cast<size_t>(b)], sv.data(), b, f);
+      b = f;
+    }
+  }
+}
+
+size_t lsh_write_scratch_bytes(const Context& ctx, int64_t entries) {
+  if (!ctx.on_gpu() || entries <= 0) return 0;
+  size_t bytes = 0;
+  gpu::lsh_write_scratch_bytes(entries, &bytes);
+  return bytes;
+}
+
+void lsh_table_writes(Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
+                      const uint32_t* fresh, Buffer<uint8_t>& scratch, int64_t max_entries) {
   if (!ctx.on_gpu()) return lsh_table_writes(v, labels, n, fresh);
   check_writes(v, labels, n, fresh);
-  gpu::lsh_table_writes(ctx.cuda(), v, labels, n, fresh);
+  if (v.reservoir) return gpu::lsh_table_writes(ctx.cuda(), v, labels, n, fresh);
+  const std::vector<LshWritePass> passes = lsh_write_passes(v, n, labels == nullptr, max_entries);
+  int64_t most = 0;
+  for (const LshWritePass& p : passes) most = std::max(most, p.entries());
+  const size_t bytes = lsh_write_scratch_bytes(ctx, most);
+  if (scratch.size() < bytes) scratch = Buffer<uint8_t>(ctx, MemTag::workspace, bytes);
+  for (const LshWritePass& p : passes)
+    gpu::lsh_write_pass(ctx.cuda(), v, p, labels, fresh, scratch.data(), scratch.size());
 }
 
 void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint32_t* codes,
@@ -108,15 +177,13 @@ void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint3
     return gpu::lsh_draw_candidates(ctx.cuda(), v, codes, qptr, pos_ptr, pos, rows, max_candidates,
                                     min_candidates, labels, step_seed, work, cap, label, positive,
                                     count);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t np = pos_ptr[r + 1] - pos_ptr[r];
-    const int64_t reach = (qptr[r + 1] - qptr[r]) * v.tables * v.capacity;
-    XMC_CHECK(lsh_candidate_slots(np, max_candidates, min_candidates, labels) <= cap &&
-                  reach <= work.reach && 2 * (np + reach + target) + 2 <= work.map_size,
+  for (int64_t r = 0; r < rows; ++r)
+    XMC_CHECK(lsh_draw_row_fits(v, qptr, pos_ptr, r, max_candidates, min_candidates, labels,
+                                work.reach, work.map_size, cap),
               "LSH draw: row {} ({} positives, {} bucket entries) exceeds its {} slots, {} "
               "entries, map of {}",
-              r, np, reach, cap, work.reach, work.map_size);
-  }
+              r, pos_ptr[r + 1] - pos_ptr[r], (qptr[r + 1] - qptr[r]) * v.tables * v.capacity, cap,
+              work.reach, work.map_size);
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t r = 0; r < rows; ++r)
     lsh_draw_row(v, codes, qptr, pos_ptr, pos, r, omp_get_thread_num(), max_candidates,
@@ -144,15 +211,16 @@ void lsh_build(const LshHashView& h, const LshTablesView& v, ConstMatrix w) {
   lsh_table_writes(v, nullptr, v.labels, nullptr);  // every label, in order
 }
 
-void lsh_build(const Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
-               float* scratch, int64_t scratch_rows) {
+void lsh_build(Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
+               float* scratch, int64_t scratch_rows, Buffer<uint8_t>& write_scratch,
+               int64_t max_entries) {
   if (!ctx.on_gpu()) return lsh_build(h, v, w);
   check_build(v, w);
   const size_t bytes = static_cast<size_t>(v.tables * v.nb) * sizeof(uint32_t);
   gpu::memset_device(v.size, 0, bytes, ctx.cuda().stream());
   gpu::memset_device(v.seen, 0, bytes, ctx.cuda().stream());
   lsh_hash_rows(ctx, h, w, v.where, scratch, scratch_rows);
-  lsh_table_writes(ctx, v, nullptr, v.labels, nullptr);
+  lsh_table_writes(ctx, v, nullptr, v.labels, nullptr, write_scratch, max_entries);
 }
 
 void lsh_reinsert(const LshHashView& h, const LshTablesView& v, const uint32_t* labels,
@@ -163,13 +231,14 @@ void lsh_reinsert(const LshHashView& h, const LshTablesView& v, const uint32_t* 
   lsh_table_writes(v, labels, rows.rows, fresh);
 }
 
-void lsh_reinsert(const Context& ctx, const LshHashView& h, const LshTablesView& v,
-                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh) {
+void lsh_reinsert(Context& ctx, const LshHashView& h, const LshTablesView& v,
+                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh,
+                  Buffer<uint8_t>& write_scratch, int64_t max_entries) {
   if (!ctx.on_gpu()) return lsh_reinsert(h, v, labels, rows, fresh);
   check_reinsert(v, labels, rows);
   if (rows.rows == 0) return;
   lsh_hash_rows(ctx, h, rows, fresh, nullptr, 0, /*by_gemm=*/false);
-  lsh_table_writes(ctx, v, labels, rows.rows, fresh);
+  lsh_table_writes(ctx, v, labels, rows.rows, fresh, write_scratch, max_entries);
 }
 
 }  // namespace xmc::ops

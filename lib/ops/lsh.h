@@ -6,6 +6,7 @@
 // Context forms on device copies.
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/context.h"
 #include "core/cuda_context.h"
@@ -16,6 +17,11 @@
 namespace xmc::ops {
 
 inline constexpr int kLshMaxCodes = 24;  // codes per table: a bucket id has at most 24 bits
+// The most bucket entries a row's queries may reach for CUDA's block-per-row draw
+// (lsh_draw_candidates: 256 threads × 16 ranked entries each).
+inline constexpr int64_t kLshBlockDrawReach = 4096;
+// The most writes one pass of the CUDA table writes sorts (lsh_table_writes).
+inline constexpr int64_t kLshWriteEntries = int64_t{1} << 22;
 
 // The hash functions (sampling/lsh.h, LshHasher) as views of their arrays on one device.
 //   simhash: bit j of table t's id (most significant first) = [r_{tK+j}·x >= 0], r dense
@@ -208,30 +214,115 @@ XMC_HOST_DEVICE inline void lsh_table_writes_one(const LshTablesView& v, int t,
   }
 }
 
+// --- FIFO tables' writes bucket by bucket (the CUDA path) -------------------------------
+// A FIFO bucket's contents follow from the writes that name it, in their order, whatever
+// the other buckets get. CUDA runs a table's writes (lsh_table_writes_one's sequence) in
+// passes over tables [t0, t0 + tg) × write-list entries [i0, i0 + m): each write becomes an
+// entry (key: its bucket among the pass's tables' buckets; value: 2·i + 1 for entry i's
+// insertion, 2·i for its removal, ascending within a table), a stable radix sort groups
+// the entries by bucket keeping their order, and a thread per bucket applies its writes
+// (a run of insertions at once: the newest `capacity` of the bucket and the run stay). The
+// reservoir, whose generator a table's buckets share, keeps a thread per table.
+struct LshWritePass {
+  int t0 = 0;
+  int tg = 1;
+  int64_t i0 = 0;
+  int64_t m = 0;
+  int writes = 2;  // per entry and table: 2 (removal, insertion); 1 (a build's insertion)
+  int64_t entries() const { return int64_t{tg} * m * writes; }
+};
+// The passes of n write-list entries (labels[0..n) or, for a build, labels 0..n-1) over
+// every table, each at most max_entries (>= 2) entries and tg·nb < 2^32 keys: tables in the
+// outer loop, entries in order within a table.
+std::vector<LshWritePass> lsh_write_passes(const LshTablesView& v, int64_t n, bool build,
+                                           int64_t max_entries);
+
+// Entry x in [0, tg·m) of pass p (table t0 + x / m, list entry i0 + x % m): its writes'
+// keys and values at [(x / m)·m·writes + (x % m)·writes ..); a removal reads the label's
+// bucket from where and sets where to the label's new one (fresh).
+XMC_HOST_DEVICE inline void lsh_pass_entries(const LshTablesView& v, const LshWritePass& p,
+                                             const uint32_t* labels, const uint32_t* fresh,
+                                             int64_t x, uint32_t* keys, uint32_t* vals) {
+  const int64_t tt = x / p.m, i = x - tt * p.m, g = p.i0 + i;
+  const int t = p.t0 + static_cast<int>(tt), nt = v.tables;
+  const uint64_t base = static_cast<uint64_t>(tt) * static_cast<uint64_t>(v.nb);
+  const int64_t e = (tt * p.m + i) * p.writes;
+  if (p.writes == 1) {
+    keys[e] = static_cast<uint32_t>(base + v.where[g * nt + t]);
+    vals[e] = static_cast<uint32_t>(2 * i + 1);
+    return;
+  }
+  uint32_t& where = v.where[int64_t{labels[g]} * nt + t];
+  keys[e] = static_cast<uint32_t>(base + where);
+  vals[e] = static_cast<uint32_t>(2 * i);
+  where = fresh[g * nt + t];
+  keys[e + 1] = static_cast<uint32_t>(base + where);
+  vals[e + 1] = static_cast<uint32_t>(2 * i + 1);
+}
+
+// The label of a pass's entry value.
+XMC_HOST_DEVICE inline uint32_t lsh_pass_label(const LshWritePass& p, const uint32_t* labels,
+                                               uint32_t val) {
+  const int64_t g = p.i0 + (val >> 1);
+  return labels != nullptr ? labels[g] : static_cast<uint32_t>(g);
+}
+
+// The writes of one FIFO bucket, key `key` of pass p, in order: vals[begin, end) (sorted
+// by key, stably). The same buckets, sizes and counts as lsh_insert / lsh_remove one by one.
+XMC_HOST_DEVICE inline void lsh_bucket_writes(const LshTablesView& v, const LshWritePass& p,
+                                              const uint32_t* labels, uint32_t key,
+                                              const uint32_t* vals, int64_t begin, int64_t end) {
+  const int64_t tt = static_cast<int64_t>(key) / v.nb;
+  const int t = p.t0 + static_cast<int>(tt);
+  const auto b = static_cast<uint32_t>(key - tt * v.nb);
+  const int64_t cell = int64_t{t} * v.nb + b, cap = v.capacity;
+  uint32_t* s = v.slots + cell * cap;
+  for (int64_t e = begin; e < end;) {
+    if ((vals[e] & 1u) == 0) {
+      lsh_remove(v, t, b, lsh_pass_label(p, labels, vals[e]));
+      ++e;
+      continue;
+    }
+    int64_t f = e;
+    while (f < end && (vals[f] & 1u) != 0) ++f;
+    // Insertions e..f: FIFO keeps the newest cap of the bucket's n labels and the run's.
+    const int64_t run = f - e, n = v.size[cell];
+    v.seen[cell] += static_cast<uint32_t>(run);
+    if (n + run <= cap) {
+      for (int64_t k = 0; k < run; ++k) s[n + k] = lsh_pass_label(p, labels, vals[e + k]);
+      v.size[cell] = static_cast<uint32_t>(n + run);
+    } else {
+      const int64_t keep = cap > run ? cap - run : 0, from = run > cap ? run - cap : 0;
+      for (int64_t q = 0; q < keep; ++q) s[q] = s[n - keep + q];
+      for (int64_t k = from; k < run; ++k)
+        s[keep + k - from] = lsh_pass_label(p, labels, vals[e + k]);
+      v.size[cell] = static_cast<uint32_t>(cap);
+    }
+    e = f;
+  }
+}
+
 // lsh_table_writes_one of every table on the host, a thread per table (OpenMP; no two
 // threads write one bucket), so the result is that of a serial run whatever the threads.
 void lsh_table_writes(const LshTablesView& v, const uint32_t* labels, int64_t n,
                       const uint32_t* fresh);
-// The same on the Context's device: CUDA a thread per table (each table's writes are
-// sequential: the FIFO and reservoir orders depend on the insertion order); v's arrays,
-// labels and fresh DEVICE memory.
-void lsh_table_writes(const Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
-                      const uint32_t* fresh);
+// The same on the Context's device: the host-only part at the end of this header.
+// The CUDA path's decomposition run on the host (passes, a stable sort by bucket, each
+// bucket's writes): FIFO tables only. The tests check it against lsh_table_writes without a
+// GPU; training uses lsh_table_writes.
+void lsh_table_writes_by_bucket(const LshTablesView& v, const uint32_t* labels, int64_t n,
+                                const uint32_t* fresh, int64_t max_entries);
 
 // A build of the tables from every label's vector, w.row(l) for l in [0, v.labels): their
-// bucket ids into v.where (lsh_hash_rows, by GEMM for dense simhash; scratch as there), the
-// buckets emptied, then every label inserted in order. Host form and Context form.
+// bucket ids into v.where (lsh_hash_rows, by GEMM for dense simhash), the buckets emptied,
+// then every label inserted in order. The Context form: at the end of this header.
 void lsh_build(const LshHashView& h, const LshTablesView& v, ConstMatrix w);
-void lsh_build(const Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
-               float* scratch, int64_t scratch_rows);
 // A re-insertion of labels[0..n) (distinct, n = rows.rows), rows.row(i) label i's current
 // vector: their bucket ids row by row into fresh [n×T] (lsh_hash_rows without the GEMM, as
 // the queries), then each leaves its last bucket and enters the new one (lsh_table_writes).
-// Host form and Context form.
+// The Context form: at the end of this header.
 void lsh_reinsert(const LshHashView& h, const LshTablesView& v, const uint32_t* labels,
                   ConstMatrix rows, uint32_t* fresh);
-void lsh_reinsert(const Context& ctx, const LshHashView& h, const LshTablesView& v,
-                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh);
 
 // --- the candidate sets of lsh_sampled (sampling/lsh_candidates.h) ----------------------
 // One point's set, written once for both devices: its positives (distinct, in their order),
@@ -244,7 +335,8 @@ inline constexpr uint32_t kLshCut = 0xfffffffeu;       // retrieved, cut by the 
 
 // One point's scratch (host vectors on the CPU, slices of one device buffer on the GPU):
 // an open-addressing map label -> collisions (keys label + 1, 0 empty; map_size a power of
-// two above twice the labels it takes, zero on entry and left zero), the map slots used
+// two above twice the labels it takes; keys and values zero on entry and left zero: CUDA's
+// parallel retrieval counts from a zero value), the map slots used
 // (to clear them), the retrieved labels and their rank keys (room for every bucket entry
 // the queries reach), and `rest` (room for L labels; the dense padding of a small L only).
 struct LshDrawScratch {
@@ -317,6 +409,70 @@ XMC_HOST_DEVICE inline int64_t lsh_candidate_slots(int64_t npos, int64_t max_can
   return n > target ? n : target;
 }
 
+// A set's phases (lsh_point_candidates runs them in turn; CUDA's block per row runs the
+// retrieval and the ranking with its threads, these serial parts with one):
+// its positives (distinct, in their order) into out [0..count) and the map, count returned;
+XMC_HOST_DEVICE inline int64_t lsh_take_positives(const LshDrawScratch& s, int64_t& nused,
+                                                  const uint32_t* pos, int64_t npos,
+                                                  uint32_t* out) {
+  int64_t count = 0;
+  bool inserted = false;
+  for (int64_t q = 0; q < npos; ++q) {
+    lsh_map_insert(s, nused, pos[q], kLshPositive, &inserted);
+    if (inserted) out[count++] = pos[q];
+  }
+  return count;
+}
+// the uniform padding after out [0..count): labels not yet in the set (a cut label may come
+// back) up to min(min_candidates, L), drawn from rng; the new count returned;
+XMC_HOST_DEVICE inline void lsh_take_padding(const LshDrawScratch& s, int64_t& nused, uint32_t l,
+                                             int64_t& count, uint32_t* out) {
+  bool inserted = false;
+  uint32_t& c = lsh_map_insert(s, nused, l, kLshPositive, &inserted);
+  if (!inserted && c != kLshCut) return;
+  c = kLshPositive;
+  out[count++] = l;
+}
+XMC_HOST_DEVICE inline int64_t lsh_pad_candidates(const LshDrawScratch& s, int64_t& nused,
+                                                  int64_t count, int64_t min_candidates,
+                                                  int64_t labels, Rng& rng, uint32_t* out) {
+  const int64_t target = min_candidates < labels ? min_candidates : labels;
+  if (count >= target) return count;
+  if (2 * target > labels) {
+    // Dense padding (small L): a random subset of the labels not yet taken.
+    int64_t nrest = 0;
+    for (int64_t l = 0; l < labels; ++l) {
+      const uint32_t* c = lsh_map_find(s, static_cast<uint32_t>(l));
+      if (c == nullptr || *c == kLshCut) s.rest[nrest++] = static_cast<uint32_t>(l);
+    }
+    const int64_t need = target - count;
+    for (int64_t q = 0; q < need; ++q) {
+      const int64_t r = q + static_cast<int64_t>(rng.below(static_cast<uint64_t>(nrest - q)));
+      const uint32_t tmp = s.rest[q];
+      s.rest[q] = s.rest[r];
+      s.rest[r] = tmp;
+      lsh_take_padding(s, nused, s.rest[q], count, out);
+    }
+  } else {
+    while (count < target)
+      lsh_take_padding(s, nused, static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))),
+                       count, out);
+  }
+  return count;
+}
+// a retrieved label's rank key: (collisions << 32) | a hash of the label salted by the
+// set's first draw (lsh_ranks_before orders by it, then by the label);
+XMC_HOST_DEVICE inline uint64_t lsh_rank_key(uint32_t collisions, uint64_t salt, uint32_t label) {
+  return (uint64_t{collisions} << 32) | (mix64(salt ^ label) >> 32);
+}
+// the map left empty (keys and values zero) for the next set.
+XMC_HOST_DEVICE inline void lsh_clear_map(const LshDrawScratch& s, int64_t nused) {
+  for (int64_t i = 0; i < nused; ++i) {
+    s.keys[s.used[i]] = 0;
+    s.vals[s.used[i]] = 0;
+  }
+}
+
 // The set of one point into out [0..count), count returned (<= lsh_candidate_slots):
 // pos [npos] its positives (local ids), codes [nq×T] the bucket ids of its nq query vectors
 // in the tables v (only slots, size, tables, nb and capacity read; nq = 0: no retrieval),
@@ -328,12 +484,9 @@ XMC_HOST_DEVICE inline int64_t lsh_point_candidates(const LshTablesView& v, cons
                                                     int64_t labels, Rng& rng,
                                                     const LshDrawScratch& s, uint32_t* out,
                                                     int64_t* positives = nullptr) {
-  int64_t nused = 0, count = 0, nret = 0;
+  int64_t nused = 0, nret = 0;
   bool inserted = false;
-  for (int64_t q = 0; q < npos; ++q) {
-    lsh_map_insert(s, nused, pos[q], kLshPositive, &inserted);
-    if (inserted) out[count++] = pos[q];
-  }
+  int64_t count = lsh_take_positives(s, nused, pos, npos, out);
   if (positives != nullptr) *positives = count;
   for (int64_t q = 0; q < nq; ++q)
     for (int t = 0; t < v.tables; ++t) {
@@ -347,11 +500,10 @@ XMC_HOST_DEVICE inline int64_t lsh_point_candidates(const LshTablesView& v, cons
     }
   const int64_t room = max_candidates - count > 0 ? max_candidates - count : 0;
   const uint64_t salt = rng.next();
-  // Rank key = (collisions << 32) | seeded hash of the label; the best `room` popped from a
-  // heap in rank order, the rest cut.
+  // The best `room` popped from a heap in rank order, the rest cut.
   for (int64_t i = 0; i < nret; ++i) {
     const uint32_t l = s.retrieved[i];
-    s.rank[i] = (uint64_t{*lsh_map_find(s, l)} << 32) | (mix64(salt ^ l) >> 32);
+    s.rank[i] = lsh_rank_key(*lsh_map_find(s, l), salt, l);
     s.rank_label[i] = l;
   }
   for (int64_t i = nret / 2 - 1; i >= 0; --i) lsh_sift_down(s.rank, s.rank_label, i, nret);
@@ -364,41 +516,29 @@ XMC_HOST_DEVICE inline int64_t lsh_point_candidates(const LshTablesView& v, cons
     lsh_sift_down(s.rank, s.rank_label, 0, heap);
   }
   for (int64_t i = 0; i < heap; ++i) *lsh_map_find(s, s.rank_label[i]) = kLshCut;
-
-  const int64_t target = min_candidates < labels ? min_candidates : labels;
-  auto take = [&](uint32_t l) {
-    uint32_t& c = lsh_map_insert(s, nused, l, kLshPositive, &inserted);
-    if (!inserted && c != kLshCut) return;
-    c = kLshPositive;
-    out[count++] = l;
-  };
-  if (count < target) {
-    if (2 * target > labels) {
-      // Dense padding (small L): a random subset of the labels not yet taken.
-      int64_t nrest = 0;
-      for (int64_t l = 0; l < labels; ++l) {
-        const uint32_t* c = lsh_map_find(s, static_cast<uint32_t>(l));
-        if (c == nullptr || *c == kLshCut) s.rest[nrest++] = static_cast<uint32_t>(l);
-      }
-      const int64_t need = target - count;
-      for (int64_t q = 0; q < need; ++q) {
-        const int64_t r = q + static_cast<int64_t>(rng.below(static_cast<uint64_t>(nrest - q)));
-        const uint32_t tmp = s.rest[q];
-        s.rest[q] = s.rest[r];
-        s.rest[r] = tmp;
-        take(s.rest[q]);
-      }
-    } else {
-      while (count < target) take(static_cast<uint32_t>(rng.below(static_cast<uint64_t>(labels))));
-    }
-  }
-  for (int64_t i = 0; i < nused; ++i) s.keys[s.used[i]] = 0;  // the map left empty
+  count = lsh_pad_candidates(s, nused, count, min_candidates, labels, rng, out);
+  lsh_clear_map(s, nused);
   return count;
 }
 
+// Whether row r of a batch draw fits its cap slots, the scratch's reach and map (else its
+// count is -1 on the GPU; the CPU refuses the batch).
+XMC_HOST_DEVICE inline bool lsh_draw_row_fits(const LshTablesView& v, const int64_t* qptr,
+                                              const int64_t* pos_ptr, int64_t r,
+                                              int64_t max_candidates, int64_t min_candidates,
+                                              int64_t labels, int64_t reach_room, int64_t map_size,
+                                              int64_t cap) {
+  const int64_t np = pos_ptr[r + 1] - pos_ptr[r], nq = qptr[r + 1] - qptr[r];
+  const int64_t reach = nq * v.tables * v.capacity;
+  const int64_t target = min_candidates < labels ? min_candidates : labels;
+  return lsh_candidate_slots(np, max_candidates, min_candidates, labels) <= cap &&
+         reach <= reach_room && 2 * (np + reach + target) + 2 <= map_size;
+}
+
 // The scratch of a batch's draw on one device, slice s at s·map_size (keys, vals, used),
-// s·reach (retrieved, rank, rank_label) and s·rest_size (rest); keys zero on the first call
-// (each row leaves its map empty). A slice per row on the GPU, per OpenMP thread on the CPU.
+// s·reach (retrieved, rank, rank_label) and s·rest_size (rest); keys and vals zero on the
+// first call (each row leaves its map empty). A slice per row on the GPU, per OpenMP thread on the
+// CPU.
 struct LshDrawWork {
   int64_t slices = 0;
   uint32_t* keys = nullptr;
@@ -427,14 +567,12 @@ XMC_HOST_DEVICE inline void lsh_draw_row(const LshTablesView& v, const uint32_t*
                                          int64_t labels, uint64_t step_seed,
                                          const LshDrawWork& work, int64_t cap, uint32_t* label,
                                          uint8_t* positive, int64_t* count) {
-  const int64_t np = pos_ptr[r + 1] - pos_ptr[r], nq = qptr[r + 1] - qptr[r];
-  const int64_t reach = nq * v.tables * v.capacity;
-  const int64_t target = min_candidates < labels ? min_candidates : labels;
-  if (lsh_candidate_slots(np, max_candidates, min_candidates, labels) > cap || reach > work.reach ||
-      2 * (np + reach + target) + 2 > work.map_size) {
+  if (!lsh_draw_row_fits(v, qptr, pos_ptr, r, max_candidates, min_candidates, labels, work.reach,
+                         work.map_size, cap)) {
     count[r] = -1;
     return;
   }
+  const int64_t np = pos_ptr[r + 1] - pos_ptr[r], nq = qptr[r + 1] - qptr[r];
   Rng rng = Rng::stream(step_seed, static_cast<uint64_t>(r));
   int64_t npos = 0;
   const int64_t n =
@@ -449,8 +587,11 @@ XMC_HOST_DEVICE inline void lsh_draw_row(const LshTablesView& v, const uint32_t*
 // Rng::stream(step_seed, r) into slots [r·cap, r·cap + count[r]) of label, positive[e] = 1
 // for its positives; cap >= lsh_candidate_slots of every row (the CPU checks it; on the GPU
 // a row that would need more gets count -1 and no entries, for compact_candidates). CPU:
-// rows in parallel (OpenMP), work.slices >= the threads; CUDA: a thread per row, every
-// array DEVICE memory, work.slices >= rows.
+// rows in parallel (OpenMP), work.slices >= the threads; CUDA: every array DEVICE memory,
+// work.slices >= rows, a block per row when work.reach <= kLshBlockDrawReach (its threads
+// insert the bucket entries into the map with atomics and rank them with a block radix
+// sort, equal keys then ordered by label; one thread takes the positives and the padding),
+// else a thread per row (lsh_draw_row).
 void lsh_draw_candidates(const Context& ctx, const LshTablesView& v, const uint32_t* codes,
                          const int64_t* qptr, const int64_t* pos_ptr, const uint32_t* pos,
                          int64_t rows, int64_t max_candidates, int64_t min_candidates,
@@ -471,6 +612,13 @@ XMC_GPU_FN void lsh_mark(const CudaContext& ctx, uint32_t* flags, const uint32_t
 XMC_GPU_FN void lsh_table_writes(const CudaContext& ctx, const ops::LshTablesView& v,
                                  const uint32_t* labels, int64_t n,
                                  const uint32_t* fresh) XMC_GPU_STUB;
+// One pass of the FIFO writes by bucket (ops::lsh_write_passes): its entries, their stable
+// radix sort in scratch (lsh_write_scratch_bytes(p.entries())), a thread per bucket.
+XMC_GPU_FN void lsh_write_pass(const CudaContext& ctx, const ops::LshTablesView& v,
+                               const ops::LshWritePass& p, const uint32_t* labels,
+                               const uint32_t* fresh, void* scratch,
+                               size_t scratch_bytes) XMC_GPU_STUB;
+XMC_GPU_FN void lsh_write_scratch_bytes(int64_t entries, size_t* bytes) XMC_GPU_STUB;
 XMC_GPU_FN void lsh_draw_candidates(const CudaContext& ctx, const ops::LshTablesView& v,
                                     const uint32_t* codes, const int64_t* qptr,
                                     const int64_t* pos_ptr, const uint32_t* pos, int64_t rows,
@@ -480,3 +628,35 @@ XMC_GPU_FN void lsh_draw_candidates(const CudaContext& ctx, const ops::LshTables
                                     int64_t* count) XMC_GPU_STUB;
 }  // namespace xmc::gpu
 XMC_GPU_STUBS_END
+
+// The Context forms that take a Buffer (core/buffer.h, which brings fmt): host code only,
+// not for nvcc, which compiles cuda/lsh.cu against the part above.
+#ifndef __CUDACC__
+#include "core/buffer.h"
+
+namespace xmc::ops {
+
+// lsh_table_writes on the Context's device; v's arrays, labels and fresh DEVICE memory.
+// CUDA: FIFO tables bucket by bucket in passes of at most max_entries writes
+// (lsh_write_passes; the radix sort's arrays and CUB's storage in scratch, grown here to
+// lsh_write_scratch_bytes, MemTag::workspace), the reservoir a thread per table (a table's
+// writes in sequence: its generator's draws follow the insertion order). The CPU runs the
+// host form and leaves scratch alone.
+void lsh_table_writes(Context& ctx, const LshTablesView& v, const uint32_t* labels, int64_t n,
+                      const uint32_t* fresh, Buffer<uint8_t>& scratch,
+                      int64_t max_entries = kLshWriteEntries);
+// Bytes of the CUDA writes' scratch for passes of up to `entries` writes (0 on the CPU).
+size_t lsh_write_scratch_bytes(const Context& ctx, int64_t entries);
+// lsh_build on the Context's device: dense simhash's GEMM in blocks of scratch_rows rows
+// into scratch [scratch_rows × T·K] (lsh_hash_rows), the writes as lsh_table_writes
+// (write_scratch, max_entries).
+void lsh_build(Context& ctx, const LshHashView& h, const LshTablesView& v, ConstMatrix w,
+               float* scratch, int64_t scratch_rows, Buffer<uint8_t>& write_scratch,
+               int64_t max_entries = kLshWriteEntries);
+// lsh_reinsert on the Context's device (rows, labels, fresh DEVICE memory).
+void lsh_reinsert(Context& ctx, const LshHashView& h, const LshTablesView& v,
+                  const uint32_t* labels, ConstMatrix rows, uint32_t* fresh,
+                  Buffer<uint8_t>& write_scratch, int64_t max_entries = kLshWriteEntries);
+
+}  // namespace xmc::ops
+#endif

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -121,8 +122,16 @@ DEVICE_TEST("LSH hashing of rows on the device equals the host hasher", "[sample
 // the host LshTables' (build, reinsert_rows).
 DEVICE_TEST("LSH table writes on the device equal the host tables", "[sampled][lsh]") {
   const int64_t d = 24, labels = 400;
-  for (BucketPolicy policy : {BucketPolicy::fifo, BucketPolicy::reservoir}) {
-    DYNAMIC_SECTION(to_string(policy)) {
+  struct Case {
+    BucketPolicy policy;
+    int64_t max_entries;  // CUDA's FIFO passes: one, or many (chunks of tables and labels)
+  };
+  for (const Case c :
+       {Case{BucketPolicy::fifo, ops::kLshWriteEntries}, Case{BucketPolicy::fifo, 50},
+        Case{BucketPolicy::reservoir, ops::kLshWriteEntries}}) {
+    const BucketPolicy policy = c.policy;
+    DYNAMIC_SECTION(to_string(policy) << ", passes of at most " << c.max_entries << " writes") {
+      Buffer<uint8_t> scratch;
       const LshParams p{.k = 3, .tables = 3, .capacity = 4, .policy = policy, .seed = 8};
       MemoryLedger ledger;
       LshTables host(ledger, d, labels, p);
@@ -169,7 +178,7 @@ DEVICE_TEST("LSH table writes on the device equal the host tables", "[sampled][l
       // The device build: the host's label buckets as where, every label in order.
       auto built = arrays(host).first;
       where.copy_from_host(built[3].data(), built[3].size());
-      ops::lsh_table_writes(ctx, v, nullptr, labels, nullptr);
+      ops::lsh_table_writes(ctx, v, nullptr, labels, nullptr, scratch, c.max_entries);
       compare("after the build");
       // A re-insertion of every third label with new vectors.
       std::vector<uint32_t> moved;
@@ -181,31 +190,114 @@ DEVICE_TEST("LSH table writes on the device equal the host tables", "[sampled][l
         host.hasher().hash(rows.data() + i * d, fresh.data() + i * p.tables);
       host.reinsert_rows(moved, ConstMatrix(rows.data(), static_cast<int64_t>(moved.size()), d));
       auto dm = put(ctx, moved), df = put(ctx, fresh);
-      ops::lsh_table_writes(ctx, v, dm.data(), static_cast<int64_t>(moved.size()), df.data());
+      ops::lsh_table_writes(ctx, v, dm.data(), static_cast<int64_t>(moved.size()), df.data(),
+                            scratch, c.max_entries);
       compare("after a re-insertion");
     }
   }
 }
 
+// The decomposition CUDA runs for FIFO tables (ops::lsh_table_writes_by_bucket: passes
+// over tables × list entries, the writes sorted by bucket, each bucket's in order with runs
+// of insertions at once) against the serial writes of every table (lsh_table_writes_one):
+// the same buckets, sizes, counts and label buckets after a build and after re-insertions
+// that move labels within and between buckets, for capacities 1, 3 and 16 (full buckets,
+// runs longer and shorter than a bucket), 2^1 and 2^4 buckets per table, and passes of one
+// table and a few labels up to everything at once.
+TEST_CASE("LSH FIFO writes bucket by bucket equal the serial writes", "[sampled][lsh]") {
+  const int tables = 3;
+  const int64_t labels = 300;
+  for (int capacity : {1, 3, 16})
+    for (int64_t nb : {2, 16})
+      for (int64_t max_entries : {int64_t{2}, int64_t{7}, int64_t{64}, ops::kLshWriteEntries}) {
+        DYNAMIC_SECTION("capacity " << capacity << ", " << nb << " buckets, passes of "
+                                    << max_entries) {
+          const auto cells = static_cast<size_t>(tables * nb);
+          struct Arrays {
+            std::vector<uint32_t> slots, size, seen, where;
+            ops::LshTablesView view(int cap, int64_t buckets) {
+              return {.slots = slots.data(),
+                      .size = size.data(),
+                      .seen = seen.data(),
+                      .where = where.data(),
+                      .tables = tables,
+                      .nb = buckets,
+                      .capacity = cap,
+                      .labels = labels};
+            }
+          };
+          Rng rng(static_cast<uint64_t>(capacity * 131 + nb * 7 + max_entries));
+          Arrays a{std::vector<uint32_t>(cells * static_cast<size_t>(capacity), 0u),
+                   std::vector<uint32_t>(cells, 0u), std::vector<uint32_t>(cells, 0u),
+                   std::vector<uint32_t>(static_cast<size_t>(labels * tables))};
+          for (auto& w : a.where) w = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(nb)));
+          Arrays b = a;
+          const ops::LshTablesView va = a.view(capacity, nb), vb = b.view(capacity, nb);
+          for (int t = 0; t < tables; ++t)
+            ops::lsh_table_writes_one(va, t, nullptr, labels, nullptr);
+          ops::lsh_table_writes_by_bucket(vb, nullptr, labels, nullptr, max_entries);
+          CHECK(b.slots == a.slots);
+          CHECK(b.size == a.size);
+          CHECK(b.seen == a.seen);
+          for (int round = 0; round < 3; ++round) {
+            // Distinct labels in a random order, each to a random bucket (often its own).
+            std::vector<uint32_t> moved;
+            for (uint32_t l = 0; l < labels; ++l)
+              if (rng.below(3) != 0) moved.push_back(l);
+            for (size_t i = moved.size(); i > 1; --i) std::swap(moved[i - 1], moved[rng.below(i)]);
+            std::vector<uint32_t> fresh(moved.size() * tables);
+            for (size_t i = 0; i < moved.size(); ++i)
+              for (int t = 0; t < tables; ++t)
+                fresh[i * tables + t] =
+                    rng.below(2) == 0 ? a.where[moved[i] * tables + t]
+                                      : static_cast<uint32_t>(rng.below(static_cast<uint64_t>(nb)));
+            const auto n = static_cast<int64_t>(moved.size());
+            for (int t = 0; t < tables; ++t)
+              ops::lsh_table_writes_one(va, t, moved.data(), n, fresh.data());
+            ops::lsh_table_writes_by_bucket(vb, moved.data(), n, fresh.data(), max_entries);
+            INFO("round " << round);
+            CHECK(b.slots == a.slots);
+            CHECK(b.size == a.size);
+            CHECK(b.seen == a.seen);
+            CHECK(b.where == a.where);
+          }
+        }
+      }
+  // The passes cover every (table, entry) once, in order within a table.
+  ops::LshTablesView v{.tables = 5, .nb = 8};
+  int64_t covered = 0;
+  for (const auto& p : ops::lsh_write_passes(v, 11, false, 6)) {
+    CHECK(p.entries() <= 6);
+    covered += int64_t{p.tg} * p.m;
+  }
+  CHECK(covered == 55);
+  CHECK_THROWS_AS(ops::lsh_write_passes(v, 11, false, 1), Error);
+}
+
 // The batch draw (ops::lsh_draw_candidates) against the host sampler
 // (CandidateSampler::sample, embedding queries) on the same tables, positives and step:
-// every row's labels in the same order, its positives flagged. Three shapes: the cap cuts
+// every row's labels in the same order, its positives flagged. Four shapes: the cap cuts
 // the retrieved labels (L 3000, max 24, min 40: cut labels may come back as padding),
-// the dense padding of a small L (L 60, min 45), and no retrieval (query none, uniform
-// padding only). A row given too few slots gets count -1 on CUDA; the CPU refuses it.
+// the dense padding of a small L (L 60, min 45), no retrieval (query none, uniform
+// padding only), and 40 tables × 128 slots (CUDA's thread-per-row draw; the others run
+// its block per row). A row given too few slots gets count -1 on CUDA; the CPU refuses it.
 DEVICE_TEST("the LSH candidate draw on the device equals the host sampler", "[sampled][lsh]") {
   struct Shape {
     std::string name;
     int64_t labels, max_candidates, min_candidates;
     LshQuery query;
+    int tables = 6, capacity = 16;
   };
-  const std::vector<Shape> shapes = {{"cap", 3000, 24, 40, LshQuery::embedding},
-                                     {"dense padding", 60, 30, 45, LshQuery::embedding},
-                                     {"no retrieval", 3000, 64, 50, LshQuery::none}};
+  const std::vector<Shape> shapes = {
+      {"cap", 3000, 24, 40, LshQuery::embedding},
+      {"dense padding", 60, 30, 45, LshQuery::embedding},
+      {"no retrieval", 3000, 64, 50, LshQuery::none},
+      // 40 × 128 bucket entries a row: above CUDA's block draw, a thread per row there.
+      {"reach above the block draw's", 3000, 300, 40, LshQuery::embedding, 40, 128}};
   const int64_t d = 16, rows = 37;
   for (const Shape& sh : shapes) {
     DYNAMIC_SECTION(sh.name) {
-      const LshParams p{.k = 4, .tables = 6, .capacity = 16, .seed = 12};
+      const LshParams p{.k = 4, .tables = sh.tables, .capacity = sh.capacity, .seed = 12};
       MemoryLedger ledger;
       LshTables tables(ledger, d, sh.labels, p);
       Rng rng(31);
@@ -300,8 +392,10 @@ DEVICE_TEST("the LSH candidate draw on the device equals the host sampler", "[sa
         for (int64_t j = 0; j < n[r]; ++j)
           CHECK(flags[r * cap + j] == (j < static_cast<int64_t>(distinct.size()) ? 1 : 0));
       }
-      // The maps are left empty for the next draw.
+      // The maps are left empty (keys and values) for the next draw.
       CHECK(get(keys, static_cast<size_t>(rows * map)) ==
+            std::vector<uint32_t>(static_cast<size_t>(rows * map), 0u));
+      CHECK(get(vals, static_cast<size_t>(rows * map)) ==
             std::vector<uint32_t>(static_cast<size_t>(rows * map), 0u));
       // Too few slots: -1 on the device, refused on the CPU.
       if (ctx.on_gpu()) {
