@@ -73,9 +73,15 @@ __global__ void lsh_bucket_writes_kernel(ops::LshTablesView v, ops::LshWritePass
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (e > 0 && keys[e] == keys[e - 1]) continue;
-    int64_t f = e + 1;
-    while (f < n && keys[f] == keys[e]) ++f;
-    ops::lsh_bucket_writes(v, p, labels, keys[e], vals, e, f);
+    int64_t lo = e + 1, hi = n;  // the bucket's end: the first later key, by bisection
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] == keys[e])
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    ops::lsh_bucket_writes(v, p, labels, keys[e], vals, e, lo);
   }
 }
 

@@ -104,18 +104,23 @@ DrawScratch reserved_scratch(const LayerShape& s, const LshSampledConfig& cfg) {
                       s.shard_share(cfg.min_candidates), s.labels());
 }
 
-// The GPU refresh's reserved arrays (RefreshWork): chunks of `rows` updated labels (ids,
-// their rows of W and their codes), the table writes' passes of at most `entries` writes
-// (ops::lsh_table_writes: keys and values twice, then CUB's temporary storage, which
-// planned_bytes does not count: it is known only on the GPU), and for `reinsert: all` the
-// build's projections of `block` rows at a time.
+// The GPU refresh's reserved arrays (RefreshWork): for `reinsert: updated`, chunks of
+// `rows` updated labels (ids, their rows of W and their codes); for `reinsert: all`, the
+// build's projections of `block` rows at a time; for FIFO tables, the writes' passes of at
+// most `entries` writes (ops::lsh_table_writes: keys and values twice, then CUB's temporary
+// storage, which planned_bytes does not count: it is known only on the GPU; the reservoir
+// writes a table per thread, without them).
 struct RefreshSizes {
   int64_t rows = 0, entries = 0, block = 0;
   static RefreshSizes of(int64_t n, const LshSampledConfig& cfg) {
     RefreshSizes r;
-    r.rows = std::clamp<int64_t>(n, 1, 16384);
-    r.entries = std::clamp<int64_t>(2 * r.rows * cfg.tables, 2, ops::kLshWriteEntries);
-    r.block = cfg.reinsert == LshReinsert::all ? std::clamp<int64_t>(n, 1, 4096) : 0;
+    const bool all = cfg.reinsert == LshReinsert::all;
+    const int64_t chunk = std::clamp<int64_t>(n, 1, 16384);
+    r.rows = all ? 0 : chunk;
+    r.block = all ? std::clamp<int64_t>(n, 1, 4096) : 0;
+    r.entries = cfg.insertion == BucketPolicy::fifo
+                    ? std::clamp<int64_t>(2 * chunk * cfg.tables, 2, ops::kLshWriteEntries)
+                    : 0;
     return r;
   }
   double bytes(int64_t d, const LshSampledConfig& cfg) const {

@@ -284,7 +284,10 @@ XMC_HOST_DEVICE inline void lsh_bucket_writes(const LshTablesView& v, const LshW
       continue;
     }
     int64_t f = e;
-    while (f < end && (vals[f] & 1u) != 0) ++f;
+    if (p.writes == 1)
+      f = end;  // a build: insertions only
+    else
+      while (f < end && (vals[f] & 1u) != 0) ++f;
     // Insertions e..f: FIFO keeps the newest cap of the bucket's n labels and the run's.
     const int64_t run = f - e, n = v.size[cell];
     v.seen[cell] += static_cast<uint32_t>(run);
@@ -636,7 +639,8 @@ XMC_GPU_STUBS_END
 
 namespace xmc::ops {
 
-// lsh_table_writes on the Context's device; v's arrays, labels and fresh DEVICE memory.
+// lsh_table_writes on the Context's device; v's arrays, labels and fresh DEVICE memory;
+// labels distinct (a pass reads and sets each label's bucket in `where` once).
 // CUDA: FIFO tables bucket by bucket in passes of at most max_entries writes
 // (lsh_write_passes; the radix sort's arrays and CUB's storage in scratch, grown here to
 // lsh_write_scratch_bytes, MemTag::workspace), the reservoir a thread per table (a table's

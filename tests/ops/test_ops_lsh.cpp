@@ -116,21 +116,24 @@ DEVICE_TEST("LSH hashing of rows on the device equals the host hasher", "[sample
   }
 }
 
-// Tables of 400 labels, d 24, 3 tables × 2^3 buckets × capacity 4 (most buckets overflow),
-// FIFO and reservoir: the device builds its buckets from the host's label buckets (where)
-// and then re-inserts every third label with new vectors; after each, every array equals
-// the host LshTables' (build, reinsert_rows).
+// Tables of 400 labels (and 20 000 for FIFO), d 24, 3 tables × 2^3 buckets × capacity 4
+// (most buckets overflow), FIFO and reservoir: the device builds its buckets from the host's label
+// buckets (where) and then re-inserts every third label with new vectors; after each, every array
+// equals the host LshTables' (build, reinsert_rows).
 DEVICE_TEST("LSH table writes on the device equal the host tables", "[sampled][lsh]") {
-  const int64_t d = 24, labels = 400;
+  const int64_t d = 24;
   struct Case {
     BucketPolicy policy;
     int64_t max_entries;  // CUDA's FIFO passes: one, or many (chunks of tables and labels)
+    int64_t labels;       // 20 000: passes of 13 000-16 000 entries, CUB's multi-tile sort
   };
-  for (const Case c :
-       {Case{BucketPolicy::fifo, ops::kLshWriteEntries}, Case{BucketPolicy::fifo, 50},
-        Case{BucketPolicy::reservoir, ops::kLshWriteEntries}}) {
+  for (const Case c : {Case{BucketPolicy::fifo, ops::kLshWriteEntries, 400},
+                       Case{BucketPolicy::fifo, 50, 400}, Case{BucketPolicy::fifo, 16384, 20000},
+                       Case{BucketPolicy::reservoir, ops::kLshWriteEntries, 400}}) {
     const BucketPolicy policy = c.policy;
-    DYNAMIC_SECTION(to_string(policy) << ", passes of at most " << c.max_entries << " writes") {
+    const int64_t labels = c.labels;
+    DYNAMIC_SECTION(to_string(policy) << ", " << labels << " labels, passes of at most "
+                                      << c.max_entries << " writes") {
       Buffer<uint8_t> scratch;
       const LshParams p{.k = 3, .tables = 3, .capacity = 4, .policy = policy, .seed = 8};
       MemoryLedger ledger;
