@@ -61,7 +61,9 @@ void resolve_fanin_rate(const PlanOpts& o, Device device, Ceilings& c) {
 
 // The sampled backends' host work: measured now on a CPU plan, by running the layer's step
 // at the probe shape (plan.h host_probe_shape; about a second per backend). A GPU plan
-// leaves it out: its host part runs beside the device's, and this machine is not that one.
+// leaves it out: one process draws on the device (no host work, the draw's bytes counted);
+// a shared-set or label-sharded lsh's host sampler runs on the GPU machine's CPU, which
+// this machine is not.
 void resolve_host_work(const PlanOpts& o, Device device, Ceilings& c) {
   if (device == Device::cuda) return;
   const int threads = o.threads;

@@ -391,8 +391,10 @@ StepWork AnnsSampledLayer::planned_step(const LayerShape& s, const AnnsSampledCo
       static_cast<double>(s.labels()),
       static_cast<double>(s.shard_share(cfg.hard_negatives) + s.shard_share(cfg.random_negatives)) +
           s.labels_per_point);
+  // The draw, grouping and loss run on the Context's device: host work on a CPU only.
   return SampledBlock::planned_step(s.optim, s.labels(), s.input_dim,
-                                    static_cast<double>(std::max<int64_t>(s.batch, 1)) * entries);
+                                    static_cast<double>(std::max<int64_t>(s.batch, 1)) * entries,
+                                    /*host=*/!s.gpu);
 }
 
 LayerBytes AnnsSampledLayer::planned_bytes(const LayerShape& s, const AnnsSampledConfig& cfg) {

@@ -614,14 +614,21 @@ int64_t LshSampledLayer::analytic_bytes_impl() const {
 StepWork LshSampledLayer::planned_step(const LayerShape& s, const LshSampledConfig& cfg) {
   const double b = static_cast<double>(std::max<int64_t>(s.batch, 1));
   const double n = static_cast<double>(s.labels()), d = static_cast<double>(s.input_dim);
+  // One process with a set per point draws on the Context's device: on a GPU no host work,
+  // the draw's bytes counted (label-sharded runs and shared sets keep the host sampler).
+  const bool drawn = s.shards == 1 && !cfg.shared_candidates;
   StepWork w = SampledBlock::planned_step(s.optim, s.labels(), s.input_dim,
-                                          b * static_cast<double>(per_point_candidates(s, cfg)));
+                                          b * static_cast<double>(per_point_candidates(s, cfg)),
+                                          /*host=*/!(s.gpu && drawn));
   if (!uses_tables(cfg)) return w;
   const double hash = 2.0 * static_cast<double>(cfg.tables * cfg.k) * d;  // per vector
   const double queries = cfg.query == LshQuery::label  ? b * s.labels_per_point
                          : cfg.query == LshQuery::none ? 0.0
                                                        : b;
   w.gemm_flops += hash * queries;
+  // Each bucket entry the queries reach: its slot read, the map's key and count read and
+  // written, a retrieved label's rank key and label written (32 bytes).
+  if (drawn) w.bytes += 32.0 * queries * static_cast<double>(cfg.tables * cfg.bucket_capacity);
   if (cfg.rebuild_interval > 0) {
     const double per = 1.0 / static_cast<double>(cfg.rebuild_interval);
     w.gemm_flops += per * hash * n;

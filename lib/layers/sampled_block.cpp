@@ -10,6 +10,16 @@
 
 namespace xmc {
 
+namespace {
+// Touched rows per weight-gradient block: a [block×d] workspace instead of [touched×d].
+// CPU: 1024 (the blocks cost nothing). GPU: the reserved entries up to 32 768 rows (a
+// launch pair a block: a batch of 256 × 1024 candidates touching most of them takes 8,
+// and at d = 768 the workspace is 100 MB, not the 805 MB of one block for them all).
+int64_t grad_rows(bool gpu, int64_t n, int64_t hint) {
+  return gpu ? std::min({n, hint, int64_t{32768}}) : std::min(n, int64_t{1024});
+}
+}  // namespace
+
 SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t lo, int64_t n,
                            int64_t d, uint64_t seed, int64_t max_batch, int64_t chunk,
                            int64_t nnz_hint, bool drawn)
@@ -19,10 +29,8 @@ SampledBlock::SampledBlock(Context& ctx, const OptimizerConfig& optim, int64_t l
             chunk, nnz_hint);
   XMC_CHECK(n <= int64_t{std::numeric_limits<uint32_t>::max()},
             "sampled block: {} labels do not fit uint32 ids", n);
-  // Touched rows per weight-gradient block: a [block×d] workspace instead of [touched×d]
-  // (CPU: 1024, the blocks cost nothing; GPU: the reserved entries, one launch per step).
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
-  block_ = std::min(n, ctx.on_gpu() ? hint : int64_t{1024});
+  block_ = grad_rows(ctx.on_gpu(), n, hint);
   refuse_dense_only_state(optim);
   p_ = LabelParams(ctx, optim, n, d);
   init_uniform_rows(p_.w.stage_for_write(), n, d, seed, lo);  // same initialisation as `dense`
@@ -169,13 +177,13 @@ int64_t SampledBlock::analytic_bytes() const {
       .rounded();
 }
 
-StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int64_t d,
-                                    double nnz) {
+StepWork SampledBlock::planned_step(const OptimizerConfig& optim, int64_t n, int64_t d, double nnz,
+                                    bool host) {
   const double dd = static_cast<double>(d), touched = std::min(static_cast<double>(n), nnz);
   StepWork w = StepWork::of(
       6.0 * nnz * dd, 4.0 * (3.0 * nnz * dd + 2.0 * nnz +
                              touched * (dd + 1.0) * (3.0 + 2.0 * optimizer_state_arrays(optim))));
-  w.host_candidates = true;  // the layers' candidate lists, grouping and loss (host)
+  w.host_candidates = host;
   return w;
 }
 
@@ -183,7 +191,7 @@ LayerBytes SampledBlock::planned_bytes(bool gpu, const OptimizerConfig& optim, i
                                        int64_t max_batch, int64_t nnz_hint, bool drawn) {
   // As the constructor sizes them: the entries reserved, the touched rows per block.
   const int64_t hint = std::max<int64_t>(nnz_hint, 1);
-  const int64_t block = std::min(n, gpu ? hint : int64_t{1024});
+  const int64_t block = grad_rows(gpu, n, hint);
   LayerBytes bytes = LabelParams::planned_bytes(optim, n, d, Precision::fp32);
   // zg [hint], dW [block×d], db [block], the staged candidates (GPU)
   bytes.workspace = 4.0 * static_cast<double>(hint + block * d + block) +

@@ -111,9 +111,11 @@ class SampledBlock {
                                   int64_t max_batch, int64_t nnz_hint, bool drawn = false);
   // The work of one step over nnz candidate entries: scores, dh and dW gather a row of W
   // (or of h) per entry; the lazy update of the touched rows (at most min(n, nnz)).
-  // host_candidates: the candidate lists, their grouping and the loss are host work that
-  // these counts leave out (plan measures it).
-  static StepWork planned_step(const OptimizerConfig& optim, int64_t n, int64_t d, double nnz);
+  // host: the candidate lists, their grouping and the loss are host work that these counts
+  // leave out (StepWork::host_candidates: plan measures it on a CPU); false where a GPU
+  // runs them (one process drawing on the device: the counted bytes are its work).
+  static StepWork planned_step(const OptimizerConfig& optim, int64_t n, int64_t d, double nnz,
+                               bool host);
 
  private:
   Context* ctx_ = nullptr;

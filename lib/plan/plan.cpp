@@ -232,6 +232,20 @@ BackendPlan plan_backend(const PlanProblem& p, const Ceilings& c, double budget)
   return out;
 }
 
+namespace {
+// How the sampled backends' host work is priced: measured (c.host_source), "not priced", or
+// none at all (no backend planned has any: on a GPU one process draws on the device).
+std::string host_source(const Ceilings& c, const std::vector<BackendPlan>& plans) {
+  if (c.measured_step) return c.host_source;
+  const bool host_work = std::any_of(plans.begin(), plans.end(), [](const BackendPlan& b) {
+    return b.error.empty() && b.time.work.host_candidates;
+  });
+  return host_work ? "not priced"
+                   : "none (one process draws its candidates on the device: the draw's bytes are "
+                     "counted)";
+}
+}  // namespace
+
 std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget,
                           const std::vector<BackendPlan>& plans) {
   std::string s = fmt::format(
@@ -248,7 +262,7 @@ std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget
       "Ceilings: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s — {}. Fan-in ops: {}. Sampled "
       "backends' host work: {}.\n\n",
       c.gemm_gflops, c.memory_gbps, c.source, c.fanin_gflops ? c.fanin_source : "at the GEMM rate",
-      c.measured_step ? c.host_source : "not priced");
+      host_source(c, plans));
   s += "## Predicted peak memory (GiB)\n\n"
        "| backend | output layer | optimizer | workspace | encoder | data | other | peak |\n"
        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -294,8 +308,9 @@ std::string plan_markdown(const PlanProblem& p, const Ceilings& c, double budget
        "ceiling; the sampled backends' host work (candidate draws, LSH lookups, grouping by "
        "label, the candidate loss) is their step measured at a probe shape (at most 512 MiB "
        "of label rows, 8 192 points) less the model's price of the counted work there (\"not "
-       "priced\": left out, the step is predicted short); the epoch leaves out evaluation, "
-       "checkpoints and anns_sampled's index refreshes.\n";
+       "priced\": left out, the step is predicted short; on a GPU one process draws on the "
+       "device, \"-\": no host work); the epoch leaves out evaluation, checkpoints and "
+       "anns_sampled's index refreshes.\n";
   return s;
 }
 
@@ -315,7 +330,7 @@ nlohmann::json plan_json(const PlanProblem& p, const Ceilings& c, double budget,
                    {"memory_gbps", c.memory_gbps},
                    {"source", c.source},
                    {"fanin_source", c.fanin_gflops ? c.fanin_source : "the GEMM rate"},
-                   {"host_source", c.measured_step ? c.host_source : "not priced"}};
+                   {"host_source", host_source(c, plans)}};
   j["memory_budget_bytes"] = budget;
   j["backends"] = nlohmann::json::array();
   for (const auto& b : plans) {

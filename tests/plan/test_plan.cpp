@@ -207,6 +207,48 @@ TEST_CASE("plan: impossible requests exit 2 with a message") {
   CHECK_THAT(r.err, Catch::Matchers::Contains("needs the GPU's ceilings"));
 }
 
+// On a GPU one process draws the sampled backends' candidates on the device: no host work
+// (nothing measured here stands for it), the step priced from the counted work (lsh: the
+// draw's bytes counted too); lsh_sampled's shared sets keep the host sampler: not priced.
+TEST_CASE("plan: the sampled backends' device draw on cuda has no host work") {
+  const std::vector<std::string> base = {
+      "plan",     "--labels", "100000",        "--dim",  "256",           "--points", "50000",
+      "--device", "cuda",     "--gemm-gflops", "100000", "--memory-gbps", "3000",     "--json"};
+  auto plan_of = [&](const std::string& backend, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--backend", backend});
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(r.out);
+  };
+  for (const std::string backend : {"lsh_sampled", "anns_sampled"}) {
+    INFO(backend);
+    const json j = plan_of(backend);
+    const json t = j["backends"][0]["time"];
+    CHECK(t["host_candidates"] == false);
+    CHECK(t["host_seconds"].get<double>() == 0.0);
+    CHECK(t["step_seconds"].get<double>() > 0.0);
+  }
+  // lsh's draw: 32 bytes a reached bucket entry (256 points × 32 tables × 128 slots).
+  const double lsh = plan_of("lsh_sampled")["backends"][0]["time"]["bytes"].get<double>();
+  const double shared =
+      plan_of("lsh_sampled",
+              {"--set", "model.output.shared_candidates=true"})["backends"][0]["time"]["bytes"]
+          .get<double>();
+  CHECK(lsh - shared == Approx(32.0 * 256 * 32 * 128));
+  const json h = plan_of("lsh_sampled", {"--set", "model.output.shared_candidates=true"});
+  CHECK(h["backends"][0]["time"]["host_candidates"] == true);
+  CHECK(h["ceilings"]["host_source"] == "not priced");
+  // The Markdown says which.
+  std::vector<std::string> md(base.begin(), base.end() - 1);
+  md.insert(md.end(), {"--backend", "anns_sampled"});
+  auto r = run_cli(md);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Matchers::Contains("one process draws its candidates on the device"));
+}
+
 TEST_CASE("plan: all six backends, Markdown and JSON, fit and the largest L within the budget") {
   auto r = run_cli({"plan", "--labels", "100000", "--dim", "256", "--points", "50000", "--memory",
                     "1GiB", "--gemm-gflops", "100", "--memory-gbps", "20", "--json"});
