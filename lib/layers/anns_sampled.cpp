@@ -21,10 +21,28 @@ namespace {
 
 constexpr uint32_t kNone = ops::kNoCandidate;  // an empty slot of a hard set
 
+// Positives a point is reserved for up front (a batch with more grows the workspaces).
+constexpr int64_t kDrawPositives = 8;
+
 // Entries per point reserved up front: k_h + k_r + a few positives (this process's share).
 int64_t per_point_entries(const LayerShape& s, const AnnsSampledConfig& cfg) {
-  return std::min(s.labels(),
-                  s.shard_share(cfg.hard_negatives) + s.shard_share(cfg.random_negatives) + 8);
+  return std::min(s.labels(), s.shard_share(cfg.hard_negatives) +
+                                  s.shard_share(cfg.random_negatives) + kDrawPositives);
+}
+
+// The draw's slots a point is reserved: its positives, k_h hard and min(k_r, L) uniform
+// negatives (ops::candidate_slots with a hard set).
+int64_t reserved_slots(int64_t labels, int64_t k_h, int64_t k_r) {
+  return kDrawPositives + k_h + std::min(k_r, labels);
+}
+
+// Bytes of the draw's arrays (AnnsSampledLayer::reserve_draw; each at least one element):
+// ids, counts [rows] and row offsets [rows + 1] twice (int64), the positives (uint32), and
+// per slot label twice (uint32), flag twice (uint8) and weight twice (float).
+double draw_bytes(int64_t rows, int64_t cap, int64_t npos) {
+  const auto at_least_one = [](int64_t n) { return static_cast<double>(std::max<int64_t>(n, 1)); };
+  return 8.0 * (2.0 * at_least_one(rows) + 2.0 * at_least_one(rows + 1)) +
+         4.0 * at_least_one(npos) + 18.0 * at_least_one(rows * cap);
 }
 
 }  // namespace
@@ -62,6 +80,19 @@ AnnsSampledLayer::AnnsSampledLayer(const LayerInit& init, const AnnsSampledConfi
     hard_dev_ = Buffer<uint32_t>(*ctx_, MemTag::indices, static_cast<size_t>(n_train_ * k_h_));
     upload_hard_set();
   }
+  reserve_draw(batch, reserved_slots(n, k_h_, k_r_), batch * kDrawPositives);
+}
+
+void AnnsSampledLayer::reserve_draw(int64_t rows, int64_t cap, int64_t npos) {
+  Context& ctx = *ctx_;
+  DeviceDraw& w = draw_;
+  constexpr MemTag ws = MemTag::workspace;
+  for (Buffer<int64_t>* b : {&w.ids, &w.count}) ensure_size(*b, ctx, ws, rows);
+  for (Buffer<int64_t>* b : {&w.pos_ptr, &w.ptr}) ensure_size(*b, ctx, ws, rows + 1);
+  ensure_size(w.pos, ctx, ws, npos);
+  for (Buffer<uint32_t>* b : {&w.label, &w.out_label}) ensure_size(*b, ctx, ws, rows * cap);
+  for (Buffer<uint8_t>* b : {&w.positive, &w.out_positive}) ensure_size(*b, ctx, ws, rows * cap);
+  for (Buffer<float>* b : {&w.weight, &w.out_weight}) ensure_size(*b, ctx, ws, rows * cap);
 }
 
 void AnnsSampledLayer::upload_hard_set() {
@@ -110,21 +141,10 @@ ops::CandidateCsr AnnsSampledLayer::draw_step(const Batch& batch, int64_t step) 
   int64_t max_pos = 0;
   for (int64_t i = 0; i < rows; ++i) max_pos = std::max(max_pos, labels.row_nnz(i));
   const int64_t cap = ops::candidate_slots(draw, max_pos);
-  const int64_t slots = std::max<int64_t>(rows * cap, 1);
   Context& ctx = *ctx_;
   DeviceDraw& w = draw_;
   const auto npos = static_cast<int64_t>(labels.indices.size());
-  ensure_size(w.ids, ctx, MemTag::workspace, rows);
-  ensure_size(w.pos_ptr, ctx, MemTag::workspace, rows + 1);
-  ensure_size(w.pos, ctx, MemTag::workspace, npos);
-  ensure_size(w.count, ctx, MemTag::workspace, rows);
-  ensure_size(w.ptr, ctx, MemTag::workspace, rows + 1);
-  for (Buffer<uint32_t>* b : {&w.label, &w.out_label})
-    ensure_size(*b, ctx, MemTag::workspace, slots);
-  for (Buffer<uint8_t>* b : {&w.positive, &w.out_positive})
-    ensure_size(*b, ctx, MemTag::workspace, slots);
-  for (Buffer<float>* b : {&w.weight, &w.out_weight})
-    ensure_size(*b, ctx, MemTag::workspace, slots);
+  reserve_draw(rows, cap, npos);
   w.ids.copy_from_host(batch.ids.data(), static_cast<size_t>(rows));
   w.pos_ptr.copy_from_host(labels.indptr.data(), static_cast<size_t>(rows + 1));
   w.pos.copy_from_host(labels.indices.data(), static_cast<size_t>(npos));
@@ -406,6 +426,11 @@ LayerBytes AnnsSampledLayer::planned_bytes(const LayerShape& s, const AnnsSample
   // device copy of the front one.
   bytes.params += (s.gpu ? 12.0 : 8.0) * static_cast<double>(s.num_train) *
                   static_cast<double>(s.shard_share(cfg.hard_negatives));
+  // The draw's arrays (reserve_draw at construction).
+  bytes.workspace += draw_bytes(batch,
+                                reserved_slots(s.labels(), s.shard_share(cfg.hard_negatives),
+                                               s.shard_share(cfg.random_negatives)),
+                                batch * kDrawPositives);
   return bytes;
 }
 

@@ -192,6 +192,9 @@ class AnnsSampledLayer final : public OutputLayer {
   // the batch's ids and positives copied there (the only upload on a CUDA Context), then
   // ops::draw_candidates (from the hard set on that device) and ops::compact_candidates.
   ops::CandidateCsr draw_step(const Batch& batch, int64_t step);
+  // draw_'s arrays for `rows` points of `cap` slots and `npos` positives in all (grown
+  // only; the constructor reserves a batch of kDrawPositives positives a point).
+  void reserve_draw(int64_t rows, int64_t cap, int64_t npos);
   // The device copy of the set in use (CUDA), after a swap or a checkpoint load.
   void upload_hard_set();
   bool refresh_due(int epochs_done, int epochs) const;
@@ -221,8 +224,8 @@ class AnnsSampledLayer final : public OutputLayer {
   mutable SampledBlock block_;  // W, b and their optimizer state
   HostBuffer<uint32_t> hard_[2];     // [N×k_h] each: front (in use) and back (being written)
   Buffer<uint32_t> hard_dev_;        // CUDA: the device copy of the front set [N×k_h]
-  // The step's candidate workspaces on the Context's device (draw_step), grown as batches
-  // need (ledger: workspace).
+  // The step's candidate workspaces on the Context's device (draw_step), reserved at
+  // construction and grown as batches need (ledger: workspace).
   struct DeviceDraw {
     Buffer<int64_t> ids, pos_ptr, count, ptr;  // [B], [B+1], [B], [B+1]
     Buffer<uint32_t> pos, label, out_label;    // [positives], [B×cap], [B×cap]

@@ -480,12 +480,16 @@ TEST_CASE("anns_sampled state holds the hard set and the schedule, with fixed sh
   // W, b and Adam's two states; the step's workspaces since they go through the ledger
   // (layers/sampled_block.h: scores of batch × min(L, k_h + k_r + 8) entries, the weight
   // gradient of min(L, 1024) rows and their bias, the drawn step's grouping of the entries:
-  // 24 bytes an entry and one more row offset); the two hard sets.
+  // 24 bytes an entry and one more row offset); the draw's arrays (a batch of 4 points of
+  // 8 positives, 5 hard and min(64, L) uniform slots: ids and counts [4], row offsets [5]
+  // twice, 32 positives, 18 bytes a slot); the two hard sets.
   const int64_t entries = 4 * std::min<int64_t>(num_labels, 5 + 64 + 8);
   const int64_t grad_rows = std::min<int64_t>(num_labels, 1024);
+  const int64_t draw =
+      8 * (2 * 4 + 2 * 5) + 4 * 32 + 18 * 4 * (8 + 5 + std::min<int64_t>(64, num_labels));
   CHECK(a.analytic_bytes() == 4 * (num_labels * d + num_labels) * 3 +
                                   4 * (entries + grad_rows * d + grad_rows) + (24 * entries + 8) +
-                                  2 * 4 * n * 5);
+                                  draw + 2 * 4 * n * 5);
   CHECK(s.ctx.ledger().current(MemTag::indices) == 2 * (2 * 4 * n * 5));
 }
 
